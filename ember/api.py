@@ -1,0 +1,126 @@
+"""Public entry points: ``ember.compile`` and the wrappers it returns. Wiring only."""
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+from typing import Any, Callable
+
+import torch
+
+from ember.backends.registry import lookup_backend
+from ember.frontend.bytecode import CO_ASYNC_GENERATOR, CO_COROUTINE, CO_GENERATOR, CO_ITERABLE_COROUTINE, check_python_version
+from ember.frontend.cache import FrameCache
+
+_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: bool | None = None,
+            backend: str | Callable = "ember", mode: str | None = None, options: dict | None = None,
+            disable: bool = False):
+    """Compile ``model`` (a function, method or nn.Module); same signature as ``torch.compile``.
+
+    Works as ``ember.compile(fn)``, ``@ember.compile`` and ``@ember.compile(backend=...)``.
+    """
+    if model is None:
+        return functools.partial(compile, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
+                                 options=options, disable=disable)
+    check_python_version()
+    if not callable(model):
+        raise TypeError(f"ember.compile expects a function or an nn.Module, got {type(model).__name__} "
+                        "(a non-callable); pass the function itself, e.g. ember.compile(f), not ember.compile(f()).")
+    if mode not in _MODES:
+        raise ValueError(f"unknown mode {mode!r}; valid modes: {', '.join(repr(m) for m in _MODES)}")
+    if mode is not None and options is not None:
+        raise RuntimeError("Either mode or options can be specified, but both can't be specified at the same time.")
+    backend_fn = lookup_backend(backend)
+    if disable:
+        return model
+    if isinstance(model, torch.nn.Module):
+        return OptimizedModule(model, backend_fn, fullgraph)
+    fn = model.__func__ if isinstance(model, types.MethodType) else model
+    code = getattr(fn, "__code__", None)
+    if code is not None and code.co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE):
+        kind = "coroutine" if code.co_flags & (CO_COROUTINE | CO_ITERABLE_COROUTINE) else "generator"
+        raise TypeError(f"ember.compile cannot compile {fn.__qualname__}: it is a {kind} function. Compile the "
+                        f"function that consumes it, or the tensor work inside it, instead.")
+    return EmberFunction(model, backend_fn, fullgraph)
+
+
+class EmberFunction:
+    """A compiled function: calls go through the guarded cache."""
+
+    def __init__(self, fn, backend, fullgraph):
+        self._ember_cache = FrameCache(fn, backend, fullgraph)
+        functools.update_wrapper(self, fn)
+        self._orig_fn = fn
+
+    def __call__(self, *args, **kwargs):
+        return self._ember_cache(*args, **kwargs)
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return types.MethodType(self, obj)
+
+    def __repr__(self) -> str:
+        return f"<ember compiled {getattr(self._orig_fn, '__qualname__', self._orig_fn)!s}>"
+
+
+class OptimizedModule(torch.nn.Module):
+    """Wraps a module: behaves like it (attributes, parameters, state_dict keys), runs compiled."""
+
+    _ember_own = ("_orig_mod", "_ember_cache", "forward", "_call_compiled")
+
+    def __init__(self, mod: torch.nn.Module, backend, fullgraph):
+        super().__init__()
+        self._orig_mod = mod  # registered as a submodule: parameters are shared
+        self._ember_cache = FrameCache(mod, backend, fullgraph)
+
+    def __call__(self, *args, **kwargs):
+        return self._ember_cache(*args, **kwargs)
+
+    def forward(self, *args, **kwargs):
+        return self._ember_cache(*args, **kwargs)
+
+    def __getattr__(self, name):
+        if name == "_orig_mod":
+            return self._modules["_orig_mod"]
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["_orig_mod"], name)
+
+    def __setattr__(self, name, value):
+        if name in ("_orig_mod", "_ember_cache") or "_orig_mod" not in self.__dict__.get("_modules", {}):
+            return super().__setattr__(name, value)
+        setattr(self._orig_mod, name, value)
+
+    def __delattr__(self, name):
+        delattr(self._orig_mod, name)
+
+    # state_dict() keys equal the original's, so a saved state_dict loads into the plain model
+    def state_dict(self, *args, **kwargs):
+        return self._orig_mod.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, *args, **kwargs):
+        return self._orig_mod.load_state_dict(*args, **kwargs)
+
+    def train(self, mode: bool = True):
+        self._orig_mod.train(mode)
+        return self
+
+    @property
+    def training(self):
+        return self._modules["_orig_mod"].training if "_orig_mod" in self.__dict__.get("_modules", {}) else True
+
+    @training.setter
+    def training(self, value):
+        if "_orig_mod" in self.__dict__.get("_modules", {}):
+            self._orig_mod.training = value
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(dir(self._orig_mod)))
+
+    def __repr__(self):
+        return f"OptimizedModule({self._orig_mod!r})"

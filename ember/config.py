@@ -1,0 +1,48 @@
+"""One typed options object for ember, readable from ``EMBER_*`` environment variables.
+
+Every field documents itself; ``ENV_TABLE`` (derived from the fields) is the table the docs show.
+Deep code receives the values it needs; it does not read environment variables itself.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+
+
+def _env_name(name: str) -> str:
+    return "EMBER_" + name.upper()
+
+
+@dataclass
+class Config:
+    recompile_limit: int = field(default=8, metadata={"doc": "cache entries per compiled function before further misses run eagerly"})
+    inline_depth_limit: int = field(default=48, metadata={"doc": "deepest chain of inlined user calls before tracing gives up"})
+    instruction_limit: int = field(default=2_000_000, metadata={"doc": "bytecode instructions one trace may interpret (guards against endless loops)"})
+    logs: str = field(default="", metadata={"doc": "comma list of log artifacts: graph_breaks, recompiles, guards, graph_code, output_code, bytecode"})
+    verify: bool = field(default=False, metadata={"doc": "run torch.fx Graph.lint() on every captured graph"})
+    cache_dir: str = field(default=os.path.join(os.path.expanduser("~"), ".cache", "ember"), metadata={"doc": "on-disk cache for compiled artifacts"})
+
+    @classmethod
+    def from_env(cls) -> "Config":
+        kwargs = {}
+        for f in dataclasses.fields(cls):
+            raw = os.environ.get(_env_name(f.name))
+            if raw is None:
+                continue
+            kind = type(f.default)
+            if kind is bool:
+                kwargs[f.name] = raw.strip().lower() in ("1", "true", "yes", "on")
+            elif kind is int:
+                try:
+                    kwargs[f.name] = int(raw)
+                except ValueError:
+                    raise ValueError(f"{_env_name(f.name)}={raw!r} is not an integer") from None
+            else:
+                kwargs[f.name] = raw
+        return cls(**kwargs)
+
+
+ENV_TABLE = [(_env_name(f.name), f.name, f.default, f.metadata.get("doc", "")) for f in dataclasses.fields(Config)]
+
+config = Config.from_env()

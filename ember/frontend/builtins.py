@@ -1,0 +1,568 @@
+"""Python builtins and operators on variable trackers: one handler per builtin, in a table.
+
+Rules: constants fold (the real builtin runs on the real values); anything touching a tensor becomes
+a graph op or is refused when it needs tensor data; containers are handled item by item.
+"""
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import math
+import operator
+from typing import Callable
+
+import torch
+
+from ember.frontend.errors import Unsupported
+from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.builder import wrap_const
+from ember.frontend.variables.containers import (
+    BaseSequenceVariable, DictVariable, ListIteratorVariable, ListVariable, SetVariable, SizeVariable, TupleVariable,
+)
+from ember.frontend.variables.tensor import TensorVariable
+
+BINARY = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
+    "%": operator.mod, "**": operator.pow, "@": operator.matmul, "&": operator.and_, "|": operator.or_,
+    "^": operator.xor, "<<": operator.lshift, ">>": operator.rshift,
+}
+INPLACE = {
+    "+": operator.iadd, "-": operator.isub, "*": operator.imul, "/": operator.itruediv, "//": operator.ifloordiv,
+    "%": operator.imod, "**": operator.ipow, "@": operator.imatmul, "&": operator.iand, "|": operator.ior,
+    "^": operator.ixor, "<<": operator.ilshift, ">>": operator.irshift,
+}
+COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt, ">=": operator.ge}
+DUNDER = {
+    operator.add: ("__add__", "__radd__"), operator.sub: ("__sub__", "__rsub__"), operator.mul: ("__mul__", "__rmul__"),
+    operator.truediv: ("__truediv__", "__rtruediv__"), operator.floordiv: ("__floordiv__", "__rfloordiv__"),
+    operator.mod: ("__mod__", "__rmod__"), operator.pow: ("__pow__", "__rpow__"), operator.matmul: ("__matmul__", "__rmatmul__"),
+    operator.and_: ("__and__", "__rand__"), operator.or_: ("__or__", "__ror__"), operator.xor: ("__xor__", "__rxor__"),
+    operator.lshift: ("__lshift__", "__rlshift__"), operator.rshift: ("__rshift__", "__rrshift__"),
+    operator.eq: ("__eq__", "__eq__"), operator.ne: ("__ne__", "__ne__"), operator.lt: ("__lt__", "__gt__"),
+    operator.le: ("__le__", "__ge__"), operator.gt: ("__gt__", "__lt__"), operator.ge: ("__ge__", "__le__"),
+}
+_INPLACE_TO_BINARY = {v: BINARY[k] for k, v in INPLACE.items()}
+
+
+def _fold(fn, *vals, **kw):
+    try:
+        return wrap_const(fn(*vals, **kw))
+    except Exception as exc:
+        raise Unsupported(f"{getattr(fn, '__name__', fn)}{vals} raised {type(exc).__name__}: {exc} while tracing") from None
+
+
+def _is_seq(v):
+    return isinstance(v, BaseSequenceVariable) or (v.is_constant() and type(v.as_constant()) in (tuple, list, torch.Size))
+
+
+def _as_seq(tx, v) -> list:
+    return v.unpack(tx)
+
+
+def apply_operator(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> VariableTracker:
+    """``fn(a, b)`` for a binary operator function (operator.add, operator.iadd, operator.lt, ...)."""
+    if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+        return tx.output.call(tx, "call_function", fn, [a, b], {})
+    if a.is_constant() and b.is_constant() and not isinstance(a, (ListVariable, SetVariable)):
+        return _fold(fn, a.as_constant(), b.as_constant())
+    base = _INPLACE_TO_BINARY.get(fn, fn)
+    # sequences
+    if base is operator.add and _is_seq(a) and _is_seq(b):
+        if fn is operator.iadd and isinstance(a, ListVariable):
+            a.call_method(tx, "extend", [b], {})
+            return a
+        items = _as_seq(tx, a) + _as_seq(tx, b)
+        return ListVariable(items) if isinstance(a, ListVariable) else (
+            SizeVariable(items) if isinstance(a, SizeVariable) else TupleVariable(items))
+    if base is operator.mul and (_is_seq(a) and b.is_constant() or _is_seq(b) and a.is_constant()):
+        seq, n = (a, b) if _is_seq(a) else (b, a)
+        items = _as_seq(tx, seq) * n.as_constant()
+        if fn is operator.imul and isinstance(a, ListVariable):
+            a.items[:] = items
+            return a
+        return ListVariable(items) if isinstance(seq, ListVariable) else TupleVariable(items)
+    if base in (operator.eq, operator.ne) and (_is_seq(a) or isinstance(a, DictVariable)):
+        eq = sequences_equal(tx, a, b)
+        return ConstantVariable(eq if base is operator.eq else not eq)
+    if base in (operator.lt, operator.le, operator.gt, operator.ge) and _is_seq(a) and _is_seq(b):
+        return _fold(base, tuple(x.as_constant() for x in _as_seq(tx, a)), tuple(x.as_constant() for x in _as_seq(tx, b)))
+    if base is operator.or_ and isinstance(a, DictVariable) and isinstance(b, DictVariable):
+        if fn is operator.ior:
+            a.call_method(tx, "update", [b], {})
+            return a
+        merged = DictVariable(a.items, py_type=a.py_type, key_vts=a.key_vts)
+        merged.items.update(b.items)
+        return merged
+    if isinstance(a, SetVariable) or isinstance(b, SetVariable):
+        return wrap_const(base(a.as_constant(), b.as_constant()))
+    if base in (operator.eq, operator.ne):
+        r = _user_dunder(tx, base, a, b)
+        if r is not None:
+            return r
+        same = identical(a, b)
+        return ConstantVariable(same if base is operator.eq else not same)
+    r = _user_dunder(tx, base, a, b)
+    if r is not None:
+        return r
+    raise Unsupported(f"operator {getattr(fn, '__name__', fn)} on {a.describe()} and {b.describe()}")
+
+
+def _user_dunder(tx, fn, a, b):
+    from ember.frontend.variables.objects import NewObjectVariable, UserObjectVariable, lookup_static
+
+    names = DUNDER.get(fn)
+    if names is None:
+        return None
+    for obj, other, name in ((a, b, names[0]), (b, a, names[1])):
+        if isinstance(obj, (NewObjectVariable, UserObjectVariable)):
+            static, _ = lookup_static(obj.python_type(), name)
+            if static is not None and static is not getattr(object, name, None):
+                r = obj.call_method(tx, name, [other], {})
+                if not (r.is_constant() and r.as_constant() is NotImplemented):
+                    return r
+    return None
+
+
+def identical(a: VariableTracker, b: VariableTracker) -> bool:
+    if a is b:
+        return True
+    if a.is_constant() and b.is_constant():
+        try:
+            return a.as_constant() is b.as_constant() or (type(a.as_constant()) is type(b.as_constant()) and a.as_constant() == b.as_constant() and isinstance(a.as_constant(), (type(None), bool)))
+        except Exception:
+            return False
+    for attr in ("module", "value", "fn", "cls"):
+        if hasattr(a, attr) and hasattr(b, attr) and type(a) is type(b):
+            return getattr(a, attr) is getattr(b, attr)
+    if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
+        return a.node is b.node
+    return False
+
+
+def is_op(tx, a, b) -> bool:
+    if a.is_constant() and b.is_constant() and not isinstance(a, (BaseSequenceVariable, SetVariable)) \
+            and not isinstance(b, (BaseSequenceVariable, SetVariable)):
+        return a.as_constant() is b.as_constant()
+    if a.is_constant() and a.as_constant() is None or b.is_constant() and b.as_constant() is None:
+        return False if type(a) is not type(b) else identical(a, b)
+    return identical(a, b)
+
+
+def values_equal(tx, a, b) -> bool:
+    if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+        if isinstance(a, TensorVariable) and isinstance(b, TensorVariable) and a.node is b.node:
+            return True
+        if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
+            raise Unsupported("comparing two tensors with == in Python needs their data")
+        return False
+    return apply_operator(tx, operator.eq, a, b).truth(tx)
+
+
+def sequences_equal(tx, a, b) -> bool:
+    if isinstance(a, DictVariable):
+        if not isinstance(b, DictVariable) or list(a.items) != list(b.items) and set(a.items) != set(b.items):
+            return False
+        return all(values_equal(tx, a.items[k], b.items[k]) for k in a.items)
+    if not _is_seq(b):
+        return False
+    ta = list if isinstance(a, ListVariable) else tuple
+    tb = list if isinstance(b, ListVariable) else tuple
+    if a.is_constant() and type(a.as_constant()) is list:
+        ta = list
+    if b.is_constant() and type(b.as_constant()) is list:
+        tb = list
+    if ta is not tb:
+        return False
+    xs, ys = _as_seq(tx, a), _as_seq(tx, b)
+    return len(xs) == len(ys) and all(values_equal(tx, x, y) for x, y in zip(xs, ys))
+
+
+def contains(tx, container, item) -> VariableTracker:
+    if isinstance(container, TensorVariable):
+        raise Unsupported("'x in tensor' needs the tensor's data")
+    if container.is_constant() and item.is_constant() and not isinstance(container, BaseSequenceVariable):
+        return _fold(operator.contains, container.as_constant(), item.as_constant())
+    if isinstance(container, (DictVariable, SetVariable)) or hasattr(container, "call_method") and \
+            not isinstance(container, BaseSequenceVariable):
+        return container.call_method(tx, "__contains__", [item], {})
+    return ConstantVariable(any(values_equal(tx, x, item) for x in container.unpack(tx)))
+
+
+def sort_items(tx, items, key, reverse) -> list:
+    keyed = []
+    for it in items:
+        k = key.call(tx, [it], {}) if key is not None and not (key.is_constant() and key.as_constant() is None) else it
+        keyed.append((k.as_constant(), it))
+    keyed.sort(key=lambda p: p[0], reverse=bool(reverse))
+    return [it for _, it in keyed]
+
+
+def dict_items_of(tx, v) -> list:
+    if isinstance(v, DictVariable):
+        return [(v.key_vt(k), val) for k, val in v.items.items()]
+    from ember.frontend.variables.objects import ModelOutputVariable
+
+    if isinstance(v, ModelOutputVariable):
+        return [(ConstantVariable(k), val) for k, val in v.values.items()]
+    out = []
+    for pair in v.unpack(tx):
+        k, val = pair.unpack(tx)
+        out.append((k, val))
+    return out
+
+
+# ---- constructors of builtin types ---------------------------------------------------------
+def construct_builtin_type(tx, cls, args, kwargs):
+    """``int(x)``, ``tuple(it)``, ``dict(...)``... or None when ``cls`` is not a builtin type we model."""
+    if cls in (int, float, bool, complex, str):
+        if args and isinstance(args[0], TensorVariable):
+            raise Unsupported(f"{cls.__name__}() of a tensor needs its data",
+                              hint="keep the value as a tensor (e.g. .to(dtype)) instead")
+        if cls is bool and args and not args[0].is_constant():
+            return ConstantVariable(args[0].truth(tx))
+        if cls is str and args and not args[0].is_constant():
+            raise Unsupported(f"str() of {args[0].describe()}")
+        return _fold(cls, *[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()})
+    if cls in (tuple, list):
+        items = args[0].unpack(tx) if args else []
+        return TupleVariable(items) if cls is tuple else ListVariable(items)
+    if cls in (set, frozenset):
+        return SetVariable(args[0].unpack(tx) if args else [], frozen=cls is frozenset)
+    if cls is dict or (isinstance(cls, type) and issubclass(cls, dict) and cls.__module__ == "collections"):
+        d = DictVariable({}, py_type=cls)
+        if args:
+            for k, v in dict_items_of(tx, args[0]):
+                d.setitem(tx, k, v)
+        for k, v in kwargs.items():
+            d.items[k] = v
+        return d
+    if cls is slice:
+        from ember.frontend.variables.containers import SliceVariable
+
+        parts = list(args) + [ConstantVariable(None)] * (3 - len(args))
+        if len(args) == 1:
+            parts = [ConstantVariable(None), args[0], ConstantVariable(None)]
+        return SliceVariable(*parts)
+    if cls is range:
+        return _fold(range, *[a.as_constant() for a in args])
+    if cls is object and not args:
+        from ember.frontend.variables.objects import NewObjectVariable
+
+        return NewObjectVariable(object)
+    if cls is torch.Size:
+        items = args[0].unpack(tx) if args else []
+        return SizeVariable(items)
+    if cls in (torch.device, torch.dtype) or cls in (torch.finfo, torch.iinfo):
+        return _fold(cls, *[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()})
+    if cls is super:
+        return tx.make_super(args)
+    if cls in (enumerate, zip, reversed, map, filter, type):
+        return call_builtin(tx, cls, args, kwargs)
+    return None
+
+
+# ---- builtin functions ---------------------------------------------------------------------
+HANDLERS: dict = {}
+
+
+def handler(*fns):
+    def deco(f):
+        for fn in fns:
+            HANDLERS[fn] = f
+        return f
+
+    return deco
+
+
+def call_builtin(tx, fn, args, kwargs):
+    h = HANDLERS.get(fn)
+    if h is not None:
+        return h(tx, fn, *args, **kwargs)
+    if fn in _BINARY_FUNCS and len(args) == 2 and not kwargs:
+        return apply_operator(tx, fn, args[0], args[1])
+    if all(a.is_constant() for a in [*args, *kwargs.values()]) and _is_pure(fn):
+        return _fold(fn, *[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()})
+    if getattr(math, getattr(fn, "__name__", ""), None) is fn and any(isinstance(a, TensorVariable) for a in args):
+        raise Unsupported(f"math.{fn.__name__}() of a tensor needs its data", hint=f"use torch.{fn.__name__} instead")
+    raise Unsupported(f"builtin {getattr(fn, '__name__', fn)}() with these arguments ({', '.join(a.describe() for a in args)})")
+
+
+_BINARY_FUNCS = set(BINARY.values()) | set(INPLACE.values()) | set(COMPARE.values())
+_IMPURE = {builtins.print, builtins.input, builtins.open, builtins.exec, builtins.eval, builtins.id, builtins.vars,
+           builtins.globals, builtins.locals, builtins.breakpoint, builtins.setattr, builtins.delattr, builtins.compile,
+           builtins.__import__, builtins.help, builtins.dir}
+
+
+def _is_pure(fn) -> bool:
+    if fn in _IMPURE:
+        return False
+    name = getattr(fn, "__name__", "")
+    return (getattr(builtins, name, None) is fn or getattr(math, name, None) is fn
+            or getattr(operator, name, None) is fn)
+
+
+@handler(len)
+def _len(tx, fn, x):
+    return ConstantVariable(x.length(tx))
+
+
+@handler(isinstance)
+def _isinstance(tx, fn, obj, classes):
+    cls = classes.as_constant() if classes.is_constant() else tuple(c.as_constant() for c in classes.unpack(tx))
+    try:
+        t = obj.python_type()
+    except Unsupported:
+        raise Unsupported(f"isinstance() on {obj.describe()}")
+    if isinstance(obj, TensorVariable) and isinstance(cls, type) and cls is torch.nn.Parameter:
+        return ConstantVariable(isinstance(obj.fake, torch.nn.Parameter) or obj.python_type() is torch.nn.Parameter)
+    try:
+        return ConstantVariable(issubclass(t, cls))
+    except TypeError:
+        # typing constructs and protocol classes: ask the real isinstance on a stand-in when possible
+        real = getattr(obj, "value", None)
+        if real is not None:
+            return ConstantVariable(isinstance(real, cls))
+        raise Unsupported(f"isinstance() against {cls!r}")
+
+
+@handler(issubclass)
+def _issubclass(tx, fn, a, b):
+    return _fold(issubclass, a.as_constant(), b.as_constant() if b.is_constant() else tuple(c.as_constant() for c in b.unpack(tx)))
+
+
+@handler(callable)
+def _callable(tx, fn, x):
+    from ember.frontend.variables import functions as F
+
+    if x.is_constant():
+        return ConstantVariable(callable(x.as_constant()))
+    callables = (F.BaseUserFunctionVariable, F.UserMethodVariable, F.BuiltinVariable, F.TorchFunctionVariable,
+                 F.BoundMethodVariable, F.PartialVariable, F.ConstantMethodVariable)
+    if isinstance(x, callables):
+        return ConstantVariable(True)
+    return ConstantVariable(callable(x.python_type()) and hasattr(x.python_type(), "__call__") and
+                            not isinstance(x, (TensorVariable, BaseSequenceVariable, DictVariable)))
+
+
+@handler(type)
+def _type(tx, fn, *args):
+    if len(args) != 1:
+        raise Unsupported("type() with 3 arguments (creating a class)")
+    from ember.frontend.variables.builder import _wrap_object
+
+    return _wrap_object(tx, args[0].python_type(), None)
+
+
+@handler(getattr)
+def _getattr(tx, fn, obj, name, *default):
+    try:
+        return obj.getattr(tx, name.as_constant())
+    except AttributeError:
+        if default:
+            return default[0]
+        raise Unsupported(f"getattr(): {obj.describe()} has no attribute {name.as_constant()!r} (AttributeError)")
+
+
+@handler(hasattr)
+def _hasattr(tx, fn, obj, name):
+    try:
+        obj.getattr(tx, name.as_constant())
+        return ConstantVariable(True)
+    except AttributeError:
+        return ConstantVariable(False)
+
+
+@handler(setattr)
+def _setattr(tx, fn, obj, name, value):
+    obj.setattr(tx, name.as_constant(), value)
+    return ConstantVariable(None)
+
+
+@handler(object.__setattr__)
+def _object_setattr(tx, fn, obj, name, value):
+    from ember.frontend.variables.objects import NewObjectVariable
+
+    if isinstance(obj, NewObjectVariable):
+        obj.attrs[name.as_constant()] = value
+        return ConstantVariable(None)
+    raise Unsupported(f"object.__setattr__ on {obj.describe()}")
+
+
+@handler(object.__new__)
+def _object_new(tx, fn, cls, *args):
+    from ember.frontend.variables.objects import NewObjectVariable
+
+    return NewObjectVariable(cls.as_constant())
+
+
+@handler(iter)
+def _iter(tx, fn, x, *sentinel):
+    if sentinel:
+        raise Unsupported("iter(callable, sentinel)")
+    return x.iter(tx)
+
+
+@handler(next)
+def _next(tx, fn, it, *default):
+    if isinstance(it, ListIteratorVariable):
+        item = it.next(tx)
+        if item is None:
+            if default:
+                return default[0]
+            raise Unsupported("next() on an exhausted iterator (StopIteration)")
+        return item
+    return it.call_method(tx, "__next__", [], {})
+
+
+@handler(range)
+def _range(tx, fn, *args):
+    return _fold(range, *[a.as_constant() for a in args])
+
+
+@handler(enumerate)
+def _enumerate(tx, fn, it, start=None):
+    s = start.as_constant() if start is not None else 0
+    return ListIteratorVariable([TupleVariable([ConstantVariable(i + s), v]) for i, v in enumerate(it.unpack(tx))])
+
+
+@handler(zip)
+def _zip(tx, fn, *its, strict=None):
+    cols = [i.unpack(tx) for i in its]
+    if strict is not None and strict.as_constant() and len({len(c) for c in cols}) > 1:
+        raise Unsupported("zip(strict=True) on iterables of different lengths (ValueError)")
+    return ListIteratorVariable([TupleVariable(list(row)) for row in zip(*cols)])
+
+
+@handler(reversed)
+def _reversed(tx, fn, seq):
+    return ListIteratorVariable(list(reversed(seq.unpack(tx))))
+
+
+@handler(map)
+def _map(tx, fn, f, *its):
+    cols = [i.unpack(tx) for i in its]
+    return ListIteratorVariable([f.call(tx, list(row), {}) for row in zip(*cols)])
+
+
+@handler(filter)
+def _filter(tx, fn, f, it):
+    keep = []
+    for x in it.unpack(tx):
+        ok = x.truth(tx) if f.is_constant() and f.as_constant() is None else f.call(tx, [x], {}).truth(tx)
+        if ok:
+            keep.append(x)
+    return ListIteratorVariable(keep)
+
+
+@handler(sorted)
+def _sorted(tx, fn, it, key=None, reverse=None):
+    return ListVariable(sort_items(tx, it.unpack(tx), key, reverse.as_constant() if reverse is not None else False))
+
+
+def _min_max(tx, fn, *args, key=None, default=None):
+    items = args[0].unpack(tx) if len(args) == 1 else list(args)
+    if not items:
+        if default is not None:
+            return default
+        raise Unsupported(f"{fn.__name__}() of an empty sequence (ValueError)")
+    if any(isinstance(i, TensorVariable) for i in items):
+        raise Unsupported(f"{fn.__name__}() over tensors compares their data", hint=f"use torch.{fn.__name__}imum")
+    if key is not None:
+        keyed = [(key.call(tx, [i], {}).as_constant(), i) for i in items]
+        best = fn(keyed, key=lambda p: p[0])
+        return best[1]
+    return _fold(fn, [i.as_constant() for i in items])
+
+
+HANDLERS[min] = _min_max
+HANDLERS[max] = _min_max
+
+
+@handler(sum)
+def _sum(tx, fn, it, start=None):
+    acc = start if start is not None else ConstantVariable(0)
+    for x in it.unpack(tx):
+        acc = apply_operator(tx, operator.add, acc, x)
+    return acc
+
+
+@handler(any, all)
+def _any_all(tx, fn, it):
+    vals = it.unpack(tx)
+    if any(isinstance(v, TensorVariable) for v in vals):
+        raise Unsupported(f"{fn.__name__}() over tensors needs their data", hint=f"use torch.{fn.__name__}")
+    truths = [v.truth(tx) for v in vals]
+    return ConstantVariable(fn(truths))
+
+
+@handler(abs, operator.neg, operator.pos, operator.invert, operator.not_, round)
+def _unary(tx, fn, x, *rest):
+    if isinstance(x, TensorVariable):
+        if fn is operator.not_:
+            return ConstantVariable(not x.truth(tx))
+        return tx.output.call(tx, "call_function", fn, [x, *rest], {})
+    if fn is operator.not_:
+        return ConstantVariable(not x.truth(tx))
+    return _fold(fn, x.as_constant(), *[r.as_constant() for r in rest])
+
+
+@handler(operator.getitem)
+def _getitem(tx, fn, obj, key):
+    return tx.getitem(obj, key)
+
+
+@handler(operator.setitem)
+def _setitem(tx, fn, obj, key, value):
+    tx.setitem(obj, key, value)
+    return ConstantVariable(None)
+
+
+@handler(operator.contains)
+def _contains(tx, fn, container, item):
+    return contains(tx, container, item)
+
+
+@handler(operator.is_, operator.is_not)
+def _is(tx, fn, a, b):
+    r = is_op(tx, a, b)
+    return ConstantVariable(r if fn is operator.is_ else not r)
+
+
+@handler(operator.truth)
+def _truth(tx, fn, x):
+    return ConstantVariable(x.truth(tx))
+
+
+@handler(operator.index)
+def _index(tx, fn, x):
+    return _fold(operator.index, x.as_constant())
+
+
+@handler(divmod)
+def _divmod(tx, fn, a, b):
+    if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+        return TupleVariable([apply_operator(tx, operator.floordiv, a, b), apply_operator(tx, operator.mod, a, b)])
+    return _fold(divmod, a.as_constant(), b.as_constant())
+
+
+@handler(pow)
+def _pow(tx, fn, a, b, mod=None):
+    if mod is None:
+        return apply_operator(tx, operator.pow, a, b)
+    return _fold(pow, a.as_constant(), b.as_constant(), mod.as_constant())
+
+
+@handler(dataclasses.fields)
+def _dc_fields(tx, fn, x):
+    return wrap_const(dataclasses.fields(x.as_constant() if x.is_constant() else x.python_type()))
+
+
+@handler(dataclasses.is_dataclass)
+def _dc_is(tx, fn, x):
+    return ConstantVariable(dataclasses.is_dataclass(x.as_constant() if x.is_constant() else x.python_type()))
+
+
+@handler(builtins.print)
+def _print(tx, fn, *args, **kwargs):
+    raise Unsupported("print() has a side effect a graph cannot hold",
+                      hint="graph breaks will run it as Python; for now move it out of the compiled function")

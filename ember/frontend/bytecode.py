@@ -1,0 +1,69 @@
+"""Decoding of code objects into instructions: the one module that knows CPython versions.
+
+The interpreter works on ``Instr`` records: jump targets resolved to instruction indices, EXTENDED_ARG
+and CACHE entries removed. Version differences that only change *decoding* live here; version
+differences in *semantics* live in the handlers' registration ranges.
+"""
+from __future__ import annotations
+
+import dis
+import sys
+import types
+from dataclasses import dataclass
+from functools import lru_cache
+
+PY = sys.version_info[:2]
+SUPPORTED = ((3, 11), (3, 12))
+
+# BINARY_OP argument -> (symbol, is_inplace); from CPython's own table so it cannot drift.
+NB_OPS = [(sym.rstrip("="), sym.endswith("=") and sym not in ("==",)) for _name, sym in dis._nb_ops]
+
+
+@dataclass(slots=True)
+class Instr:
+    index: int
+    opname: str
+    arg: int | None
+    argval: object
+    offset: int
+    lineno: int | None
+    target: int | None = None  # index of the jump target, for jump instructions
+
+    def __repr__(self) -> str:
+        tgt = f" -> {self.target}" if self.target is not None else ""
+        return f"{self.index:4d} {self.opname} {self.argval!r}{tgt}"
+
+
+JUMP_OPS = set(dis.hasjrel) | set(dis.hasjabs)
+
+
+@lru_cache(maxsize=4096)
+def decode(code: types.CodeType) -> tuple[Instr, ...]:
+    raw = [i for i in dis.get_instructions(code) if i.opname not in ("CACHE", "EXTENDED_ARG")]
+    by_offset = {ins.offset: k for k, ins in enumerate(raw)}
+    out = []
+    lineno = code.co_firstlineno
+    for k, ins in enumerate(raw):
+        if ins.positions is not None and ins.positions.lineno is not None:
+            lineno = ins.positions.lineno
+        target = None
+        if ins.opcode in JUMP_OPS:
+            target = by_offset[ins.argval]
+        out.append(Instr(k, ins.opname, ins.arg, ins.argval, ins.offset, lineno, target))
+    return tuple(out)
+
+
+def check_python_version() -> None:
+    if PY not in SUPPORTED:
+        from ember.frontend.errors import CompileError
+
+        raise CompileError(
+            f"ember supports CPython 3.11 and 3.12; this is {sys.version.split()[0]}. "
+            "Use Python 3.11 or 3.12, or call the function without ember.compile."
+        )
+
+
+CO_GENERATOR = 0x20
+CO_COROUTINE = 0x80
+CO_ASYNC_GENERATOR = 0x200
+CO_ITERABLE_COROUTINE = 0x100

@@ -1,0 +1,176 @@
+"""Compile one call: trace the root callable, build the graph, call the backend, generate the entry.
+
+This is the frontend's single entry point for a cache miss (``compile_entry``).
+"""
+from __future__ import annotations
+
+import inspect
+import itertools
+import time
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+
+from ember.config import config
+from ember.diagnostics import logging as elog
+from ember.frontend.codegen import EntryCodegen, build_entry, render_signature
+from ember.frontend.errors import Unsupported
+from ember.frontend.guards import GuardKind, GuardSet
+from ember.frontend.interpreter import Tracer
+from ember.frontend.output_graph import OutputGraph
+from ember.frontend.sources import ConstSource, LocalSource
+from ember.frontend.variables.builder import wrap
+from ember.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
+from ember.frontend.variables.objects import new_object
+
+_entry_ids = itertools.count()
+
+
+@dataclass
+class RootSpec:
+    """What is being compiled: a function, a bound method or an nn.Module's call."""
+
+    kind: str  # "function" | "method" | "module"
+    fn: Callable  # the function whose signature the entry mirrors
+    self_obj: Any = None
+    name: str = ""
+
+    @staticmethod
+    def of(obj) -> "RootSpec":
+        if isinstance(obj, torch.nn.Module):
+            fwd = type(obj).forward if "forward" not in obj.__dict__ else obj.__dict__["forward"]
+            return RootSpec("module", fwd, obj, type(obj).__name__)
+        if isinstance(obj, types.MethodType):
+            return RootSpec("method", obj.__func__, obj.__self__, obj.__qualname__)
+        return RootSpec("function", obj, None, getattr(obj, "__qualname__", repr(obj)))
+
+    @property
+    def signature(self) -> inspect.Signature:
+        return inspect.signature(self.fn)
+
+    @property
+    def skip_first(self) -> bool:
+        return self.kind in ("module", "method") and isinstance(self.fn, types.FunctionType)
+
+    def location(self) -> str:
+        code = getattr(self.fn, "__code__", None)
+        return f"{code.co_filename}:{code.co_firstlineno}" if code else "?"
+
+
+@dataclass
+class CacheEntry:
+    fn: Callable
+    guards: GuardSet
+    source: str
+    namespace: dict
+    graph: fx.GraphModule | None
+    op_count: int
+    compile_seconds: float
+    id: int = 0
+    params: list = field(default_factory=list)
+
+
+def compile_entry(root: RootSpec, args: tuple, kwargs: dict, backend: Callable) -> CacheEntry:
+    t0 = time.perf_counter()
+    globals_ = getattr(root.fn, "__globals__", {})
+    output = OutputGraph(root_globals=globals_)
+    tracer = Tracer(output)
+    sig = root.signature
+    bound_args = (root.self_obj, *args) if root.skip_first else args
+    bound = sig.bind(*bound_args, **kwargs)
+    bound.apply_defaults()
+    params = list(sig.parameters.values())
+    call_args, call_kwargs = [], {}
+    self_name = params[0].name if root.skip_first else None
+    try:
+        root_vt = _root_callable(tracer, root, self_name)
+        for p in params[1:] if root.skip_first else params:
+            v = wrap(tracer, bound.arguments[p.name], LocalSource(p.name))
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                call_args.append(v)
+            elif p.kind is p.VAR_POSITIONAL:
+                call_args.extend(v.unpack(tracer))
+            elif p.kind is p.KEYWORD_ONLY:
+                call_kwargs[p.name] = v
+            else:
+                for k, item in v.items.items():
+                    call_kwargs[k] = item
+        result = root_vt.call(tracer, call_args, call_kwargs)
+    finally:
+        tracer.restore_modes()
+    return _finish(root, output, result, backend, t0, self_name)
+
+
+def _root_callable(tracer, root: RootSpec, self_name: str | None):
+    output = tracer.output
+    if root.kind == "module":
+        return wrap(tracer, root.self_obj, LocalSource(self_name))
+    if root.kind == "method":
+        self_vt = wrap(tracer, root.self_obj, LocalSource(self_name))
+        return UserMethodVariable(root.fn, self_vt)
+    if isinstance(root.fn, types.FunctionType):
+        return UserFunctionVariable(root.fn, output.object_source(root.fn, root.fn.__name__))
+    return wrap(tracer, root.fn, output.object_source(root.fn, root.name))
+
+
+def _finish(root, output: OutputGraph, result, backend, t0, self_name) -> CacheEntry:
+    entry_id = next(_entry_ids)
+    cg = EntryCodegen(output.namespace)
+    # 1. guards, each after the loads it needs; then the graph inputs (already loaded as temps)
+    guard_section = cg.lines
+    output.guards.check_lines(cg.load, cg.const, guard_section)
+    input_exprs = [cg.load(src) for src, _, _ in output.inputs]
+    # 2. the return value (decides graph outputs)
+    cg.lines = body = []
+    return_expr = cg.reconstruct(result)
+    graph = output.graph
+    gm = None
+    call_line = None
+    op_count = output.op_nodes()
+    if op_count or cg.graph_outputs:
+        graph.output(tuple(cg.graph_outputs))
+        graph.eliminate_dead_code(is_impure_node=_is_impure)
+        gm = fx.GraphModule(_ParamHolder(), graph, class_name=f"EmberGraph{entry_id}")
+        if config.verify:
+            gm.graph.lint()
+        elog.artifact("graph_code", f"graph {entry_id} of {root.name} ({root.location()}):\n{gm.print_readable(print_output=False)}")
+        example_inputs = [real for _, real, _ in output.inputs]
+        compiled = backend(gm, example_inputs)
+        if compiled is None:
+            compiled = gm.forward
+        cg.ns["__graph"] = compiled
+        call_line = f"__out = __graph({', '.join(input_exprs)})"
+    cg.ns["__global_state"] = __import__("ember.frontend.guards", fromlist=["global_state"]).global_state
+    cg.ns["__new_object"] = new_object
+    params, names = render_signature(root.signature, cg.ns, skip_first=root.skip_first)
+    self_binding = None
+    if root.skip_first:
+        cg.ns["__root_self"] = root.self_obj
+        self_binding = f"{self_name} = __root_self"
+    name = f"__ember_entry_{entry_id}"
+    header = f"ember: compiled from {root.name} at {root.location()}; {len(output.guards)} guards, {op_count} graph ops"
+    fn, text = build_entry(name=name, header=header, params=params, self_binding=self_binding,
+                           guard_lines=guard_section, body_lines=body, call_line=call_line,
+                           return_expr=return_expr, ns=cg.ns)
+    elog.artifact("guards", f"entry {entry_id} guards:\n" + "\n".join(guard_section))
+    elog.artifact("output_code", text)
+    return CacheEntry(fn, output.guards, text, cg.ns, gm, op_count, time.perf_counter() - t0, entry_id, names)
+
+
+def _is_impure(node: fx.Node) -> bool:
+    if node.op in ("placeholder", "output"):
+        return True
+    t = node.target
+    if isinstance(t, str):
+        return t.endswith("_") and not t.endswith("__")
+    name = getattr(t, "__name__", "")
+    if name in ("setitem", "_set_grad_enabled", "_enter_autocast", "_exit_autocast"):
+        return True
+    return name.endswith("_") and not name.endswith("__")
+
+
+class _ParamHolder(torch.nn.Module):
+    """Graphs take every tensor (parameters too) as inputs, so the GraphModule's root holds nothing."""

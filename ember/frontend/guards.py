@@ -1,0 +1,224 @@
+"""Guards: the facts a cache entry relies on, and the generated Python that checks them.
+
+The tracer records ``Guard``s as it wraps inputs (tensor metadata, Python values, identities) and as
+it reads global state. ``GuardSet.check_lines`` renders them into the body of the entry function
+(see ``codegen.py``); ``explain_failure`` re-checks them one by one to tell users, in plain words,
+why a call missed the cache (``x.shape[0] changed: 8 -> 16``).
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from ember.frontend.sources import Source
+
+
+class GuardKind(enum.Enum):
+    TENSOR = "tensor type, dtype, device, shape, stride and requires_grad"
+    CONST = "Python value"
+    ID = "object identity"
+    TYPE = "type"
+    LEN = "container length"
+    DICT_KEYS = "dict keys in order"
+    TRAINING = "module training flag"
+    NO_HOOKS = "module has no hooks"
+    ALIAS = "two inputs are the same object"
+    GLOBAL_STATE = "grad mode, autocast state and default dtype"
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    cls: type
+    dtype: torch.dtype
+    device: torch.device
+    shape: tuple
+    stride: tuple
+    requires_grad: bool
+
+    @staticmethod
+    def of(t: torch.Tensor) -> "TensorMeta":
+        return TensorMeta(type(t), t.dtype, t.device, tuple(t.shape), tuple(t.stride()), t.requires_grad)
+
+
+def global_state() -> tuple:
+    """The ambient state a graph is specialised on. Called by every entry function: keep it cheap."""
+    return (
+        torch.is_grad_enabled(),
+        torch.is_autocast_enabled("cpu"),
+        torch.is_autocast_enabled("cuda"),
+        torch.get_default_dtype(),
+    )
+
+
+_GLOBAL_STATE_NAMES = ("grad mode", "CPU autocast", "CUDA autocast", "default dtype")
+
+
+@dataclass(frozen=True, eq=False)
+class Guard:
+    source: Source | None
+    kind: GuardKind
+    expected: Any = None
+    other: Source | None = None  # ALIAS: the source that must be the same object
+
+    def key(self):
+        exp = self.expected
+        if self.kind in (GuardKind.ID,):
+            exp = id(exp)
+        return (self.source, self.kind, self.other, exp if _hashable(exp) else id(exp))
+
+
+def _hashable(x) -> bool:
+    try:
+        hash(x)
+        return True
+    except TypeError:
+        return False
+
+
+class GuardSet:
+    def __init__(self) -> None:
+        self._guards: dict = {}
+
+    def add(self, source: Source | None, kind: GuardKind, expected: Any = None, other: Source | None = None) -> None:
+        g = Guard(source, kind, expected, other)
+        self._guards.setdefault(g.key(), g)
+
+    def __iter__(self):
+        return iter(self._guards.values())
+
+    def __len__(self) -> int:
+        return len(self._guards)
+
+    # ---- code generation -------------------------------------------------------------------
+    def check_lines(self, load: Callable[[Source], str], const: Callable[[Any, str], str], lines: list[str]) -> list[str]:
+        """Append ``if not (<check>): return __MISS`` per guard, in order, to ``lines`` (the list
+        ``load`` also appends its temps to, so each guard follows the loads it needs)."""
+        for g in self:
+            v = load(g.source) if g.source is not None else None
+            cond = _render(g, v, load, const)
+            label = g.source.name() if g.source is not None else "global state"
+            lines.append(f"if not ({cond}):  # {label}: {g.kind.name}")
+            lines.append("    return __MISS")
+        return lines
+
+
+def _render(g: Guard, v: str | None, load, const) -> str:
+    k = g.kind
+    e = g.expected
+    if k is GuardKind.TENSOR:
+        m: TensorMeta = e
+        parts = [
+            f"type({v}) is {const(m.cls, 'type')}",
+            f"{v}.dtype is {const(m.dtype, 'dtype')}",
+            f"{v}.device == {const(m.device, 'dev')}",
+            f"{v}.shape == {m.shape!r}",
+            f"{v}.stride() == {m.stride!r}",
+            f"{v}.requires_grad is {m.requires_grad}",
+        ]
+        return " and ".join(parts)
+    if k is GuardKind.CONST:
+        if e is None or isinstance(e, bool):
+            return f"{v} is {e!r}"
+        if isinstance(e, float) and e != e:
+            return f"type({v}) is float and {v} != {v}"
+        lit = repr(e) if isinstance(e, (int, float, str, bytes)) and _roundtrips(e) else const(e, "c")
+        return f"type({v}) is {const(type(e), 'type')} and {v} == {lit}"
+    if k is GuardKind.ID:
+        return f"{v} is {const(e, 'obj')}"
+    if k is GuardKind.TYPE:
+        return f"type({v}) is {const(e, 'type')}"
+    if k is GuardKind.LEN:
+        return f"len({v}) == {e!r}"
+    if k is GuardKind.DICT_KEYS:
+        return f"tuple({v}) == {const(tuple(e), 'keys')}"
+    if k is GuardKind.TRAINING:
+        return f"{v}.training is {e!r}"
+    if k is GuardKind.NO_HOOKS:
+        return f"not ({v}._forward_hooks or {v}._forward_pre_hooks)"
+    if k is GuardKind.ALIAS:
+        return f"{v} is {load(g.other)}"
+    if k is GuardKind.GLOBAL_STATE:
+        return f"__global_state() == {const(e, 'state')}"
+    raise AssertionError(k)
+
+
+def _roundtrips(x) -> bool:
+    try:
+        return eval(repr(x)) == x  # noqa: S307 - literals only
+    except Exception:
+        return False
+
+
+# ---- failure explanation (cache-miss path only: speed does not matter here) -------------------
+def explain_failure(guards: GuardSet, evaluate: Callable[[Source], Any]) -> str | None:
+    """The first failing guard in plain words, or None if all hold."""
+    for g in guards:
+        try:
+            if g.kind is GuardKind.GLOBAL_STATE:
+                now = global_state()
+                for name, old, new in zip(_GLOBAL_STATE_NAMES, g.expected, now):
+                    if old != new:
+                        return f"{name} changed: {old} -> {new}"
+                continue
+            val = evaluate(g.source)
+        except Exception as exc:  # the path no longer resolves
+            return f"{g.source.name()} could not be read ({type(exc).__name__}: {exc})"
+        msg = _explain_one(g, val, evaluate)
+        if msg:
+            return msg
+    return None
+
+
+def _explain_one(g: Guard, val, evaluate) -> str | None:
+    n = g.source.name()
+    e = g.expected
+    k = g.kind
+    if k is GuardKind.TENSOR:
+        m: TensorMeta = e
+        if type(val) is not m.cls:
+            return f"{n} type changed: {m.cls.__name__} -> {type(val).__name__}"
+        if val.dtype is not m.dtype:
+            return f"{n}.dtype changed: {m.dtype} -> {val.dtype}"
+        if val.device != m.device:
+            return f"{n}.device changed: {m.device} -> {val.device}"
+        if val.dim() != len(m.shape):
+            return f"{n}.dim() changed: {len(m.shape)} -> {val.dim()} (shape {list(m.shape)} -> {list(val.shape)})"
+        for i, (a, b) in enumerate(zip(m.shape, val.shape)):
+            if a != b:
+                return f"{n}.shape[{i}] changed: {a} -> {b}"
+        for i, (a, b) in enumerate(zip(m.stride, val.stride())):
+            if a != b:
+                return f"{n}.stride()[{i}] changed: {a} -> {b}"
+        if val.requires_grad != m.requires_grad:
+            return f"{n}.requires_grad changed: {m.requires_grad} -> {val.requires_grad}"
+        return None
+    if k is GuardKind.CONST:
+        if type(val) is not type(e):
+            return f"{n} type changed: {type(e).__name__} -> {type(val).__name__} (value {val!r})"
+        if isinstance(e, float) and e != e:
+            return None if val != val else f"{n} changed: nan -> {val!r}"
+        return None if val == e else f"{n} changed: {e!r} -> {val!r}"
+    if k is GuardKind.ID:
+        return None if val is e else f"{n} is a different object now ({_short(e)} -> {_short(val)})"
+    if k is GuardKind.TYPE:
+        return None if type(val) is e else f"{n} type changed: {e.__name__} -> {type(val).__name__}"
+    if k is GuardKind.LEN:
+        return None if len(val) == e else f"len({n}) changed: {e} -> {len(val)}"
+    if k is GuardKind.DICT_KEYS:
+        return None if tuple(val) == tuple(e) else f"{n} keys changed: {list(e)} -> {list(val)}"
+    if k is GuardKind.TRAINING:
+        return None if val.training is e else f"{n}.training changed: {e} -> {val.training}"
+    if k is GuardKind.NO_HOOKS:
+        return None if not (val._forward_hooks or val._forward_pre_hooks) else f"{n} has forward hooks now"
+    if k is GuardKind.ALIAS:
+        other = evaluate(g.other)
+        return None if val is other else f"{n} and {g.other.name()} are no longer the same object"
+    raise AssertionError(k)
+
+
+def _short(obj) -> str:
+    r = repr(obj)
+    return r if len(r) <= 60 else r[:57] + "..."

@@ -1,0 +1,341 @@
+"""The symbolic interpreter: frame state and the dispatch loop. Opcode semantics live in handlers/.
+
+``Tracer`` holds what every level of a trace shares (the output graph, inlining, grad-mode
+bookkeeping); ``InstructionTranslator`` runs one code object's bytecode over variable trackers.
+A call to a user function is inlined by running a child translator to its RETURN.
+"""
+from __future__ import annotations
+
+import builtins
+import operator
+import types
+
+from ember.config import config
+from ember.diagnostics import logging as elog
+from ember.frontend import bytecode as bc
+from ember.frontend.errors import InternalError, Unsupported
+from ember.frontend.sources import CellSource, DefaultSource, GlobalSource
+from ember.frontend.variables.base import ConstantVariable, NullVariable, VariableTracker
+from ember.frontend.variables.builder import _CONST_TYPES, _wrap_object, wrap, wrap_const
+from ember.frontend.variables.containers import DictVariable, TupleVariable
+
+CO_VARARGS = 0x04
+CO_VARKEYWORDS = 0x08
+
+
+class CellVariable(VariableTracker):
+    """A cell made inside the trace (a captured local of a traced frame)."""
+
+    EMPTY = object()
+
+    def __init__(self, contents=EMPTY):
+        self.contents = contents
+
+    def describe(self):
+        return "cell"
+
+    def load(self, tx, name):
+        if self.contents is CellVariable.EMPTY:
+            raise Unsupported(f"free variable '{name}' referenced before assignment (NameError)")
+        return self.contents
+
+    def store(self, tx, name, value):
+        self.contents = value
+
+
+class RealCellVariable(VariableTracker):
+    """A closure cell of a real function: read for real, guarded; writes are side effects."""
+
+    def __init__(self, cell, source):
+        self.cell = cell
+        self.source = source
+
+    def load(self, tx, name):
+        try:
+            val = self.cell.cell_contents
+        except ValueError:
+            raise Unsupported(f"free variable '{name}' referenced before assignment (NameError)") from None
+        return wrap(tx, val, self.source)
+
+    def store(self, tx, name, value):
+        raise Unsupported(f"assigning nonlocal '{name}' of an enclosing function (side effects are not supported yet)")
+
+
+class Tracer:
+    """State shared by a whole trace; also the root 'frame' that calls the compiled callable."""
+
+    def __init__(self, output, parent: "Tracer | None" = None):
+        self.output = output
+        self.parent = parent
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.root = self if parent is None else parent.root
+        if parent is None:
+            self._mode_restores: list = []
+            self.instructions_run = 0
+
+    # ---- locations ----
+    def user_location(self) -> str:
+        return ""
+
+    def user_stack(self) -> list[str]:
+        out, t = [], self
+        while t is not None:
+            loc = t.user_location()
+            if loc:
+                out.append(loc)
+            t = t.parent
+        return out
+
+    # ---- grad mode / autocast bookkeeping ----
+    def push_mode_restore(self, fn) -> None:
+        self.root._mode_restores.append(fn)
+
+    def pop_mode_restore(self) -> None:
+        self.root._mode_restores.pop()
+
+    def restore_modes(self) -> None:
+        while self.root._mode_restores:
+            self.root._mode_restores.pop()()
+
+    # ---- calls ----
+    def inline_call(self, fn_vt, args: list, kwargs: dict) -> VariableTracker:
+        if self.depth >= config.inline_depth_limit:
+            raise Unsupported(
+                f"inlining depth limit ({config.inline_depth_limit}) reached while calling {fn_vt.describe()}: "
+                "deep or unbounded recursion",
+                hint="raise ember.config.inline_depth_limit (EMBER_INLINE_DEPTH_LIMIT) or simplify the recursion")
+        code = fn_vt.code
+        if code.co_flags & (bc.CO_COROUTINE | bc.CO_ASYNC_GENERATOR | bc.CO_ITERABLE_COROUTINE):
+            raise Unsupported(f"calling coroutine or async generator {fn_vt.describe()}")
+        symbolic_locals = self._bind(fn_vt, code, args, kwargs)
+        cells = self._closure_cells(fn_vt, code)
+        child = InstructionTranslator(self.output, code, fn_vt.f_globals, symbolic_locals, cells, parent=self,
+                                      fn_vt=fn_vt)
+        if code.co_flags & bc.CO_GENERATOR:
+            from ember.frontend.variables.containers import ListIteratorVariable
+
+            child.generator_yields = []
+            child.run()
+            return ListIteratorVariable(child.generator_yields)
+        return child.run()
+
+    def _closure_cells(self, fn_vt, code) -> dict:
+        from ember.frontend.variables.functions import NestedFunctionVariable
+
+        if not code.co_freevars:
+            return {}
+        if isinstance(fn_vt, NestedFunctionVariable):
+            return dict(zip(code.co_freevars, fn_vt.closure))
+        fn = fn_vt.fn
+        src = fn_vt.source or self.output.object_source(fn, fn.__qualname__)
+        return {name: RealCellVariable(cell, CellSource(src, i, name))
+                for i, (name, cell) in enumerate(zip(code.co_freevars, fn.__closure__))}
+
+    def _bind(self, fn_vt, code, args, kwargs) -> dict:
+        """Bind trackers to parameters the way CPython does (errors become Unsupported)."""
+        from ember.frontend.variables.functions import NestedFunctionVariable
+
+        name = fn_vt.describe()
+        nargs, nkw = code.co_argcount, code.co_kwonlyargcount
+        varnames = code.co_varnames
+        pos_names = varnames[:nargs]
+        kwonly = varnames[nargs:nargs + nkw]
+        i = nargs + nkw
+        varargs = varkw = None
+        if code.co_flags & CO_VARARGS:
+            varargs = varnames[i]
+            i += 1
+        if code.co_flags & CO_VARKEYWORDS:
+            varkw = varnames[i]
+        out: dict = {}
+        for pname, v in zip(pos_names, args):
+            out[pname] = v
+        extra = list(args[nargs:])
+        if extra and varargs is None:
+            raise Unsupported(f"{name} takes {nargs} positional arguments but {len(args)} were given (TypeError)")
+        if varargs is not None:
+            out[varargs] = TupleVariable(extra)
+        rest = {}
+        for k, v in kwargs.items():
+            if (k in pos_names[code.co_posonlyargcount:] or k in kwonly):
+                if k in out:
+                    raise Unsupported(f"{name} got multiple values for argument '{k}' (TypeError)")
+                out[k] = v
+            elif varkw is not None:
+                rest[k] = v
+            else:
+                raise Unsupported(f"{name} got an unexpected keyword argument '{k}' (TypeError)")
+        if varkw is not None:
+            out[varkw] = DictVariable(rest)
+        missing = [p for p in pos_names if p not in out] + [p for p in kwonly if p not in out]
+        if missing:
+            if isinstance(fn_vt, NestedFunctionVariable):
+                defaults = list(fn_vt.defaults or ())
+                kwdefaults = dict(fn_vt.kwdefaults or {})
+                for p in missing:
+                    if p in kwonly:
+                        if p not in kwdefaults:
+                            raise Unsupported(f"{name} missing keyword-only argument '{p}' (TypeError)")
+                        out[p] = kwdefaults[p]
+                    else:
+                        di = pos_names.index(p) - (nargs - len(defaults))
+                        if di < 0:
+                            raise Unsupported(f"{name} missing required argument '{p}' (TypeError)")
+                        out[p] = defaults[di]
+            else:
+                fn = fn_vt.fn
+                defaults = fn.__defaults__ or ()
+                kwdefaults = fn.__kwdefaults__ or {}
+                for p in missing:
+                    if p in kwonly:
+                        if p not in kwdefaults:
+                            raise Unsupported(f"{name} missing keyword-only argument '{p}' (TypeError)")
+                        out[p] = self._default(fn_vt, kwdefaults[p], p, p)
+                    else:
+                        di = pos_names.index(p) - (nargs - len(defaults))
+                        if di < 0:
+                            raise Unsupported(f"{name} missing required argument '{p}' (TypeError)")
+                        out[p] = self._default(fn_vt, defaults[di], di, p)
+        return out
+
+    def _default(self, fn_vt, value, key, label):
+        # Immutable defaults of a function whose identity is guarded are part of that function.
+        if isinstance(value, _CONST_TYPES) or (type(value) is tuple and all(isinstance(v, _CONST_TYPES) for v in value)):
+            return wrap_const(value)
+        src = fn_vt.source or self.output.object_source(fn_vt.fn, fn_vt.fn.__qualname__)
+        return wrap(self, value, DefaultSource(src, key, label))
+
+    # ---- subscripts (shared by handlers and builtins) ----
+    def getitem(self, obj, key) -> VariableTracker:
+        from ember.frontend.variables.tensor import TensorVariable
+
+        if isinstance(obj, TensorVariable):
+            return self.output.call(self, "call_function", operator.getitem, [obj, key], {})
+        if obj.is_constant() and key.is_constant() and not hasattr(obj, "items"):
+            try:
+                return wrap_const(obj.as_constant()[key.as_constant()])
+            except Exception as exc:
+                raise Unsupported(f"indexing {obj.describe()} with {key.as_constant()!r} raised {type(exc).__name__}") from None
+        if hasattr(obj, "getitem"):
+            return obj.getitem(self, key)
+        return obj.call_method(self, "__getitem__", [key], {})
+
+    def setitem(self, obj, key, value) -> None:
+        from ember.frontend.variables.tensor import TensorVariable
+
+        if isinstance(obj, TensorVariable):
+            self.output.call(self, "call_function", operator.setitem, [obj, key, value], {})
+            return
+        if hasattr(obj, "setitem"):
+            obj.setitem(self, key, value)
+            return
+        obj.call_method(self, "__setitem__", [key, value], {})
+
+    def make_super(self, args):
+        raise Unsupported("super() outside a method")
+
+
+class InstructionTranslator(Tracer):
+    def __init__(self, output, code: types.CodeType, f_globals: dict, symbolic_locals: dict, cells: dict,
+                 parent: Tracer | None = None, fn_vt=None):
+        super().__init__(output, parent)
+        self.code = code
+        self.f_globals = f_globals
+        self.fn_vt = fn_vt
+        self.instructions = bc.decode(code)
+        self.locals = symbolic_locals
+        self.cells = cells
+        self.stack: list[VariableTracker] = []
+        self.ip = 0
+        self.kw_names: tuple = ()
+        self.inst: bc.Instr | None = None
+        self.returned: VariableTracker | None = None
+        self.generator_yields: list | None = None
+
+    # ---- locations ----
+    def user_location(self) -> str:
+        line = self.inst.lineno if self.inst is not None else self.code.co_firstlineno
+        return f"{self.code.co_filename}:{line} in {self.code.co_name}"
+
+    # ---- stack ----
+    def push(self, v: VariableTracker) -> None:
+        self.stack.append(v)
+
+    def pop(self) -> VariableTracker:
+        return self.stack.pop()
+
+    def popn(self, n: int) -> list:
+        if n == 0:
+            return []
+        items = self.stack[-n:]
+        del self.stack[-n:]
+        return items
+
+    def jump(self, inst: bc.Instr) -> None:
+        self.ip = inst.target
+
+    # ---- the loop ----
+    def run(self) -> VariableTracker:
+        from ember.frontend.handlers import HANDLERS
+
+        trace_bytecode = elog.enabled("bytecode")
+        root = self.root
+        limit = config.instruction_limit
+        instructions = self.instructions
+        try:
+            while self.returned is None:
+                inst = instructions[self.ip]
+                self.inst = inst
+                self.ip += 1
+                root.instructions_run += 1
+                if root.instructions_run > limit:
+                    raise Unsupported(f"trace exceeded {limit} bytecode instructions (an unbounded loop?)",
+                                      hint="raise EMBER_INSTRUCTION_LIMIT, or make the loop bound a Python constant")
+                if trace_bytecode:
+                    elog.artifact("bytecode", f"{'  ' * self.depth}{self.code.co_name} {inst!r}  stack={self.stack}")
+                handler = HANDLERS.get(inst.opname)
+                if handler is None:
+                    raise Unsupported(f"bytecode {inst.opname} is not supported")
+                handler(self, inst)
+        except Unsupported as exc:
+            if exc.location is None:
+                exc.location = self.user_location()
+            exc.user_stack.append(self.user_location())
+            raise
+        return self.returned
+
+    # ---- names ----
+    def load_global(self, name: str) -> VariableTracker:
+        g = self.f_globals
+        if name in g:
+            ns = self.output.globals_ns(g)
+            return wrap(self, g[name], GlobalSource(name, ns, g.get("__name__", "")))
+        b = g.get("__builtins__", builtins)
+        bd = b if isinstance(b, dict) else vars(b)
+        if name not in bd:
+            raise Unsupported(f"name '{name}' is not defined (NameError)")
+        val = bd[name]
+        if isinstance(val, _CONST_TYPES):
+            return ConstantVariable(val)
+        return _wrap_object(self, val, None)
+
+    def make_super(self, args):
+        from ember.frontend.variables.objects import SuperVariable
+
+        if args:
+            return SuperVariable(args[0].as_constant(), args[1])
+        if "__class__" not in self.cells or self.code.co_argcount == 0:
+            raise Unsupported("super() without arguments outside a method (RuntimeError)")
+        cls = self.cells["__class__"].load(self, "__class__").as_constant()
+        first = self.code.co_varnames[0]
+        obj = self.locals.get(first)
+        if obj is None and first in self.cells:
+            obj = self.cells[first].load(self, first)
+        return SuperVariable(cls, obj)
+
+
+def is_null(v) -> bool:
+    return isinstance(v, NullVariable)
+
+
+__all__ = ["Tracer", "InstructionTranslator", "CellVariable", "RealCellVariable", "InternalError"]

@@ -1,0 +1,90 @@
+"""Which callables go into the graph, which are inlined, and which get special handling (data only).
+
+- torch functions (``torch.*``, ``torch.nn.functional.*``, unbound Tensor methods...) become graph ops;
+- Python functions elsewhere, including nn.Module methods in torch.nn.modules, are inlined;
+- the ``SPECIAL`` table maps particular objects to dedicated trackers (grad-mode and autocast
+  contexts, "am I compiling?" queries).
+"""
+from __future__ import annotations
+
+import types
+
+import torch
+
+# modules whose callables are graph operations (not inlined)
+_GRAPH_MODULES = (
+    "torch", "torch.functional", "torch.nn.functional", "torch._C._nn", "torch._C._VariableFunctions",
+    "torch._C._linalg", "torch._C._special", "torch._C._fft", "torch.special", "torch.linalg", "torch.fft",
+    "torch.nn.init", "torch._tensor", "torch.random", "torch._C", "torch.amp.autocast_mode",
+)
+
+
+def is_torch_callable(fn) -> bool:
+    mod = getattr(fn, "__module__", None)
+    if mod is None:
+        objclass = getattr(fn, "__objclass__", None)  # Tensor method descriptors
+        return objclass is not None and objclass.__name__ in ("TensorBase", "Tensor")
+    if mod in _GRAPH_MODULES:
+        return True
+    self_obj = getattr(fn, "__self__", None)
+    return isinstance(self_obj, types.ModuleType) and self_obj.__name__.startswith("torch._C")
+
+
+def _const_fn(result):
+    def make(value, source):
+        from ember.frontend.variables.functions import ConstantFunctionVariable
+
+        return ConstantFunctionVariable(value, result)
+
+    return make
+
+
+def _grad_cls(value, source):
+    from ember.frontend.variables.contexts import GradModeClassVariable
+
+    return GradModeClassVariable(value)
+
+
+def _autocast_cls(value, source):
+    from ember.frontend.variables.contexts import AutocastClassVariable
+
+    return AutocastClassVariable(value)
+
+
+def _build_special() -> dict:
+    table = {
+        torch.no_grad: _grad_cls,
+        torch.enable_grad: _grad_cls,
+        torch.set_grad_enabled: _grad_cls,
+        torch.autocast: _autocast_cls,
+        torch.compiler.is_compiling: _const_fn(True),
+        torch.compiler.is_dynamo_compiling: _const_fn(True),
+        torch.compiler.is_exporting: _const_fn(False),
+        torch.jit.is_scripting: _const_fn(False),
+        torch.jit.is_tracing: _const_fn(False),
+        torch._C._get_tracing_state: _const_fn(None),
+    }
+    for name in ("is_fx_tracing", "is_fx_symbolic_tracing"):
+        fn = getattr(torch.fx._symbolic_trace, name, None)
+        if fn is not None:
+            table[fn] = _const_fn(False)
+    for mod in (getattr(torch, "cpu", None), getattr(torch, "cuda", None)):
+        amp = getattr(mod, "amp", None)
+        if amp is not None and hasattr(amp, "autocast"):
+            table[amp.autocast] = _autocast_cls
+    return table
+
+
+SPECIAL = _build_special()
+
+
+def register_special(obj, factory) -> None:
+    """Let another layer (e.g. the api's ``ember.is_compiling``) map an object to a tracker."""
+    SPECIAL[obj] = factory
+
+
+def special_callable(value):
+    try:
+        return SPECIAL.get(value)
+    except TypeError:  # unhashable
+        return None

@@ -1,0 +1,203 @@
+"""The one factory of variable trackers.
+
+``wrap(tx, value, source)`` turns a real object reached through ``source`` into a tracker and records
+the guard that makes the trace valid for it. ``wrap_const(value)`` does the same for values made
+while tracing (no source, no guard).
+"""
+from __future__ import annotations
+
+import builtins
+import enum
+import functools
+import math
+import operator
+import types
+
+import torch
+
+from ember.frontend import trace_rules
+from ember.frontend.errors import Unsupported
+from ember.frontend.guards import GuardKind
+from ember.frontend.sources import AttrSource, ItemSource, Source
+from ember.frontend.variables.base import ConstantVariable, VariableTracker
+
+_CONST_TYPES = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis), type(NotImplemented),
+                torch.dtype, torch.device, torch.layout, torch.memory_format, range, types.CodeType)
+
+
+def is_namedtuple_cls(cls) -> bool:
+    return isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields") and hasattr(cls, "_make")
+
+
+def wrap_const(value) -> VariableTracker:
+    """A tracker for a value made while tracing (e.g. a constant-folded result)."""
+    from ember.frontend.variables import containers as C
+
+    if isinstance(value, _CONST_TYPES) or isinstance(value, torch.Size):
+        return ConstantVariable(value)
+    if type(value) is tuple:
+        if all(isinstance(v, _CONST_TYPES) for v in value):
+            return ConstantVariable(value)
+        return C.TupleVariable([wrap_const(v) for v in value])
+    if type(value) is list:
+        return C.ListVariable([wrap_const(v) for v in value])
+    if type(value) is dict:
+        return C.DictVariable({k: wrap_const(v) for k, v in value.items()})
+    if isinstance(value, (set, frozenset)):
+        return C.SetVariable([wrap_const(v) for v in value], frozen=isinstance(value, frozenset))
+    if type(value) is slice:
+        return ConstantVariable(value)
+    if is_namedtuple_cls(type(value)):
+        return C.NamedTupleVariable(type(value), [wrap_const(v) for v in value])
+    if isinstance(value, enum.Enum):
+        return ConstantVariable(value)
+    return _wrap_object(None, value, None)
+
+
+def wrap(tx, value, source: Source) -> VariableTracker:
+    """A tracker for a real value reached through ``source``, guarded (once per source)."""
+    cache = tx.output.wrap_cache
+    hit = cache.get(source)
+    if hit is not None and hit[0] is value:
+        return hit[1]
+    vt = _wrap(tx, value, source)
+    cache[source] = (value, vt)
+    return vt
+
+
+def _wrap(tx, value, source: Source) -> VariableTracker:
+    from ember.frontend.variables import containers as C
+
+    guards = tx.output.guards
+    if isinstance(value, torch.Tensor):
+        if type(value) not in (torch.Tensor, torch.nn.Parameter):
+            raise Unsupported(f"tensor subclass {type(value).__name__} at {source.name()}")
+        return tx.output.add_tensor_input(value, source)
+    if value is None or isinstance(value, bool):
+        guards.add(source, GuardKind.CONST, value)
+        return ConstantVariable(value, source)
+    if type(value) in (int, float, str, bytes, complex):
+        guards.add(source, GuardKind.CONST, value)
+        return ConstantVariable(value, source)
+    if isinstance(value, torch.device):
+        guards.add(source, GuardKind.CONST, value)
+        return ConstantVariable(value, source)
+    if isinstance(value, (torch.dtype, torch.layout, torch.memory_format, type(Ellipsis), enum.Enum)):
+        guards.add(source, GuardKind.ID, value)
+        return ConstantVariable(value, source)
+    if isinstance(value, torch.Size):
+        guards.add(source, GuardKind.TYPE, torch.Size)
+        guards.add(source, GuardKind.LEN, len(value))
+        for i, v in enumerate(value):
+            guards.add(ItemSource(source, i), GuardKind.CONST, v)
+        return ConstantVariable(value, source)
+    if type(value) in (tuple, list) or is_namedtuple_cls(type(value)):
+        guards.add(source, GuardKind.TYPE, type(value))
+        guards.add(source, GuardKind.LEN, len(value))
+        items = [wrap(tx, v, ItemSource(source, i)) for i, v in enumerate(value)]
+        if type(value) is list:
+            return C.ListVariable(items, source)
+        if type(value) is tuple:
+            return C.TupleVariable(items, source)
+        return C.NamedTupleVariable(type(value), items, source)
+    if type(value) is dict or (isinstance(value, dict) and type(value).__module__ == "collections"):
+        guards.add(source, GuardKind.TYPE, type(value))
+        keys = list(value.keys())
+        if not all(isinstance(k, (int, str, float, bool, type(None), enum.Enum, tuple)) for k in keys):
+            raise Unsupported(f"dict with non-constant keys at {source.name()}")
+        guards.add(source, GuardKind.DICT_KEYS, tuple(keys))
+        items = {k: wrap(tx, value[k], ItemSource(source, k)) for k in keys}
+        return C.DictVariable(items, source, py_type=type(value))
+    if type(value) in (set, frozenset):
+        if not all(isinstance(v, _CONST_TYPES) for v in value):
+            raise Unsupported(f"set of non-constants at {source.name()}")
+        guards.add(source, GuardKind.CONST, type(value)(value))
+        return C.SetVariable([ConstantVariable(v) for v in value], frozen=type(value) is frozenset)
+    if type(value) is slice:
+        guards.add(source, GuardKind.CONST, value)
+        return ConstantVariable(value, source)
+    return _wrap_object(tx, value, source)
+
+
+def _wrap_object(tx, value, source):
+    """Functions, classes, modules, and user objects."""
+    from ember.frontend.builtins import HANDLERS as BUILTIN_HANDLERS
+    from ember.frontend.variables import functions as F
+    from ember.frontend.variables import modules as M
+    from ember.frontend.variables import objects as O
+
+    def guard(kind, expected=None):
+        if source is not None:
+            tx.output.guards.add(source, kind, expected)
+
+    try:
+        is_builtin_handled = value in BUILTIN_HANDLERS
+        special = trace_rules.special_callable(value)
+    except TypeError:  # unhashable
+        is_builtin_handled, special = False, None
+    if is_builtin_handled:
+        guard(GuardKind.ID, value)
+        return F.BuiltinVariable(value, source)
+    if special is not None:
+        guard(GuardKind.ID, value)
+        return special(value, source)
+    if isinstance(value, torch.nn.Module):
+        if source is None:
+            raise Unsupported(f"an nn.Module ({type(value).__name__}) created inside the compiled function")
+        guard(GuardKind.ID, value)
+        tx.output.guards.add(source, GuardKind.NO_HOOKS)
+        return M.NNModuleVariable(value, source)
+    if isinstance(value, types.ModuleType):
+        guard(GuardKind.ID, value)
+        return O.PythonModuleVariable(value, source)
+    if isinstance(value, types.FunctionType):
+        guard(GuardKind.ID, value)
+        if trace_rules.is_torch_callable(value):
+            return F.TorchFunctionVariable(value, source)
+        return F.UserFunctionVariable(value, source)
+    if isinstance(value, types.MethodType):
+        func = value.__func__
+        if source is not None:
+            tx.output.guards.add(AttrSource(source, "__func__"), GuardKind.ID, func)
+            self_vt = wrap(tx, value.__self__, AttrSource(source, "__self__"))
+        else:
+            self_vt = wrap_const(value.__self__)
+        if trace_rules.is_torch_callable(func):
+            return F.TorchFunctionVariable(value, source)
+        return F.UserMethodVariable(func, self_vt)
+    if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType, types.MethodWrapperType,
+                          types.WrapperDescriptorType, types.MethodDescriptorType, types.ClassMethodDescriptorType)):
+        guard(GuardKind.ID, value)
+        if trace_rules.is_torch_callable(value):
+            return F.TorchFunctionVariable(value, source)
+        self_obj = getattr(value, "__self__", None)
+        if self_obj is not None and not isinstance(self_obj, types.ModuleType):
+            if isinstance(self_obj, _CONST_TYPES) or isinstance(self_obj, (tuple, frozenset)):
+                return F.ConstantMethodVariable(self_obj, value.__name__)
+        name = getattr(value, "__name__", "")
+        if getattr(builtins, name, None) is value or getattr(math, name, None) is value \
+                or getattr(operator, name, None) is value:
+            return F.BuiltinVariable(value, source)
+        return F.OpaqueCallableVariable(value, source)
+    if isinstance(value, functools.partial):
+        guard(GuardKind.TYPE, functools.partial)
+        if source is not None:
+            fn = wrap(tx, value.func, AttrSource(source, "func"))
+            args = [wrap(tx, a, ItemSource(AttrSource(source, "args"), i)) for i, a in enumerate(value.args)]
+            kw = {k: wrap(tx, v, ItemSource(AttrSource(source, "keywords"), k)) for k, v in value.keywords.items()}
+        else:
+            fn = wrap_const(value.func)
+            args = [wrap_const(a) for a in value.args]
+            kw = {k: wrap_const(v) for k, v in value.keywords.items()}
+        return F.PartialVariable(fn, args, kw)
+    if isinstance(value, type):
+        guard(GuardKind.ID, value)
+        return O.UserClassVariable(value, source)
+    if isinstance(value, (staticmethod, classmethod)):
+        return _wrap_object(tx, value.__func__, source)
+    if isinstance(value, (torch.finfo, torch.iinfo)):
+        return O.OpaqueObjectVariable(value)
+    if source is None:
+        return O.OpaqueObjectVariable(value)
+    guard(GuardKind.TYPE, type(value))
+    return O.UserObjectVariable(value, source)

@@ -1,0 +1,516 @@
+"""Tuples, lists, dicts, sets, slices and iterators of variable trackers."""
+from __future__ import annotations
+
+import operator
+
+from ember.frontend.errors import Unsupported
+from ember.frontend.variables.base import ConstantVariable, VariableTracker
+
+
+def _const_key(tx, k: VariableTracker):
+    if k.is_constant():
+        return k.as_constant()
+    from ember.frontend.variables.objects import hashable_key
+
+    return hashable_key(k)
+
+
+class BaseSequenceVariable(VariableTracker):
+    py_type: type = tuple
+
+    def __init__(self, items: list, source=None):
+        self.items = list(items)
+        self.source = source
+
+    def python_type(self) -> type:
+        return self.py_type
+
+    def describe(self) -> str:
+        return f"{self.py_type.__name__} of {len(self.items)}"
+
+    def unpack(self, tx) -> list:
+        return list(self.items)
+
+    def length(self, tx) -> int:
+        return len(self.items)
+
+    def truth(self, tx) -> bool:
+        return bool(self.items)
+
+    def is_constant(self) -> bool:
+        return all(i.is_constant() for i in self.items)
+
+    def as_constant(self):
+        return self.py_type(i.as_constant() for i in self.items)
+
+    def as_node_arg(self):
+        return self.py_type(i.as_node_arg() for i in self.items)
+
+    def as_fake_arg(self):
+        return self.py_type(i.as_fake_arg() for i in self.items)
+
+    def getitem(self, tx, key: VariableTracker) -> VariableTracker:
+        k = key.as_constant()
+        if isinstance(k, slice):
+            return type(self)(self.items[k]) if type(self) in (TupleVariable, ListVariable) else TupleVariable(self.items[k])
+        try:
+            return self.items[operator.index(k)]
+        except IndexError:
+            raise Unsupported(f"index {k} out of range for {self.describe()} (IndexError)") from None
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__getitem__":
+            return self.getitem(tx, args[0])
+        if name == "index":
+            from ember.frontend.builtins import values_equal
+
+            for i, it in enumerate(self.items):
+                if values_equal(tx, it, args[0]):
+                    return ConstantVariable(i)
+            raise Unsupported("list.index(): value not found (ValueError)")
+        if name == "count":
+            from ember.frontend.builtins import values_equal
+
+            return ConstantVariable(sum(1 for it in self.items if values_equal(tx, it, args[0])))
+        if name == "__len__":
+            return ConstantVariable(len(self.items))
+        if name == "__contains__":
+            from ember.frontend.builtins import contains
+
+            return contains(tx, self, args[0])
+        if name == "__iter__":
+            return self.iter(tx)
+        raise Unsupported(f"{self.py_type.__name__}.{name}()")
+
+    def getattr(self, tx, name):
+        from ember.frontend.variables.functions import BoundMethodVariable
+
+        if hasattr(self.py_type, name) or name in ("__getitem__", "__len__", "__contains__", "__iter__"):
+            return BoundMethodVariable(self, name)
+        raise AttributeError(f"'{self.py_type.__name__}' object has no attribute '{name}'")
+
+
+class TupleVariable(BaseSequenceVariable):
+    py_type = tuple
+
+    def reconstruct(self, cg) -> str:
+        if self.source is not None and cg.unchanged(self):
+            return cg.load(self.source)
+        inner = ", ".join(cg.reconstruct(i) for i in self.items)
+        return f"({inner},)" if len(self.items) == 1 else f"({inner})"
+
+
+class SizeVariable(TupleVariable):
+    """torch.Size built while tracing (e.g. from shapes and ints)."""
+
+    def python_type(self):
+        import torch
+
+        return torch.Size
+
+    def as_constant(self):
+        import torch
+
+        return torch.Size(i.as_constant() for i in self.items)
+
+    def as_node_arg(self):
+        return tuple(i.as_node_arg() for i in self.items)
+
+    def as_fake_arg(self):
+        return tuple(i.as_fake_arg() for i in self.items)
+
+    def reconstruct(self, cg) -> str:
+        return f"{cg.const(__import__('torch').Size, 'Size')}({super().reconstruct(cg)})"
+
+
+class ListVariable(BaseSequenceVariable):
+    py_type = list
+
+    def _check_mutable(self, what: str):
+        if self.source is not None:
+            raise Unsupported(f"{what} on a list that exists outside the compiled function (side effects are not supported yet)")
+
+    def reconstruct(self, cg) -> str:
+        if self.source is not None:
+            return cg.load(self.source)
+        return cg.memo(self, lambda: "[" + ", ".join(cg.reconstruct(i) for i in self.items) + "]")
+
+    def setitem(self, tx, key, value):
+        self._check_mutable("item assignment")
+        k = key.as_constant()
+        if isinstance(k, slice):
+            self.items[k] = value.unpack(tx)
+        else:
+            self.items[operator.index(k)] = value
+
+    def call_method(self, tx, name, args, kwargs):
+        items = self.items
+        if name in ("append", "extend", "pop", "insert", "remove", "clear", "reverse", "sort", "__setitem__", "__delitem__"):
+            self._check_mutable(f"list.{name}()")
+        if name == "append":
+            items.append(args[0])
+        elif name == "extend":
+            items.extend(args[0].unpack(tx))
+        elif name == "pop":
+            idx = args[0].as_constant() if args else -1
+            return items.pop(idx)
+        elif name == "insert":
+            items.insert(args[0].as_constant(), args[1])
+        elif name == "remove":
+            from ember.frontend.builtins import values_equal
+
+            for i, it in enumerate(items):
+                if values_equal(tx, it, args[0]):
+                    del items[i]
+                    break
+            else:
+                raise Unsupported("list.remove(): value not found (ValueError)")
+        elif name == "clear":
+            items.clear()
+        elif name == "reverse":
+            items.reverse()
+        elif name == "copy":
+            return ListVariable(list(items))
+        elif name == "sort":
+            key = kwargs.get("key")
+            rev = kwargs["reverse"].as_constant() if "reverse" in kwargs else False
+            from ember.frontend.builtins import sort_items
+
+            self.items = sort_items(tx, items, key, rev)
+        elif name == "__setitem__":
+            self.setitem(tx, args[0], args[1])
+        elif name == "__delitem__":
+            del items[args[0].as_constant()]
+        else:
+            return super().call_method(tx, name, args, kwargs)
+        return ConstantVariable(None)
+
+
+class StructSeqVariable(TupleVariable):
+    """A torch.return_types struct sequence (values, indices, ...)."""
+
+    def __init__(self, cls, items, source=None):
+        super().__init__(items, source)
+        self.cls = cls
+
+    def python_type(self):
+        return self.cls
+
+    def getattr(self, tx, name):
+        fields = getattr(self.cls, "__match_args__", ())
+        if name in fields:
+            return self.items[fields.index(name)]
+        return super().getattr(tx, name)
+
+    def reconstruct(self, cg) -> str:
+        return f"{cg.const(self.cls, 'structseq')}({TupleVariable(self.items).reconstruct(cg)})"
+
+
+class NamedTupleVariable(TupleVariable):
+    def __init__(self, cls, items, source=None):
+        super().__init__(items, source)
+        self.cls = cls
+
+    def python_type(self):
+        return self.cls
+
+    def describe(self):
+        return f"namedtuple {self.cls.__name__}"
+
+    def getattr(self, tx, name):
+        fields = self.cls._fields
+        if name in fields:
+            return self.items[fields.index(name)]
+        from ember.frontend.variables.objects import class_attr_of_instance
+
+        return class_attr_of_instance(tx, self, self.cls, name)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "_asdict":
+            return DictVariable({f: v for f, v in zip(self.cls._fields, self.items)})
+        if name == "_replace":
+            new = list(self.items)
+            for k, v in kwargs.items():
+                new[self.cls._fields.index(k)] = v
+            return NamedTupleVariable(self.cls, new)
+        return super().call_method(tx, name, args, kwargs)
+
+    def reconstruct(self, cg) -> str:
+        if self.source is not None and cg.unchanged(self):
+            return cg.load(self.source)
+        return f"{cg.const(self.cls, 'nt')}(" + ", ".join(cg.reconstruct(i) for i in self.items) + ")"
+
+
+class DictVariable(VariableTracker):
+    """A dict with constant keys. ``items`` maps the Python key to (key VT, value VT)."""
+
+    def __init__(self, items: dict, source=None, py_type: type = dict, key_vts: dict | None = None):
+        self.items = dict(items)  # python key -> value VT
+        self.key_vts = dict(key_vts or {})
+        self.source = source
+        self.py_type = py_type
+
+    def python_type(self):
+        return self.py_type
+
+    def describe(self):
+        return f"{self.py_type.__name__} with keys {list(self.items)[:6]}"
+
+    def _check_mutable(self, what):
+        if self.source is not None:
+            raise Unsupported(f"{what} on a dict that exists outside the compiled function (side effects are not supported yet)")
+
+    def key_vt(self, k):
+        return self.key_vts.get(k) or ConstantVariable(k)
+
+    def unpack(self, tx):
+        return [self.key_vt(k) for k in self.items]
+
+    def length(self, tx):
+        return len(self.items)
+
+    def truth(self, tx):
+        return bool(self.items)
+
+    def as_node_arg(self):
+        return {k: v.as_node_arg() for k, v in self.items.items()}
+
+    def as_fake_arg(self):
+        return {k: v.as_fake_arg() for k, v in self.items.items()}
+
+    def is_constant(self):
+        return False
+
+    def getitem(self, tx, key):
+        k = _const_key(tx, key)
+        if k not in self.items:
+            raise Unsupported(f"dict key {k!r} not found (KeyError)")
+        return self.items[k]
+
+    def setitem(self, tx, key, value):
+        self._check_mutable("item assignment")
+        k = _const_key(tx, key)
+        self.items[k] = value
+        if not key.is_constant():
+            self.key_vts[k] = key
+
+    def getattr(self, tx, name):
+        from ember.frontend.variables.functions import BoundMethodVariable
+
+        if hasattr(dict, name):
+            return BoundMethodVariable(self, name)
+        raise AttributeError(f"'dict' object has no attribute '{name}'")
+
+    def call_method(self, tx, name, args, kwargs):
+        items = self.items
+        if name in ("update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"):
+            self._check_mutable(f"dict.{name}()")
+        if name == "__getitem__":
+            return self.getitem(tx, args[0])
+        if name == "get":
+            k = _const_key(tx, args[0])
+            return items[k] if k in items else (args[1] if len(args) > 1 else ConstantVariable(None))
+        if name == "keys":
+            return DictViewVariable(self, "keys")
+        if name == "values":
+            return DictViewVariable(self, "values")
+        if name == "items":
+            return DictViewVariable(self, "items")
+        if name == "__contains__":
+            return ConstantVariable(_const_key(tx, args[0]) in items)
+        if name == "__len__":
+            return ConstantVariable(len(items))
+        if name == "__iter__":
+            return self.iter(tx)
+        if name == "copy":
+            return DictVariable(items, py_type=self.py_type, key_vts=self.key_vts)
+        if name == "update":
+            from ember.frontend.builtins import dict_items_of
+
+            if args:
+                for k, v in dict_items_of(tx, args[0]):
+                    self.setitem(tx, k, v)
+            for k, v in kwargs.items():
+                items[k] = v
+            return ConstantVariable(None)
+        if name == "setdefault":
+            k = _const_key(tx, args[0])
+            if k not in items:
+                self.setitem(tx, args[0], args[1] if len(args) > 1 else ConstantVariable(None))
+            return items[k]
+        if name == "pop":
+            k = _const_key(tx, args[0])
+            if k in items:
+                self.key_vts.pop(k, None)
+                return items.pop(k)
+            if len(args) > 1:
+                return args[1]
+            raise Unsupported(f"dict.pop(): key {k!r} not found (KeyError)")
+        if name == "__setitem__":
+            self.setitem(tx, args[0], args[1])
+            return ConstantVariable(None)
+        if name == "__delitem__":
+            del items[_const_key(tx, args[0])]
+            return ConstantVariable(None)
+        if name == "clear":
+            items.clear()
+            return ConstantVariable(None)
+        raise Unsupported(f"dict.{name}()")
+
+    def reconstruct(self, cg) -> str:
+        if self.source is not None:
+            return cg.load(self.source)
+
+        def build():
+            body = "{" + ", ".join(f"{cg.reconstruct(self.key_vt(k))}: {cg.reconstruct(v)}" for k, v in self.items.items()) + "}"
+            if self.py_type is dict:
+                return body
+            return f"{cg.const(self.py_type, 'dict_type')}({body})"
+
+        return cg.memo(self, build)
+
+
+class DictViewVariable(VariableTracker):
+    def __init__(self, d: DictVariable, kind: str):
+        self.d = d
+        self.kind = kind
+
+    def describe(self):
+        return f"dict_{self.kind}"
+
+    def unpack(self, tx):
+        if self.kind == "keys":
+            return self.d.unpack(tx)
+        if self.kind == "values":
+            return list(self.d.items.values())
+        return [TupleVariable([self.d.key_vt(k), v]) for k, v in self.d.items.items()]
+
+    def truth(self, tx):
+        return bool(self.d.items)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__contains__" and self.kind == "keys":
+            return ConstantVariable(_const_key(tx, args[0]) in self.d.items)
+        if name == "__len__":
+            return ConstantVariable(len(self.d.items))
+        raise Unsupported(f"dict_{self.kind}.{name}()")
+
+    def reconstruct(self, cg) -> str:
+        return f"{self.d.reconstruct(cg)}.{self.kind}()"
+
+
+class SetVariable(VariableTracker):
+    """A set of constants (sets of tensors would need identity semantics: unsupported)."""
+
+    def __init__(self, items, frozen=False):
+        self.items = {}  # python value -> VT, insertion ordered
+        for it in items:
+            self.items.setdefault(it.as_constant(), it)
+        self.frozen = frozen
+
+    def python_type(self):
+        return frozenset if self.frozen else set
+
+    def is_constant(self):
+        return True
+
+    def as_constant(self):
+        return (frozenset if self.frozen else set)(self.items)
+
+    def unpack(self, tx):
+        return list(self.items.values())
+
+    def truth(self, tx):
+        return bool(self.items)
+
+    def getattr(self, tx, name):
+        from ember.frontend.variables.functions import BoundMethodVariable
+
+        return BoundMethodVariable(self, name)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "add":
+            self.items.setdefault(args[0].as_constant(), args[0])
+            return ConstantVariable(None)
+        if name == "update":
+            for a in args:
+                for it in a.unpack(tx):
+                    self.items.setdefault(it.as_constant(), it)
+            return ConstantVariable(None)
+        if name in ("discard", "remove"):
+            self.items.pop(args[0].as_constant(), None)
+            return ConstantVariable(None)
+        if name == "__contains__":
+            return ConstantVariable(args[0].as_constant() in self.items)
+        if name == "__len__":
+            return ConstantVariable(len(self.items))
+        # everything else (union, intersection, issubset, ...) on constant values
+        res = getattr(self.as_constant(), name)(*[a.as_constant() for a in args])
+        from ember.frontend.variables.builder import wrap_const
+
+        return wrap_const(res)
+
+    def reconstruct(self, cg):
+        return cg.const(self.as_constant())
+
+
+class SliceVariable(VariableTracker):
+    def __init__(self, start, stop, step):
+        self.parts = (start, stop, step)
+
+    def python_type(self):
+        return slice
+
+    def is_constant(self):
+        return all(p.is_constant() for p in self.parts)
+
+    def as_constant(self):
+        return slice(*(p.as_constant() for p in self.parts))
+
+    def as_node_arg(self):
+        return slice(*(p.as_node_arg() for p in self.parts))
+
+    def as_fake_arg(self):
+        return slice(*(p.as_fake_arg() for p in self.parts))
+
+    def reconstruct(self, cg):
+        return cg.const(self.as_constant())
+
+
+class ListIteratorVariable(VariableTracker):
+    """An iterator over a known list of items; advancing it is tracked here, not replayed."""
+
+    def __init__(self, items: list, index: int = 0):
+        self.items = items
+        self.index = index
+
+    def describe(self):
+        return "iterator"
+
+    def next(self, tx):
+        if self.index >= len(self.items):
+            return None
+        item = self.items[self.index]
+        self.index += 1
+        return item
+
+    def unpack(self, tx):
+        rest = self.items[self.index:]
+        self.index = len(self.items)
+        return rest
+
+    def iter(self, tx):
+        return self
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__next__":
+            item = self.next(tx)
+            if item is None:
+                raise Unsupported("next() on an exhausted iterator (StopIteration)")
+            return item
+        if name == "__iter__":
+            return self
+        raise Unsupported(f"iterator.{name}()")
+
+    def reconstruct(self, cg):
+        return f"iter({TupleVariable(self.items[self.index:]).reconstruct(cg)})"

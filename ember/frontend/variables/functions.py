@@ -1,0 +1,249 @@
+"""Callables: user functions (inlined), torch functions (graph ops), builtins, bound methods."""
+from __future__ import annotations
+
+import builtins
+import types
+
+from ember.frontend.errors import Unsupported
+from ember.frontend.sources import AttrSource
+from ember.frontend.variables.base import ConstantVariable, VariableTracker
+
+
+class BaseUserFunctionVariable(VariableTracker):
+    def call(self, tx, args, kwargs):
+        return tx.inline_call(self, args, kwargs)
+
+    def python_type(self):
+        return types.FunctionType
+
+
+class UserFunctionVariable(BaseUserFunctionVariable):
+    """A real Python function; calls are inlined into the trace."""
+
+    def __init__(self, fn: types.FunctionType, source=None):
+        self.fn = fn
+        self.source = source
+
+    @property
+    def code(self):
+        return self.fn.__code__
+
+    @property
+    def f_globals(self):
+        return self.fn.__globals__
+
+    def describe(self):
+        return f"function {self.fn.__qualname__}"
+
+    def is_constant(self):
+        return False
+
+    def getattr(self, tx, name):
+        from ember.frontend.variables.builder import wrap
+
+        val = getattr(self.fn, name)
+        src = AttrSource(self.source, name) if self.source is not None else tx.output.object_source(val, f"{self.fn.__qualname__}.{name}")
+        return wrap(tx, val, src)
+
+    def reconstruct(self, cg):
+        if self.source is not None:
+            return cg.load(self.source)
+        return cg.const(self.fn, self.fn.__name__)
+
+
+class NestedFunctionVariable(BaseUserFunctionVariable):
+    """A function made by MAKE_FUNCTION inside the trace (lambdas, nested defs, comprehensions)."""
+
+    def __init__(self, code, f_globals, name, qualname, defaults, kwdefaults, closure):
+        self.code = code
+        self.f_globals = f_globals
+        self.name = name
+        self.qualname = qualname
+        self.defaults = defaults  # tuple of VTs or None
+        self.kwdefaults = kwdefaults  # dict str -> VT or None
+        self.closure = closure  # tuple of cell variables or None
+
+    def describe(self):
+        return f"function {self.qualname}"
+
+    def getattr(self, tx, name):
+        if name in ("__name__", "__qualname__"):
+            return ConstantVariable(self.name if name == "__name__" else self.qualname)
+        if name == "__code__":
+            return ConstantVariable(self.code)
+        raise Unsupported(f"reading {name} of a function made inside the compiled function")
+
+
+class UserMethodVariable(VariableTracker):
+    def __init__(self, fn, self_vt: VariableTracker, source=None):
+        self.fn = fn
+        self.self_vt = self_vt
+        self.source = source
+
+    def describe(self):
+        return f"method {getattr(self.fn, '__qualname__', self.fn)}"
+
+    def python_type(self):
+        return types.MethodType
+
+    def call(self, tx, args, kwargs):
+        from ember.frontend.variables.builder import wrap
+
+        if isinstance(self.fn, types.FunctionType):
+            fn_vt = UserFunctionVariable(self.fn, tx.output.object_source(self.fn, self.fn.__qualname__))
+            return tx.inline_call(fn_vt, [self.self_vt, *args], kwargs)
+        fn_vt = wrap(tx, self.fn, tx.output.object_source(self.fn, repr(self.fn)))
+        return fn_vt.call(tx, [self.self_vt, *args], kwargs)
+
+    def getattr(self, tx, name):
+        if name == "__self__":
+            return self.self_vt
+        if name == "__func__":
+            return UserFunctionVariable(self.fn)
+        if name in ("__name__", "__qualname__"):
+            return ConstantVariable(getattr(self.fn, name))
+        raise Unsupported(f"reading {name} of a bound method")
+
+
+class BoundMethodVariable(VariableTracker):
+    """``obj.method`` for a tracker that implements ``call_method(name)`` itself (lists, dicts...)."""
+
+    def __init__(self, obj: VariableTracker, name: str):
+        self.obj = obj
+        self.name = name
+
+    def describe(self):
+        return f"method {self.name} of {self.obj.describe()}"
+
+    def call(self, tx, args, kwargs):
+        return self.obj.call_method(tx, self.name, args, kwargs)
+
+
+class ConstantMethodVariable(VariableTracker):
+    """A method of an immutable constant (``"a,b".split``, ``(1).bit_length``)."""
+
+    def __init__(self, value, name):
+        self.value = value
+        self.name = name
+
+    def describe(self):
+        return f"method {type(self.value).__name__}.{self.name}"
+
+    def call(self, tx, args, kwargs):
+        from ember.frontend.variables.builder import wrap_const
+
+        if not all(a.is_constant() for a in [*args, *kwargs.values()]):
+            if isinstance(self.value, str) and self.name in ("format", "join"):
+                pass
+            raise Unsupported(f"{self.describe()} with non-constant arguments")
+        res = getattr(self.value, self.name)(*[a.as_constant() for a in args],
+                                             **{k: v.as_constant() for k, v in kwargs.items()})
+        return wrap_const(res)
+
+
+class BuiltinVariable(VariableTracker):
+    """A Python builtin (len, isinstance, max...), ``math``/``operator`` functions; see ``builtins.py``."""
+
+    def __init__(self, fn, source=None):
+        self.fn = fn
+        self.source = source
+
+    def describe(self):
+        return f"builtin {getattr(self.fn, '__name__', self.fn)}"
+
+    def python_type(self):
+        return type(self.fn)
+
+    def call(self, tx, args, kwargs):
+        from ember.frontend.builtins import call_builtin
+
+        return call_builtin(tx, self.fn, args, kwargs)
+
+    def is_constant(self):
+        return True
+
+    def as_constant(self):
+        return self.fn
+
+    def reconstruct(self, cg):
+        return cg.const(self.fn, getattr(self.fn, "__name__", "builtin"))
+
+
+class TorchFunctionVariable(VariableTracker):
+    """A torch function (torch.*, torch.nn.functional.*, Tensor methods used unbound): a graph op."""
+
+    def __init__(self, fn, source=None):
+        self.fn = fn
+        self.source = source
+
+    def describe(self):
+        return f"torch function {getattr(self.fn, '__qualname__', None) or getattr(self.fn, '__name__', self.fn)}"
+
+    def call(self, tx, args, kwargs):
+        return tx.output.call(tx, "call_function", self.fn, args, kwargs)
+
+    def is_constant(self):
+        return True
+
+    def as_constant(self):
+        return self.fn
+
+    def getattr(self, tx, name):
+        from ember.frontend.variables.builder import wrap_const
+
+        return wrap_const(getattr(self.fn, name))
+
+    def reconstruct(self, cg):
+        return cg.const(self.fn, getattr(self.fn, "__name__", "torch_fn"))
+
+
+class ConstantFunctionVariable(VariableTracker):
+    """A function whose answer is fixed while compiling (``torch.compiler.is_compiling`` -> True)."""
+
+    def __init__(self, fn, result):
+        self.fn = fn
+        self.result = result
+
+    def describe(self):
+        return f"function {self.fn.__qualname__}"
+
+    def call(self, tx, args, kwargs):
+        return ConstantVariable(self.result)
+
+
+class PartialVariable(VariableTracker):
+    def __init__(self, fn: VariableTracker, args: list, kwargs: dict):
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+
+    def describe(self):
+        return f"functools.partial({self.fn.describe()})"
+
+    def call(self, tx, args, kwargs):
+        return self.fn.call(tx, [*self.args, *args], {**self.kwargs, **kwargs})
+
+    def getattr(self, tx, name):
+        if name == "func":
+            return self.fn
+        raise Unsupported(f"reading {name} of functools.partial")
+
+
+class OpaqueCallableVariable(VariableTracker):
+    """A C function or other callable ember cannot see into."""
+
+    def __init__(self, fn, source=None):
+        self.fn = fn
+        self.source = source
+
+    def describe(self):
+        name = getattr(self.fn, "__qualname__", None) or getattr(self.fn, "__name__", None) or repr(self.fn)
+        mod = getattr(self.fn, "__module__", None)
+        return f"{mod + '.' if mod else ''}{name}"
+
+    def call(self, tx, args, kwargs):
+        raise Unsupported(f"calling {self.describe()}, a function implemented in C that ember cannot trace into",
+                          hint="wrap it with ember.disable, or move it out of the compiled function")
+
+
+BUILTIN_FUNCTIONS = {v for k, v in vars(builtins).items() if callable(v) and not isinstance(v, type)}

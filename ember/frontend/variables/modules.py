@@ -1,0 +1,145 @@
+"""nn.Module instances: parameters and buffers become graph inputs; forward is inlined.
+
+Attribute reads follow nn.Module's own lookup order (parameters, buffers, submodules, instance dict,
+class), loading parameters as ``m._parameters['w']`` at run time: the cheap path, skipping
+``Module.__getattr__``.
+"""
+from __future__ import annotations
+
+import types
+
+import torch
+
+from ember.frontend.errors import Unsupported
+from ember.frontend.sources import AttrSource, ModuleSlotSource
+from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.objects import class_attr_of_instance, lookup_static
+
+_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.ParameterList,
+               torch.nn.ParameterDict)
+
+
+class NNModuleVariable(VariableTracker):
+    def __init__(self, module: torch.nn.Module, source):
+        self.module = module
+        self.value = module
+        self.source = source
+
+    def python_type(self):
+        return type(self.module)
+
+    def describe(self):
+        return f"{type(self.module).__name__} module {self.source.name()}"
+
+    def getattr(self, tx, name):
+        from ember.frontend.variables.builder import wrap
+
+        m = self.module
+        d = m.__dict__
+        for slot in ("_parameters", "_buffers", "_modules"):
+            table = d.get(slot)
+            if table is not None and name in table:
+                val = table[name]
+                if val is None:
+                    return ConstantVariable(None)
+                return wrap(tx, val, ModuleSlotSource(self.source, slot, name))
+        static, _ = lookup_static(type(m), name)
+        if static is not None and hasattr(type(static), "__set__") and not isinstance(static, (types.FunctionType,)):
+            return class_attr_of_instance(tx, self, type(m), name, self_source=self.source)
+        if name in d:
+            return wrap(tx, d[name], AttrSource(self.source, name))
+        if name == "__class__":
+            return wrap(tx, type(m), tx.output.object_source(type(m), type(m).__name__))
+        if static is not None:
+            return class_attr_of_instance(tx, self, type(m), name, self_source=self.source)
+        raise AttributeError(f"'{type(m).__name__}' object has no attribute '{name}'")
+
+    def setattr(self, tx, name, value):
+        raise Unsupported(f"setting attribute '{name}' of module {self.source.name()} inside forward "
+                          "(module state changes are not supported yet)")
+
+    def call(self, tx, args, kwargs):
+        m = self.module
+        if "forward" in m.__dict__:
+            fwd = m.__dict__["forward"]
+            from ember.frontend.variables.builder import wrap
+
+            return wrap(tx, fwd, AttrSource(self.source, "forward")).call(tx, args, kwargs)
+        forward, _ = lookup_static(type(m), "forward")
+        if not isinstance(forward, types.FunctionType):
+            raise Unsupported(f"{type(m).__name__}.forward is not a Python function")
+        from ember.frontend.variables.functions import UserMethodVariable
+
+        return UserMethodVariable(forward, self).call(tx, args, kwargs)
+
+    # ---- container modules ----------------------------------------------------------------
+    def _is_container(self):
+        return isinstance(self.module, _CONTAINERS)
+
+    def _children(self, tx):
+        m = self.module
+        if isinstance(m, (torch.nn.ParameterList, torch.nn.ParameterDict)):
+            slot = "_parameters"
+        else:
+            slot = "_modules"
+        return [(k, self.getattr(tx, k)) for k in getattr(m, slot)]
+
+    def unpack(self, tx):
+        if not self._is_container():
+            return super().unpack(tx) if lookup_static(type(self.module), "__iter__")[0] is None else \
+                self.call_method(tx, "__iter__", [], {}).unpack(tx)
+        kids = self._children(tx)
+        if isinstance(self.module, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
+            return [ConstantVariable(k) for k, _ in kids]
+        return [v for _, v in kids]
+
+    def length(self, tx):
+        if self._is_container():
+            return len(self._children(tx))
+        return self.call_method(tx, "__len__", [], {}).as_constant()
+
+    def truth(self, tx):
+        if self._is_container():
+            return len(self._children(tx)) > 0
+        return True
+
+    def call_method(self, tx, name, args, kwargs):
+        from ember.frontend.variables.containers import DictVariable, DictViewVariable, ListIteratorVariable, TupleVariable
+
+        if self._is_container():
+            m = self.module
+            if name == "__getitem__":
+                key = args[0].as_constant()
+                kids = self._children(tx)
+                if isinstance(key, str):
+                    return dict(kids)[key]
+                if isinstance(key, slice):
+                    if isinstance(m, torch.nn.Sequential):
+                        return ModuleSliceVariable([v for _, v in kids][key])
+                    return TupleVariable([v for _, v in kids][key])
+                return kids[key][1]
+            if name == "__len__":
+                return ConstantVariable(self.length(tx))
+            if name == "__iter__":
+                return ListIteratorVariable(self.unpack(tx))
+            if name in ("items", "keys", "values") and isinstance(m, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
+                return DictViewVariable(DictVariable(dict(self._children(tx))), name)
+            if name == "__contains__" and isinstance(m, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
+                return ConstantVariable(args[0].as_constant() in dict(self._children(tx)))
+        return self.getattr(tx, name).call(tx, args, kwargs)
+
+
+class ModuleSliceVariable(VariableTracker):
+    """``seq[a:b]`` of an nn.Sequential: calling it runs the modules in order."""
+
+    def __init__(self, mods):
+        self.mods = mods
+
+    def unpack(self, tx):
+        return list(self.mods)
+
+    def call(self, tx, args, kwargs):
+        (x,) = args
+        for m in self.mods:
+            x = m.call(tx, [x], {})
+        return x

@@ -1,0 +1,110 @@
+"""Tensors in the graph: each TensorVariable is one FX node with its FakeTensor example."""
+from __future__ import annotations
+
+import operator
+
+import torch
+
+from ember.frontend.errors import Unsupported
+from ember.frontend.variables.base import VariableTracker
+
+# Properties answered from the fake tensor's metadata (guards on the inputs make them constants).
+_META_PROPS = {
+    "dtype", "device", "shape", "ndim", "is_cuda", "is_cpu", "is_meta", "layout", "is_sparse",
+    "is_quantized", "is_leaf", "requires_grad", "is_nested", "is_mkldnn", "is_complex_dtype", "itemsize",
+    "nbytes", "is_mps", "is_xpu",
+}
+# Properties that are tensors themselves: become graph nodes via getattr.
+_TENSOR_PROPS = {"T", "mT", "H", "mH", "real", "imag"}
+
+
+class TensorVariable(VariableTracker):
+    def __init__(self, node, fake, source=None):
+        self.node = node
+        self.fake = fake
+        self.source = source
+
+    def python_type(self) -> type:
+        return torch.nn.Parameter if isinstance(self.fake, torch.nn.Parameter) else torch.Tensor
+
+    def describe(self) -> str:
+        src = f" {self.source.name()}" if self.source is not None else ""
+        return f"tensor{src} {list(self.fake.shape)} {self.fake.dtype}"
+
+    def as_node_arg(self):
+        return self.node
+
+    def as_fake_arg(self):
+        return self.fake
+
+    def truth(self, tx) -> bool:
+        raise Unsupported(
+            "branching on a tensor's value (if/while/bool() on a tensor) needs its data, unknown while tracing",
+            hint="use torch.where, or move the branch out of the compiled function")
+
+    def length(self, tx) -> int:
+        if self.fake.dim() == 0:
+            raise Unsupported("len() of a 0-d tensor")
+        return int(self.fake.shape[0])
+
+    def unpack(self, tx) -> list:
+        n = self.length(tx)
+        return [tx.output.call(tx, "call_function", operator.getitem, [self, _c(i)], {}) for i in range(n)]
+
+    def getattr(self, tx, name: str) -> VariableTracker:
+        from ember.frontend.variables.builder import wrap_const
+
+        if name in _META_PROPS:
+            return wrap_const(getattr(self.fake, name))
+        if name in _TENSOR_PROPS:
+            return tx.output.call(tx, "call_function", getattr, [self, _c(name)], {})
+        if name == "grad":
+            raise Unsupported("reading Tensor.grad inside a compiled function")
+        if name == "data":
+            return tx.output.call(tx, "call_method", "detach", [self], {})
+        if name == "__class__":
+            from ember.frontend.variables.builder import wrap_const as wc
+
+            return wc(self.python_type())
+        attr = getattr(torch.Tensor, name, None)
+        if attr is None:
+            raise AttributeError(f"'Tensor' object has no attribute '{name}'")
+        if callable(attr):
+            return TensorMethodVariable(self, name)
+        raise Unsupported(f"reading Tensor.{name}")
+
+    def call_method(self, tx, name: str, args: list, kwargs: dict) -> VariableTracker:
+        return TensorMethodVariable(self, name).call(tx, args, kwargs)
+
+    def reconstruct(self, cg) -> str:
+        return cg.tensor(self)
+
+
+class TensorMethodVariable(VariableTracker):
+    """``x.method`` before it is called."""
+
+    def __init__(self, tensor: TensorVariable, name: str):
+        self.tensor = tensor
+        self.name = name
+
+    def describe(self) -> str:
+        return f"Tensor.{self.name}"
+
+    def call(self, tx, args, kwargs):
+        name = self.name
+        if name in ("size", "stride") and not kwargs:
+            from ember.frontend.variables.builder import wrap_const
+
+            vals = getattr(self.tensor.fake, name)(*[a.as_constant() for a in args])
+            return wrap_const(vals)
+        if name == "requires_grad_" and self.tensor.source is not None:
+            raise Unsupported("Tensor.requires_grad_() on an input inside a compiled function")
+        if name in ("__bool__", "__len__"):
+            raise Unsupported(f"Tensor.{name}()")
+        return tx.output.call(tx, "call_method", name, [self.tensor, *args], kwargs)
+
+
+def _c(v):
+    from ember.frontend.variables.base import ConstantVariable
+
+    return ConstantVariable(v)
