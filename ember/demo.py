@@ -132,9 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         step = _logits(compiled)
         out, first = _timed_first_call(step, ids, device)
         again = step(ids)  # a second call must hit the cache and agree too
-    except Exception:
+    except Exception as exc:
         print("\nFAIL: ember raised while compiling or running the model:", file=sys.stderr)
         traceback.print_exc()
+        print(f"\nRESULT: FAIL ({type(exc).__name__}: {exc})")
         return 1
 
     ok = True
@@ -153,9 +154,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         rows.append(("ember", first, _median_ms(step, ids, device, args.iters)))
-    except Exception:
+    except Exception as exc:
         print("\nFAIL: ember raised on a repeated call:", file=sys.stderr)
         traceback.print_exc()
+        print(f"\nRESULT: FAIL ({type(exc).__name__}: {exc})")
         return 1
 
     if args.peer:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import functools
+import inspect
 import math
 import operator
 from typing import Callable
@@ -256,6 +258,10 @@ def construct_builtin_type(tx, cls, args, kwargs):
         return _fold(cls, *[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()})
     if cls is super:
         return tx.make_super(args)
+    if cls is functools.partial:
+        from ember.frontend.variables.functions import PartialVariable
+
+        return PartialVariable(args[0], list(args[1:]), dict(kwargs))
     if cls in (enumerate, zip, reversed, map, filter, type):
         return call_builtin(tx, cls, args, kwargs)
     return None
@@ -566,3 +572,22 @@ def _dc_is(tx, fn, x):
 def _print(tx, fn, *args, **kwargs):
     raise Unsupported("print() has a side effect a graph cannot hold",
                       hint="graph breaks will run it as Python; for now move it out of the compiled function")
+
+
+@handler(inspect.signature)
+def _signature(tx, fn, f, **kwargs):
+    """Signatures are static facts about a function: fold them."""
+    from ember.frontend.variables import functions as F
+    from ember.frontend.variables.objects import OpaqueObjectVariable
+
+    if isinstance(f, F.UserFunctionVariable):
+        return OpaqueObjectVariable(inspect.signature(f.fn))
+    if isinstance(f, F.UserMethodVariable):
+        sig = inspect.signature(f.fn)
+        return OpaqueObjectVariable(sig.replace(parameters=list(sig.parameters.values())[1:]))
+    if isinstance(f, F.NestedFunctionVariable):
+        raise Unsupported("inspect.signature() of a function made inside the compiled function")
+    real = getattr(f, "value", None) or getattr(f, "fn", None)
+    if real is None:
+        raise Unsupported(f"inspect.signature() of {f.describe()}")
+    return OpaqueObjectVariable(inspect.signature(real))

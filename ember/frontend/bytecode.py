@@ -39,8 +39,14 @@ JUMP_OPS = set(dis.hasjrel) | set(dis.hasjabs)
 
 @lru_cache(maxsize=4096)
 def decode(code: types.CodeType) -> tuple[Instr, ...]:
-    raw = [i for i in dis.get_instructions(code) if i.opname not in ("CACHE", "EXTENDED_ARG")]
-    by_offset = {ins.offset: k for k, ins in enumerate(raw)}
+    every = list(dis.get_instructions(code))
+    raw = [i for i in every if i.opname not in ("CACHE", "EXTENDED_ARG")]
+    # a jump may target an EXTENDED_ARG prefix: map every offset to the next kept instruction
+    by_offset, k = {}, 0
+    for ins in every:
+        by_offset[ins.offset] = k
+        if ins.opname not in ("CACHE", "EXTENDED_ARG"):
+            k += 1
     out = []
     lineno = code.co_firstlineno
     for k, ins in enumerate(raw):

@@ -49,7 +49,7 @@ class RootSpec:
 
     @property
     def signature(self) -> inspect.Signature:
-        return inspect.signature(self.fn)
+        return inspect.signature(self.fn, follow_wrapped=False)
 
     @property
     def skip_first(self) -> bool:
@@ -126,6 +126,7 @@ def _finish(root, output: OutputGraph, result, backend, t0, self_name) -> CacheE
     # 2. the return value (decides graph outputs)
     cg.lines = body = []
     return_expr = cg.reconstruct(result)
+    body.extend(output.side_effects.codegen(cg))
     graph = output.graph
     gm = None
     call_line = None

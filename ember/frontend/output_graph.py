@@ -58,6 +58,9 @@ class OutputGraph:
         self._ns_by_id: dict[int, str] = {}
         # one tracker per source, so a value read twice is the same tracker (and guarded once)
         self.wrap_cache: dict = {}
+        from ember.frontend.side_effects import SideEffects
+
+        self.side_effects = SideEffects()
 
     # ---- the entry namespace ----------------------------------------------------------------
     def globals_ns(self, g: dict) -> str:

@@ -9,7 +9,7 @@ from ember.frontend.variables.containers import DictVariable, TupleVariable
 
 @register("KW_NAMES")
 def KW_NAMES(tx, inst):
-    tx.kw_names = inst.argval
+    tx.kw_names = tx.code.co_consts[inst.arg]  # dis leaves argval unresolved on 3.11
 
 
 @register("CALL")

@@ -138,9 +138,8 @@ class UserClassVariable(VariableTracker):
             return built
         if issubclass(cls, BaseException):
             raise Unsupported(f"creating exception {cls.__name__}")
-        if cls.__new__ is not object.__new__ or getattr(cls, "__slots__", None) is not None and "__dict__" not in getattr(cls, "__slots__", ()):
-            if not (dataclasses.is_dataclass(cls) and cls.__new__ is object.__new__):
-                raise Unsupported(f"creating an instance of {cls.__qualname__} (custom __new__ or __slots__)")
+        if cls.__new__ is not object.__new__ or not cls.__dictoffset__:
+            raise Unsupported(f"creating an instance of {cls.__qualname__} (custom __new__, __slots__ or a C type)")
         obj = NewObjectVariable(cls)
         init, _ = lookup_static(cls, "__init__")
         if isinstance(init, types.FunctionType):
@@ -176,6 +175,9 @@ class UserObjectVariable(VariableTracker):
         from ember.frontend.variables.builder import wrap
 
         obj, cls = self.value, type(self.value)
+        pending = tx.output.side_effects.load_attr(obj, name)
+        if pending is not None:
+            return pending
         if name == "__class__":
             return wrap(tx, cls, tx.output.object_source(cls, cls.__name__))
         if name == "__dict__":
@@ -197,6 +199,14 @@ class UserObjectVariable(VariableTracker):
 
             return tx.inline_call(UserFunctionVariable(ga, tx.output.object_source(ga, ga.__qualname__)), [self, ConstantVariable(name)], {})
         raise AttributeError(f"'{cls.__name__}' object has no attribute '{name}'")
+
+    def setattr(self, tx, name, value):
+        cls = type(self.value)
+        sa, _ = lookup_static(cls, "__setattr__")
+        static, _ = lookup_static(cls, name)
+        if sa is not object.__setattr__ or (static is not None and hasattr(type(static), "__set__")):
+            raise Unsupported(f"setting attribute '{name}' of {self.describe()} (custom __setattr__ or descriptor)")
+        tx.output.side_effects.store_attr(self, self.value, name, value)
 
     def call(self, tx, args, kwargs):
         call, _ = lookup_static(type(self.value), "__call__")
@@ -378,6 +388,35 @@ class OpaqueObjectVariable(VariableTracker):
 
             return UserMethodVariable(val.__func__, self)
         return wrap_const(val)
+
+    def _read(self, what, fn):
+        try:
+            return fn()
+        except TypeError:
+            raise Unsupported(f"{what} of {self.describe()}") from None
+
+    def length(self, tx):
+        return self._read("len()", lambda: len(self.value))
+
+    def unpack(self, tx):
+        from ember.frontend.variables.builder import wrap_const
+
+        return self._read("iterating", lambda: [wrap_const(v) for v in self.value])
+
+    def truth(self, tx):
+        return bool(self.value)
+
+    def getitem(self, tx, key):
+        from ember.frontend.variables.builder import wrap_const
+
+        return self._read("indexing", lambda: wrap_const(self.value[key.as_constant()]))
+
+    def call_method(self, tx, name, args, kwargs):
+        if all(a.is_constant() for a in [*args, *kwargs.values()]) and name in ("keys", "values", "items", "get", "__contains__", "__len__"):
+            from ember.frontend.variables.builder import wrap_const
+
+            return wrap_const(getattr(self.value, name)(*[a.as_constant() for a in args]))
+        return self.getattr(tx, name).call(tx, args, kwargs)
 
     def reconstruct(self, cg):
         return cg.const(self.value, type(self.value).__name__)

@@ -1,0 +1,42 @@
+"""Python-visible effects of a trace, replayed after the graph runs.
+
+While tracing, a write to an attribute of an object that exists outside the compiled function is
+recorded here (and later reads in the same trace see the new value); the entry function replays the
+final values, in the order of the first write, after calling the graph.
+"""
+from __future__ import annotations
+
+from ember.frontend.variables.base import VariableTracker
+
+_DELETED = object()
+
+
+class SideEffects:
+    def __init__(self) -> None:
+        # (id(obj), name) -> (owner tracker, name, value tracker)
+        self._attr_writes: dict = {}
+
+    def store_attr(self, owner: VariableTracker, obj, name: str, value: VariableTracker) -> None:
+        key = (id(obj), name)
+        if key in self._attr_writes:
+            self._attr_writes[key] = (owner, name, value)
+        else:
+            self._attr_writes[key] = (owner, name, value)
+
+    def load_attr(self, obj, name: str):
+        hit = self._attr_writes.get((id(obj), name))
+        return None if hit is None else hit[2]
+
+    def __bool__(self) -> bool:
+        return bool(self._attr_writes)
+
+    def codegen(self, cg) -> list[str]:
+        lines = []
+        for owner, name, value in self._attr_writes.values():
+            target = cg.load(owner.source)
+            expr = cg.reconstruct(value)
+            if name.isidentifier():
+                lines.append(f"{target}.{name} = {expr}  # replayed attribute write")
+            else:
+                lines.append(f"setattr({target}, {name!r}, {expr})  # replayed attribute write")
+        return lines
