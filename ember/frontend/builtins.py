@@ -64,6 +64,8 @@ def _as_seq(tx, v) -> list:
 def apply_operator(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> VariableTracker:
     """``fn(a, b)`` for a binary operator function (operator.add, operator.iadd, operator.lt, ...)."""
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+        if fn in _INPLACE_TO_BINARY and not isinstance(a, TensorVariable):
+            fn = _INPLACE_TO_BINARY[fn]  # `n += t` with a Python number n rebinds: n = n + t
         return tx.output.call(tx, "call_function", fn, [a, b], {})
     if a.is_constant() and b.is_constant() and not isinstance(a, (ListVariable, SetVariable)):
         return _fold(fn, a.as_constant(), b.as_constant())
@@ -185,7 +187,7 @@ def contains(tx, container, item) -> VariableTracker:
     if container.is_constant() and item.is_constant() and not isinstance(container, BaseSequenceVariable):
         return _fold(operator.contains, container.as_constant(), item.as_constant())
     if isinstance(container, (DictVariable, SetVariable)) or hasattr(container, "call_method") and \
-            not isinstance(container, BaseSequenceVariable):
+            not isinstance(container, (BaseSequenceVariable, ListIteratorVariable)):
         return container.call_method(tx, "__contains__", [item], {})
     return ConstantVariable(any(values_equal(tx, x, item) for x in container.unpack(tx)))
 
@@ -258,6 +260,10 @@ def construct_builtin_type(tx, cls, args, kwargs):
         return _fold(cls, *[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()})
     if cls is super:
         return tx.make_super(args)
+    if cls in (operator.itemgetter, operator.attrgetter, operator.methodcaller):
+        from ember.frontend.variables.functions import OperatorGetterVariable
+
+        return OperatorGetterVariable(cls, args, kwargs)
     if cls is functools.partial:
         from ember.frontend.variables.functions import PartialVariable
 
@@ -342,8 +348,10 @@ def _callable(tx, fn, x):
 
     if x.is_constant():
         return ConstantVariable(callable(x.as_constant()))
+    from ember.frontend.variables.tensor import TensorMethodVariable
+
     callables = (F.BaseUserFunctionVariable, F.UserMethodVariable, F.BuiltinVariable, F.TorchFunctionVariable,
-                 F.BoundMethodVariable, F.PartialVariable, F.ConstantMethodVariable)
+                 F.BoundMethodVariable, F.PartialVariable, F.ConstantMethodVariable, TensorMethodVariable)
     if isinstance(x, callables):
         return ConstantVariable(True)
     return ConstantVariable(callable(x.python_type()) and hasattr(x.python_type(), "__call__") and
@@ -433,10 +441,22 @@ def _enumerate(tx, fn, it, start=None):
 
 @handler(zip)
 def _zip(tx, fn, *its, strict=None):
-    cols = [i.unpack(tx) for i in its]
-    if strict is not None and strict.as_constant() and len({len(c) for c in cols}) > 1:
-        raise Unsupported("zip(strict=True) on iterables of different lengths (ValueError)")
-    return ListIteratorVariable([TupleVariable(list(row)) for row in zip(*cols)])
+    iters = [i.iter(tx) for i in its]
+    rows = []
+    while True:
+        row = []
+        for it in iters:
+            item = it.next(tx) if isinstance(it, ListIteratorVariable) else None
+            if item is None:
+                break
+            row.append(item)
+        if len(row) < len(iters):
+            if strict is not None and strict.as_constant() and (row or any(
+                    isinstance(it, ListIteratorVariable) and it.index < len(it.items) for it in iters)):
+                raise Unsupported("zip(strict=True) on iterables of different lengths (ValueError)")
+            break
+        rows.append(TupleVariable(row))
+    return ListIteratorVariable(rows)
 
 
 @handler(reversed)
@@ -501,7 +521,7 @@ def _any_all(tx, fn, it):
     return ConstantVariable(fn(truths))
 
 
-@handler(abs, operator.neg, operator.pos, operator.invert, operator.not_, round)
+@handler(abs, operator.abs, operator.neg, operator.pos, operator.invert, operator.not_, round)
 def _unary(tx, fn, x, *rest):
     if isinstance(x, TensorVariable):
         if fn is operator.not_:
@@ -591,3 +611,34 @@ def _signature(tx, fn, f, **kwargs):
     if real is None:
         raise Unsupported(f"inspect.signature() of {f.describe()}")
     return OpaqueObjectVariable(inspect.signature(real))
+
+
+@handler(functools.reduce)
+def _reduce(tx, fn, f, it, *initial):
+    items = it.unpack(tx)
+    if initial:
+        acc = initial[0]
+    elif items:
+        acc, items = items[0], items[1:]
+    else:
+        raise Unsupported("reduce() of empty iterable with no initial value (TypeError)")
+    for x in items:
+        acc = f.call(tx, [acc, x], {})
+    return acc
+
+
+@handler(builtins.vars)
+def _vars(tx, fn, obj=None):
+    from ember.frontend.variables.objects import NewObjectVariable
+
+    if isinstance(obj, NewObjectVariable):
+        return DictVariable(dict(obj.attrs))
+    raise Unsupported(f"vars() of {obj.describe() if obj is not None else 'the frame'}")
+
+
+@handler(dict.fromkeys)
+def _fromkeys(tx, fn, keys, value=None):
+    d = DictVariable({})
+    for k in keys.unpack(tx):
+        d.setitem(tx, k, value if value is not None else ConstantVariable(None))
+    return d

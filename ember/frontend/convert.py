@@ -162,7 +162,7 @@ def _finish(root, output: OutputGraph, result, backend, t0, self_name) -> CacheE
 
 
 def _is_impure(node: fx.Node) -> bool:
-    if node.op in ("placeholder", "output"):
+    if node.op in ("placeholder", "output") or node.meta.get("ember_returns_input"):
         return True
     t = node.target
     if isinstance(t, str):

@@ -146,6 +146,14 @@ class OutputGraph:
             self.graph.erase_node(node)
             raise _fake_error(kind, target, exc) from exc
         self.op_count += 1
+        if isinstance(result, FakeTensor):
+            for vt in pytree.tree_leaves((args, kwargs), is_leaf=_is_vt):
+                if getattr(vt, "fake", None) is result:
+                    # in-place ops (x.add_(), x += y, out=...) and no-op conversions return the same
+                    # object: keep the identity (`y is x`) by returning the same tracker
+                    node.meta["example_value"] = result
+                    node.meta["ember_returns_input"] = True  # an effect on an input: never dead code
+                    return vt
         return self.wrap_result(node, result, mutating=_is_mutating(kind, target))
 
     def wrap_result(self, node: fx.Node, result, mutating: bool = False):

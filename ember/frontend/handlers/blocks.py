@@ -48,8 +48,8 @@ def RAISE_VARARGS(tx, inst):
 unsupported("PUSH_EXC_INFO", "POP_EXCEPT", "CHECK_EXC_MATCH", "RERAISE", "WITH_EXCEPT_START", "CLEANUP_THROW",
             "CHECK_EG_MATCH", "PREP_RERAISE_STAR",
             reason="exception handling while tracing")
-unsupported("SEND", "GET_YIELD_FROM_ITER", "GET_AWAITABLE", "GET_AITER", "GET_ANEXT", "END_ASYNC_FOR",
-            "BEFORE_ASYNC_WITH", "ASYNC_GEN_WRAP", "END_SEND",
+unsupported("GET_AWAITABLE", "GET_AITER", "GET_ANEXT", "END_ASYNC_FOR",
+            "BEFORE_ASYNC_WITH", "ASYNC_GEN_WRAP",
             reason="yield from / async code")
 unsupported("MATCH_CLASS", "MATCH_MAPPING", "MATCH_SEQUENCE", "MATCH_KEYS", "COPY_DICT_WITHOUT_KEYS",
             reason="structural pattern matching")

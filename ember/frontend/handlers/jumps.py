@@ -116,3 +116,37 @@ def RETURN_GENERATOR(tx, inst):
 def YIELD_VALUE(tx, inst):
     tx.generator_yields.append(tx.pop())
     tx.push(ConstantVariable(None))  # the value sent back in by next()
+
+
+# ---- yield from (inside a generator we are running to completion) --------------------------
+@register("GET_YIELD_FROM_ITER")
+def GET_YIELD_FROM_ITER(tx, inst):
+    tx.push(tx.pop().iter(tx))
+
+
+@register("SEND", versions=((3, 11), (3, 11)))
+def SEND_311(tx, inst):
+    tx.pop()  # the value sent in (always None here)
+    item = _next_item(tx, tx.stack[-1])
+    if item is None:
+        tx.pop()
+        tx.push(ConstantVariable(None))  # the sub-generator's return value
+        tx.jump(inst)
+    else:
+        tx.push(item)
+
+
+@register("SEND", versions=((3, 12), (3, 12)))
+def SEND_312(tx, inst):
+    tx.pop()
+    item = _next_item(tx, tx.stack[-1])
+    if item is None:
+        tx.push(ConstantVariable(None))
+        tx.jump(inst)
+    else:
+        tx.push(item)
+
+
+@register("END_SEND", versions=((3, 12), (3, 12)))
+def END_SEND(tx, inst):
+    del tx.stack[-2]

@@ -221,6 +221,10 @@ class NamedTupleVariable(TupleVariable):
         fields = self.cls._fields
         if name in fields:
             return self.items[fields.index(name)]
+        if name in ("_replace", "_asdict", "index", "count", "__getitem__", "__len__", "__contains__"):
+            from ember.frontend.variables.functions import BoundMethodVariable
+
+            return BoundMethodVariable(self, name)
         from ember.frontend.variables.objects import class_attr_of_instance
 
         return class_attr_of_instance(tx, self, self.cls, name)
@@ -400,25 +404,38 @@ class DictViewVariable(VariableTracker):
 
 
 class SetVariable(VariableTracker):
-    """A set of constants (sets of tensors would need identity semantics: unsupported)."""
+    """A set of constants, or of objects hashed by identity (modules, classes, functions)."""
 
     def __init__(self, items, frozen=False):
-        self.items = {}  # python value -> VT, insertion ordered
-        for it in items:
-            self.items.setdefault(it.as_constant(), it)
+        self.items = {}  # key -> VT, insertion ordered
         self.frozen = frozen
+        for it in items:
+            self.items.setdefault(self._key(it), it)
+
+    @staticmethod
+    def _key(vt):
+        if vt.is_constant():
+            return ("c", vt.as_constant())
+        from ember.frontend.variables.objects import hashable_key
+
+        return ("id", id(hashable_key(vt)))
 
     def python_type(self):
         return frozenset if self.frozen else set
 
     def is_constant(self):
-        return True
+        return all(k[0] == "c" for k in self.items)
 
     def as_constant(self):
-        return (frozenset if self.frozen else set)(self.items)
+        if not self.is_constant():
+            raise Unsupported("a set of objects used as a constant")
+        return (frozenset if self.frozen else set)(k[1] for k in self.items)
 
     def unpack(self, tx):
         return list(self.items.values())
+
+    def length(self, tx):
+        return len(self.items)
 
     def truth(self, tx):
         return bool(self.items)
@@ -430,20 +447,22 @@ class SetVariable(VariableTracker):
 
     def call_method(self, tx, name, args, kwargs):
         if name == "add":
-            self.items.setdefault(args[0].as_constant(), args[0])
+            self.items.setdefault(self._key(args[0]), args[0])
             return ConstantVariable(None)
         if name == "update":
             for a in args:
                 for it in a.unpack(tx):
-                    self.items.setdefault(it.as_constant(), it)
+                    self.items.setdefault(self._key(it), it)
             return ConstantVariable(None)
         if name in ("discard", "remove"):
-            self.items.pop(args[0].as_constant(), None)
+            self.items.pop(self._key(args[0]), None)
             return ConstantVariable(None)
         if name == "__contains__":
-            return ConstantVariable(args[0].as_constant() in self.items)
+            return ConstantVariable(self._key(args[0]) in self.items)
         if name == "__len__":
             return ConstantVariable(len(self.items))
+        if name == "copy":
+            return SetVariable(list(self.items.values()), self.frozen)
         # everything else (union, intersection, issubset, ...) on constant values
         res = getattr(self.as_constant(), name)(*[a.as_constant() for a in args])
         from ember.frontend.variables.builder import wrap_const
@@ -472,6 +491,15 @@ class SliceVariable(VariableTracker):
 
     def as_fake_arg(self):
         return slice(*(p.as_fake_arg() for p in self.parts))
+
+    def getattr(self, tx, name):
+        if name in ("start", "stop", "step"):
+            return self.parts[("start", "stop", "step").index(name)]
+        if name == "indices":
+            from ember.frontend.variables.functions import ConstantMethodVariable
+
+            return ConstantMethodVariable(self.as_constant(), "indices")
+        raise AttributeError(name)
 
     def reconstruct(self, cg):
         return cg.const(self.as_constant())

@@ -67,11 +67,33 @@ class NestedFunctionVariable(BaseUserFunctionVariable):
         return f"function {self.qualname}"
 
     def getattr(self, tx, name):
+        attrs = self.__dict__.setdefault("attrs", {})
+        if name in attrs:
+            return attrs[name]
         if name in ("__name__", "__qualname__"):
             return ConstantVariable(self.name if name == "__name__" else self.qualname)
         if name == "__code__":
             return ConstantVariable(self.code)
-        raise Unsupported(f"reading {name} of a function made inside the compiled function")
+        if name == "__module__":
+            return ConstantVariable(self.f_globals.get("__name__"))
+        if name == "__doc__":
+            doc = self.code.co_consts[0] if self.code.co_consts and isinstance(self.code.co_consts[0], str) else None
+            return ConstantVariable(doc)
+        if name in ("__dict__", "__annotations__"):
+            from ember.frontend.variables.containers import DictVariable
+
+            attrs[name] = DictVariable({})
+            return attrs[name]
+        if name == "__type_params__":
+            return ConstantVariable(())
+        if name == "__defaults__":
+            from ember.frontend.variables.containers import TupleVariable
+
+            return TupleVariable(list(self.defaults)) if self.defaults else ConstantVariable(None)
+        raise AttributeError(f"'function' object has no attribute '{name}'")
+
+    def setattr(self, tx, name, value):
+        self.__dict__.setdefault("attrs", {})[name] = value
 
 
 class UserMethodVariable(VariableTracker):
@@ -247,3 +269,37 @@ class OpaqueCallableVariable(VariableTracker):
 
 
 BUILTIN_FUNCTIONS = {v for k, v in vars(builtins).items() if callable(v) and not isinstance(v, type)}
+
+
+class OperatorGetterVariable(VariableTracker):
+    """operator.itemgetter / attrgetter / methodcaller made in the trace."""
+
+    def __init__(self, kind, args, kwargs):
+        self.kind = kind
+        self.args = args
+        self.kwargs = kwargs
+
+    def describe(self):
+        return f"operator.{self.kind.__name__}"
+
+    def call(self, tx, args, kwargs):
+        import operator
+
+        (obj,) = args
+        if self.kind is operator.itemgetter:
+            vals = [tx.getitem(obj, k) for k in self.args]
+        elif self.kind is operator.attrgetter:
+            vals = []
+            for name in self.args:
+                v = obj
+                for part in name.as_constant().split("."):
+                    v = v.getattr(tx, part)
+                vals.append(v)
+        else:
+            name, *margs = self.args
+            return obj.call_method(tx, name.as_constant(), margs, dict(self.kwargs))
+        if len(vals) == 1:
+            return vals[0]
+        from ember.frontend.variables.containers import TupleVariable
+
+        return TupleVariable(vals)
