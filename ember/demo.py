@@ -110,12 +110,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=20, help="timed calls per variant")
     p.add_argument("--peer", action="store_true", help="also time torch.compile (default mode)")
     p.add_argument("--use-cache", action="store_true", help="return the KV cache too (harder to capture)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     args = p.parse_args(argv)
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     tol = dict(rtol=1e-3, atol=1e-3) if device.type == "cuda" else dict(rtol=1e-4, atol=1e-4)
     model, ids = build_model(device, args.use_cache)
-    print(f"torch {torch.__version__}, python {sys.version.split()[0]}, device {device}"
+    print(f"torch {torch.__version__}, python {sys.version.split()[0]}, device {device},"
+          f" {torch.get_num_threads()} CPU threads"
           + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""))
     print(f"model: GPT-2 2 layers, n_embd 128, {sum(t.numel() for t in model.parameters()):,} params;"
           f" input ids {tuple(ids.shape)}")

@@ -232,8 +232,13 @@ def construct_builtin_type(tx, cls, args, kwargs):
         return TupleVariable(items) if cls is tuple else ListVariable(items)
     if cls in (set, frozenset):
         return SetVariable(args[0].unpack(tx) if args else [], frozen=cls is frozenset)
-    if cls is dict or (isinstance(cls, type) and issubclass(cls, dict) and cls.__module__ == "collections"):
-        d = DictVariable({}, py_type=cls)
+    if cls is dict or (isinstance(cls, type) and issubclass(cls, dict) and cls.__module__ == "collections"
+                       and cls.__name__ in ("OrderedDict", "defaultdict")):
+        factory = None
+        if cls.__name__ == "defaultdict":
+            factory = args[0] if args and not (args[0].is_constant() and args[0].as_constant() is None) else None
+            args = args[1:]
+        d = DictVariable({}, py_type=cls, default_factory=factory)
         if args:
             for k, v in dict_items_of(tx, args[0]):
                 d.setitem(tx, k, v)

@@ -15,6 +15,11 @@ class SideEffects:
     def __init__(self) -> None:
         # (id(obj), name) -> (owner tracker, name, value tracker)
         self._attr_writes: dict = {}
+        # containers from outside the function that the trace mutated, by id of their tracker
+        self._containers: dict = {}
+
+    def track_container(self, vt) -> None:
+        self._containers.setdefault(id(vt), vt)
 
     def store_attr(self, owner: VariableTracker, obj, name: str, value: VariableTracker) -> None:
         key = (id(obj), name)
@@ -28,10 +33,19 @@ class SideEffects:
         return None if hit is None else hit[2]
 
     def __bool__(self) -> bool:
-        return bool(self._attr_writes)
+        return bool(self._attr_writes or self._containers)
 
     def codegen(self, cg) -> list[str]:
+        from ember.frontend.variables.containers import DictVariable
+
         lines = []
+        for vt in self._containers.values():
+            target = cg.load(vt.source)
+            if isinstance(vt, DictVariable):
+                lines.append(f"{target}.clear(); {target}.update({vt.items_literal(cg)})  # replayed dict mutation")
+            else:
+                items = ", ".join(cg.reconstruct(i) for i in vt.items)
+                lines.append(f"{target}[:] = [{items}]  # replayed list mutation")
         for owner, name, value in self._attr_writes.values():
             target = cg.load(owner.source)
             expr = cg.reconstruct(value)

@@ -126,9 +126,9 @@ class SizeVariable(TupleVariable):
 class ListVariable(BaseSequenceVariable):
     py_type = list
 
-    def _check_mutable(self, what: str):
-        if self.source is not None:
-            raise Unsupported(f"{what} on a list that exists outside the compiled function (side effects are not supported yet)")
+    def _check_mutable(self, tx, what: str):
+        if self.source is not None:  # a list from outside: replay its final contents after the graph
+            tx.output.side_effects.track_container(self)
 
     def reconstruct(self, cg) -> str:
         if self.source is not None:
@@ -136,7 +136,7 @@ class ListVariable(BaseSequenceVariable):
         return cg.memo(self, lambda: "[" + ", ".join(cg.reconstruct(i) for i in self.items) + "]")
 
     def setitem(self, tx, key, value):
-        self._check_mutable("item assignment")
+        self._check_mutable(tx, "item assignment")
         k = key.as_constant()
         if isinstance(k, slice):
             self.items[k] = value.unpack(tx)
@@ -146,7 +146,7 @@ class ListVariable(BaseSequenceVariable):
     def call_method(self, tx, name, args, kwargs):
         items = self.items
         if name in ("append", "extend", "pop", "insert", "remove", "clear", "reverse", "sort", "__setitem__", "__delitem__"):
-            self._check_mutable(f"list.{name}()")
+            self._check_mutable(tx, f"list.{name}()")
         if name == "append":
             items.append(args[0])
         elif name == "extend":
@@ -248,7 +248,9 @@ class NamedTupleVariable(TupleVariable):
 class DictVariable(VariableTracker):
     """A dict with constant keys. ``items`` maps the Python key to (key VT, value VT)."""
 
-    def __init__(self, items: dict, source=None, py_type: type = dict, key_vts: dict | None = None):
+    def __init__(self, items: dict, source=None, py_type: type = dict, key_vts: dict | None = None,
+                 default_factory=None):
+        self.default_factory = default_factory  # defaultdict's factory tracker
         self.items = dict(items)  # python key -> value VT
         self.key_vts = dict(key_vts or {})
         self.source = source
@@ -260,9 +262,9 @@ class DictVariable(VariableTracker):
     def describe(self):
         return f"{self.py_type.__name__} with keys {list(self.items)[:6]}"
 
-    def _check_mutable(self, what):
-        if self.source is not None:
-            raise Unsupported(f"{what} on a dict that exists outside the compiled function (side effects are not supported yet)")
+    def _check_mutable(self, tx, what):
+        if self.source is not None:  # a dict from outside: replay its final contents after the graph
+            tx.output.side_effects.track_container(self)
 
     def key_vt(self, k):
         return self.key_vts.get(k) or ConstantVariable(k)
@@ -288,11 +290,14 @@ class DictVariable(VariableTracker):
     def getitem(self, tx, key):
         k = _const_key(tx, key)
         if k not in self.items:
+            if self.default_factory is not None:
+                self.setitem(tx, key, self.default_factory.call(tx, [], {}))
+                return self.items[k]
             raise Unsupported(f"dict key {k!r} not found (KeyError)")
         return self.items[k]
 
     def setitem(self, tx, key, value):
-        self._check_mutable("item assignment")
+        self._check_mutable(tx, "item assignment")
         k = _const_key(tx, key)
         self.items[k] = value
         if not key.is_constant():
@@ -301,14 +306,16 @@ class DictVariable(VariableTracker):
     def getattr(self, tx, name):
         from ember.frontend.variables.functions import BoundMethodVariable
 
-        if hasattr(dict, name):
+        if name == "default_factory" and self.default_factory is not None:
+            return self.default_factory
+        if hasattr(self.py_type, name):
             return BoundMethodVariable(self, name)
-        raise AttributeError(f"'dict' object has no attribute '{name}'")
+        raise AttributeError(f"'{self.py_type.__name__}' object has no attribute '{name}'")
 
     def call_method(self, tx, name, args, kwargs):
         items = self.items
-        if name in ("update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"):
-            self._check_mutable(f"dict.{name}()")
+        if name in ("update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__", "move_to_end"):
+            self._check_mutable(tx, f"dict.{name}()")
         if name == "__getitem__":
             return self.getitem(tx, args[0])
         if name == "get":
@@ -359,19 +366,31 @@ class DictVariable(VariableTracker):
         if name == "clear":
             items.clear()
             return ConstantVariable(None)
-        raise Unsupported(f"dict.{name}()")
+        if name == "move_to_end":
+            k = _const_key(tx, args[0])
+            last = (args[1] if len(args) > 1 else kwargs.get("last", ConstantVariable(True))).as_constant()
+            v = items.pop(k)
+            self.items = {k: v, **items} if not last else {**items, k: v}
+            return ConstantVariable(None)
+        raise Unsupported(f"{self.py_type.__name__}.{name}()")
 
     def reconstruct(self, cg) -> str:
         if self.source is not None:
             return cg.load(self.source)
 
         def build():
-            body = "{" + ", ".join(f"{cg.reconstruct(self.key_vt(k))}: {cg.reconstruct(v)}" for k, v in self.items.items()) + "}"
+            body = self.items_literal(cg)
             if self.py_type is dict:
                 return body
+            if self.default_factory is not None:
+                return f"{cg.const(self.py_type, 'dict_type')}({cg.reconstruct(self.default_factory)}, {body})"
             return f"{cg.const(self.py_type, 'dict_type')}({body})"
 
         return cg.memo(self, build)
+
+
+    def items_literal(self, cg) -> str:
+        return "{" + ", ".join(f"{cg.reconstruct(self.key_vt(k))}: {cg.reconstruct(v)}" for k, v in self.items.items()) + "}"
 
 
 class DictViewVariable(VariableTracker):

@@ -106,7 +106,7 @@ class UserClassVariable(VariableTracker):
             return UserMethodVariable(static.__func__, self)
         if isinstance(static, staticmethod):
             static = static.__func__
-        val = static if static is not None else getattr(self.value, name)
+        val = static if isinstance(static, types.FunctionType) else getattr(self.value, name)
         src = AttrSource(self.source, name) if self.source is not None else tx.output.object_source(val, f"{self.value.__name__}.{name}")
         if isinstance(val, (int, float, str, bool, type(None))):
             return ConstantVariable(val)
@@ -423,6 +423,11 @@ class OpaqueObjectVariable(VariableTracker):
 
 
 def hashable_key(vt: VariableTracker):
+    """What a set member or dict key hashes by: the underlying object (by identity)."""
+    from ember.frontend.variables.tensor import TensorVariable
+
+    if isinstance(vt, TensorVariable):
+        return vt.node  # one tracker (and node) per tensor object: identity semantics, like Tensor.__hash__
     for attr in ("module", "value", "fn", "cls"):
         if hasattr(vt, attr):
             obj = getattr(vt, attr)
