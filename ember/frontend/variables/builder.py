@@ -145,7 +145,8 @@ def _wrap_object(tx, value, source):
         if source is None:
             raise Unsupported(f"an nn.Module ({type(value).__name__}) created inside the compiled function")
         guard(GuardKind.ID, value)
-        tx.output.guards.add(source, GuardKind.NO_HOOKS)
+        if not (value._forward_hooks or value._forward_pre_hooks):
+            tx.output.guards.add(source, GuardKind.NO_HOOKS)  # else the call guards the hook dicts
         return M.NNModuleVariable(value, source)
     if isinstance(value, types.ModuleType):
         guard(GuardKind.ID, value)

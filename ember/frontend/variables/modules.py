@@ -60,6 +60,35 @@ class NNModuleVariable(VariableTracker):
 
     def call(self, tx, args, kwargs):
         m = self.module
+        if m._forward_hooks or m._forward_pre_hooks:
+            return self._call_with_hooks(tx, args, kwargs)
+        return self._call_forward(tx, args, kwargs)
+
+    def _call_with_hooks(self, tx, args, kwargs):
+        """nn.Module.__call__'s hook protocol: pre-hooks may replace the args, hooks the output."""
+        from ember.frontend.variables.builder import wrap
+        from ember.frontend.variables.containers import TupleVariable
+
+        m = self.module
+        if m._forward_hooks_with_kwargs or m._forward_pre_hooks_with_kwargs or m._forward_hooks_always_called \
+                or m._backward_hooks or m._backward_pre_hooks:
+            raise Unsupported(f"module hooks with kwargs, always_call or backward hooks on {self.source.name()}")
+        pre = wrap(tx, m._forward_pre_hooks, AttrSource(self.source, "_forward_pre_hooks"))
+        post = wrap(tx, m._forward_hooks, AttrSource(self.source, "_forward_hooks"))
+        args_vt = TupleVariable(list(args))
+        for hook in pre.items.values():
+            res = hook.call(tx, [self, args_vt], {})
+            if not (res.is_constant() and res.as_constant() is None):
+                args_vt = res if isinstance(res, TupleVariable) else TupleVariable([res])
+        out = self._call_forward(tx, args_vt.items, kwargs)
+        for hook in post.items.values():
+            res = hook.call(tx, [self, args_vt, out], {})
+            if not (res.is_constant() and res.as_constant() is None):
+                out = res
+        return out
+
+    def _call_forward(self, tx, args, kwargs):
+        m = self.module
         if "forward" in m.__dict__:
             fwd = m.__dict__["forward"]
             from ember.frontend.variables.builder import wrap
