@@ -1,7 +1,9 @@
 """ember's main job: compile a small Hugging Face GPT-2 and check it against eager.
 
     python -m ember.demo            # eager vs ember
-    python -m ember.demo --peer     # also torch.compile (the peer), for comparison
+
+(Side-by-side numbers with torch.compile live in benchmarks/, which may call the peer; product
+code never does.)
 
 Builds GPT-2 (2 layers, width 128, random weights, no download), runs one batch of token ids
 eagerly and through `ember.compile`, and prints: whether the logits match, how many graphs ember
@@ -108,7 +110,6 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m ember.demo", description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--iters", type=int, default=20, help="timed calls per variant")
-    p.add_argument("--peer", action="store_true", help="also time torch.compile (default mode)")
     p.add_argument("--use-cache", action="store_true", help="return the KV cache too (harder to capture)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     args = p.parse_args(argv)
@@ -163,14 +164,6 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         print(f"\nRESULT: FAIL ({type(exc).__name__}: {exc})")
         return 1
-
-    if args.peer:
-        try:
-            peer = _logits(torch.compile(model))
-            _, peer_first = _timed_first_call(peer, ids, device)
-            rows.append(("torch.compile", peer_first, _median_ms(peer, ids, device, args.iters)))
-        except Exception as exc:
-            print(f"torch.compile failed, skipped: {type(exc).__name__}: {str(exc).splitlines()[0]}")
 
     base = rows[0][2]
     print(f"\n{'variant':<14} {'first call s':>12} {'median ms/call':>15} {'vs eager':>9}")
