@@ -192,3 +192,16 @@ def test_bad_env_log_name_is_a_clear_error():
                          capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode != 0
     assert "unknown EMBER_LOGS artifact" in out.stderr and "graph_breaks" in out.stderr
+
+
+def test_inlining_depth_limit_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(ember.config, "inline_depth_limit", 10)
+
+    def down(x, n):
+        return x if n == 0 else down(x + 1, n - 1)
+
+    c = ember.compile(lambda x: down(x, 50), fullgraph=True)
+    with pytest.raises(ember.CompileError, match=r"inlining depth limit \(10\) reached.*recursion"):
+        c(torch.zeros(1))
+    ok = ember.compile(lambda x: down(x, 5), fullgraph=True)
+    assert torch.equal(ok(torch.zeros(1)), torch.full((1,), 5.0))

@@ -6,6 +6,7 @@ a graph op or is refused when it needs tensor data; containers are handled item 
 from __future__ import annotations
 
 import builtins
+import collections
 import dataclasses
 import functools
 import inspect
@@ -232,6 +233,14 @@ def construct_builtin_type(tx, cls, args, kwargs):
         return TupleVariable(items) if cls is tuple else ListVariable(items)
     if cls in (set, frozenset):
         return SetVariable(args[0].unpack(tx) if args else [], frozen=cls is frozenset)
+    if cls is collections.deque and "maxlen" not in kwargs and len(args) <= 1:
+        from ember.frontend.variables.containers import DequeVariable
+
+        return DequeVariable(args[0].unpack(tx) if args else [])
+    if cls is collections.Counter and (not args or args[0].is_constant() or isinstance(args[0], BaseSequenceVariable)):
+        counts = collections.Counter(v.as_constant() for v in (args[0].unpack(tx) if args else []))
+        counts.update({k: v.as_constant() for k, v in kwargs.items()})
+        return DictVariable({k: ConstantVariable(n) for k, n in counts.items()}, py_type=collections.Counter)
     if cls is dict or (isinstance(cls, type) and issubclass(cls, dict) and cls.__module__ == "collections"
                        and cls.__name__ in ("OrderedDict", "defaultdict")):
         factory = None
@@ -496,7 +505,7 @@ def _min_max(tx, fn, *args, key=None, default=None):
         if default is not None:
             return default
         raise Unsupported(f"{fn.__name__}() of an empty sequence (ValueError)")
-    if any(isinstance(i, TensorVariable) for i in items):
+    if any(isinstance(i, TensorVariable) for i in items) and key is None:
         raise Unsupported(f"{fn.__name__}() over tensors compares their data", hint=f"use torch.{fn.__name__}imum")
     if key is not None:
         keyed = [(key.call(tx, [i], {}).as_constant(), i) for i in items]

@@ -85,7 +85,7 @@ class BaseSequenceVariable(VariableTracker):
     def getattr(self, tx, name):
         from ember.frontend.variables.functions import BoundMethodVariable
 
-        if hasattr(self.py_type, name) or name in ("__getitem__", "__len__", "__contains__", "__iter__"):
+        if hasattr(self.python_type(), name) or name in ("__getitem__", "__len__", "__contains__", "__iter__"):
             return BoundMethodVariable(self, name)
         raise AttributeError(f"'{self.py_type.__name__}' object has no attribute '{name}'")
 
@@ -184,6 +184,42 @@ class ListVariable(BaseSequenceVariable):
         else:
             return super().call_method(tx, name, args, kwargs)
         return ConstantVariable(None)
+
+
+class DequeVariable(ListVariable):
+    """collections.deque (no maxlen) made inside the trace."""
+
+    def python_type(self):
+        import collections
+
+        return collections.deque
+
+    def describe(self):
+        return f"deque of {len(self.items)}"
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "appendleft":
+            self.items.insert(0, args[0])
+        elif name == "popleft":
+            if not self.items:
+                raise Unsupported("popleft from an empty deque (IndexError)")
+            return self.items.pop(0)
+        elif name == "extendleft":
+            for v in args[0].unpack(tx):
+                self.items.insert(0, v)
+        elif name == "rotate":
+            n = args[0].as_constant() if args else 1
+            if self.items:
+                n %= len(self.items)
+                self.items[:] = self.items[-n:] + self.items[:-n]
+        else:
+            return super().call_method(tx, name, args, kwargs)
+        return ConstantVariable(None)
+
+    def reconstruct(self, cg) -> str:
+        import collections
+
+        return cg.memo(self, lambda: f"{cg.const(collections.deque, 'deque')}([" + ", ".join(cg.reconstruct(i) for i in self.items) + "])")
 
 
 class StructSeqVariable(TupleVariable):
@@ -293,6 +329,8 @@ class DictVariable(VariableTracker):
             if self.default_factory is not None:
                 self.setitem(tx, key, self.default_factory.call(tx, [], {}))
                 return self.items[k]
+            if self.py_type.__name__ == "Counter" and self.py_type.__module__ == "collections":
+                return ConstantVariable(0)  # Counter.__missing__: 0, without inserting
             raise Unsupported(f"dict key {k!r} not found (KeyError)")
         return self.items[k]
 

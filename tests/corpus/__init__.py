@@ -1,0 +1,1 @@
+"""Differential corpus: every case runs eagerly and through ember.compile(fullgraph=True)."""
