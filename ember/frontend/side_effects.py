@@ -22,11 +22,8 @@ class SideEffects:
         self._containers.setdefault(id(vt), vt)
 
     def store_attr(self, owner: VariableTracker, obj, name: str, value: VariableTracker) -> None:
-        key = (id(obj), name)
-        if key in self._attr_writes:
-            self._attr_writes[key] = (owner, name, value)
-        else:
-            self._attr_writes[key] = (owner, name, value)
+        # dict order is the first write's position; the value is the last write's
+        self._attr_writes[(id(obj), name)] = (owner, name, value)
 
     def load_attr(self, obj, name: str):
         hit = self._attr_writes.get((id(obj), name))

@@ -155,8 +155,6 @@ class ConstantMethodVariable(VariableTracker):
         from ember.frontend.variables.builder import wrap_const
 
         if not all(a.is_constant() for a in [*args, *kwargs.values()]):
-            if isinstance(self.value, str) and self.name in ("format", "join"):
-                pass
             raise Unsupported(f"{self.describe()} with non-constant arguments")
         res = getattr(self.value, self.name)(*[a.as_constant() for a in args],
                                              **{k: v.as_constant() for k, v in kwargs.items()})
