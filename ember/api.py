@@ -70,8 +70,6 @@ class EmberFunction:
 class OptimizedModule(torch.nn.Module):
     """Wraps a module: behaves like it (attributes, parameters, state_dict keys), runs compiled."""
 
-    _ember_own = ("_orig_mod", "_ember_cache", "forward", "_call_compiled")
-
     def __init__(self, mod: torch.nn.Module, backend, fullgraph):
         super().__init__()
         self._orig_mod = mod  # registered as a submodule: parameters are shared

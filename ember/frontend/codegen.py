@@ -20,6 +20,8 @@ import inspect
 import itertools
 from typing import Any
 
+import torch
+
 from ember.frontend.errors import Unsupported
 from ember.frontend.sources import ConstSource, GlobalSource, LocalSource, Source
 
@@ -46,7 +48,6 @@ class EntryCodegen:
         self._counter = itertools.count()
         self.graph_outputs: list = []  # fx nodes, in output order
         self._output_index: dict = {}
-        self.mutated_sources: set = set()
 
     # ---- names ----
     def const(self, value, hint: str = "c") -> str:
@@ -54,7 +55,11 @@ class EntryCodegen:
             return repr(value)
         if isinstance(value, float) and value == value and value not in (float("inf"), float("-inf")):
             return repr(value)
-        key = id(value)
+        try:
+            key = ("eq", type(value), value) if isinstance(value, (torch.device, torch.dtype, type, tuple)) else id(value)
+            hash(key)
+        except TypeError:
+            key = id(value)
         name = self._const_ids.get(key)
         if name is None:
             safe = "".join(ch if ch.isalnum() else "_" for ch in hint)[:20]
@@ -100,8 +105,6 @@ class EntryCodegen:
             self._memo[id(vt)] = name
         return name
 
-    def unchanged(self, vt) -> bool:
-        return True
 
 
 def render_signature(sig: inspect.Signature, ns: dict, skip_first: bool = False) -> tuple[str, list[str]]:

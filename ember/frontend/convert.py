@@ -18,7 +18,7 @@ from ember.config import config
 from ember.diagnostics import logging as elog
 from ember.frontend.codegen import EntryCodegen, build_entry, render_signature
 from ember.frontend.errors import Unsupported
-from ember.frontend.guards import GuardKind, GuardSet
+from ember.frontend.guards import GuardSet, global_state
 from ember.frontend.interpreter import Tracer
 from ember.frontend.output_graph import OutputGraph
 from ember.frontend.sources import ConstSource, LocalSource
@@ -144,7 +144,7 @@ def _finish(root, output: OutputGraph, result, backend, t0, self_name) -> CacheE
             compiled = gm.forward
         cg.ns["__graph"] = compiled
         call_line = f"__out = __graph({', '.join(input_exprs)})"
-    cg.ns["__global_state"] = __import__("ember.frontend.guards", fromlist=["global_state"]).global_state
+    cg.ns["__global_state"] = global_state
     cg.ns["__new_object"] = new_object
     params, names = render_signature(root.signature, cg.ns, skip_first=root.skip_first)
     self_binding = None

@@ -23,7 +23,6 @@ class GuardKind(enum.Enum):
     TYPE = "type"
     LEN = "container length"
     DICT_KEYS = "dict keys in order"
-    TRAINING = "module training flag"
     NO_HOOKS = "module has no hooks"
     ALIAS = "two inputs are the same object"
     GLOBAL_STATE = "grad mode, autocast state and default dtype"
@@ -134,8 +133,6 @@ def _render(g: Guard, v: str | None, load, const) -> str:
         return f"len({v}) == {e!r}"
     if k is GuardKind.DICT_KEYS:
         return f"tuple({v}) == {const(tuple(e), 'keys')}"
-    if k is GuardKind.TRAINING:
-        return f"{v}.training is {e!r}"
     if k is GuardKind.NO_HOOKS:
         return f"not ({v}._forward_hooks or {v}._forward_pre_hooks)"
     if k is GuardKind.ALIAS:
@@ -209,8 +206,6 @@ def _explain_one(g: Guard, val, evaluate) -> str | None:
         return None if len(val) == e else f"len({n}) changed: {e} -> {len(val)}"
     if k is GuardKind.DICT_KEYS:
         return None if tuple(val) == tuple(e) else f"{n} keys changed: {list(e)} -> {list(val)}"
-    if k is GuardKind.TRAINING:
-        return None if val.training is e else f"{n}.training changed: {e} -> {val.training}"
     if k is GuardKind.NO_HOOKS:
         return None if not (val._forward_hooks or val._forward_pre_hooks) else f"{n} has forward hooks now"
     if k is GuardKind.ALIAS:

@@ -50,9 +50,7 @@ class OutputGraph:
         # graph inputs, in placeholder order: (source, real value, placeholder node)
         self.inputs: list[tuple[Source, Any, fx.Node]] = []
         self._input_vt_by_id: dict[int, Any] = {}
-        self._real_by_fake: dict[int, torch.Tensor] = {}
         self._placeholder_names: set[str] = set()
-        self.op_count = 0
         # objects the generated entry function refers to by name (globals dicts, the root callable...)
         self.namespace: dict[str, Any] = {}
         self._ns_by_id: dict[int, str] = {}
@@ -130,7 +128,7 @@ class OutputGraph:
             raise Unsupported(f"torch.{target.__name__}() changes global state, which a graph cannot hold")
         node_args = pytree.tree_map(lambda v: _to_node_arg(v), (args, kwargs), is_leaf=_is_vt)
         fake_args = pytree.tree_map(lambda v: _to_fake_arg(v), (args, kwargs), is_leaf=_is_vt)
-        node = self.graph.create_node(kind, target, node_args[0] and tuple(node_args[0]), node_args[1])
+        node = self.graph.create_node(kind, target, tuple(node_args[0]), node_args[1])
         node.meta["stack_trace"] = tx.user_location() if tx is not None else ""
         try:
             with self.fake_mode:
@@ -145,7 +143,6 @@ class OutputGraph:
         except Exception as exc:
             self.graph.erase_node(node)
             raise _fake_error(kind, target, exc) from exc
-        self.op_count += 1
         if isinstance(result, FakeTensor):
             for vt in pytree.tree_leaves((args, kwargs), is_leaf=_is_vt):
                 if getattr(vt, "fake", None) is result:

@@ -45,15 +45,6 @@ class VariableTracker:
     def setattr(self, tx: "InstructionTranslator", name: str, value: "VariableTracker") -> None:
         raise Unsupported(f"setting attribute '{name}' of {self.describe()} (side effects are not supported yet)")
 
-    def has_attr(self, tx, name: str) -> bool:
-        try:
-            self.getattr(tx, name)
-            return True
-        except Unsupported:
-            raise
-        except AttributeError:
-            return False
-
     def call(self, tx, args: list, kwargs: dict) -> "VariableTracker":
         raise Unsupported(f"calling {self.describe()}")
 

@@ -94,7 +94,7 @@ class TupleVariable(BaseSequenceVariable):
     py_type = tuple
 
     def reconstruct(self, cg) -> str:
-        if self.source is not None and cg.unchanged(self):
+        if self.source is not None:  # tuples are immutable: the input object itself
             return cg.load(self.source)
         inner = ", ".join(cg.reconstruct(i) for i in self.items)
         return f"({inner},)" if len(self.items) == 1 else f"({inner})"
@@ -276,7 +276,7 @@ class NamedTupleVariable(TupleVariable):
         return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, cg) -> str:
-        if self.source is not None and cg.unchanged(self):
+        if self.source is not None:  # tuples are immutable: the input object itself
             return cg.load(self.source)
         return f"{cg.const(self.cls, 'nt')}(" + ", ".join(cg.reconstruct(i) for i in self.items) + ")"
 
