@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import torch
 
-from ember.backends.registry import lookup_backend
+from ember.backends.registry import backend_spec, validate_options
 from ember.frontend.bytecode import CO_ASYNC_GENERATOR, CO_COROUTINE, CO_GENERATOR, CO_ITERABLE_COROUTINE, check_python_version
 from ember.frontend.cache import FrameCache
 
@@ -33,25 +33,49 @@ def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: 
         raise ValueError(f"unknown mode {mode!r}; valid modes: {', '.join(repr(m) for m in _MODES)}")
     if mode is not None and options is not None:
         raise RuntimeError("Either mode or options can be specified, but both can't be specified at the same time.")
-    backend_fn = lookup_backend(backend)
+    options = dict(options or {})
+    guard_filter_fn = options.pop("guard_filter_fn", None)  # a frontend option, valid for every backend
+    if guard_filter_fn is not None and not callable(guard_filter_fn):
+        raise TypeError("options['guard_filter_fn'] must be a callable taking the list of guard entries "
+                        "and returning one bool per entry")
+    backend_fn = make_compiler(backend, mode, options)
     if disable:
         return model
+    cache_args = dict(backend=backend_fn, fullgraph=fullgraph, guard_filter_fn=guard_filter_fn,
+                      backend_for=lambda b: make_compiler(b, None, {}))
     if isinstance(model, torch.nn.Module):
-        return OptimizedModule(model, backend_fn, fullgraph)
+        return OptimizedModule(model, cache_args)
     fn = model.__func__ if isinstance(model, types.MethodType) else model
     code = getattr(fn, "__code__", None)
     if code is not None and code.co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE):
         kind = "coroutine" if code.co_flags & (CO_COROUTINE | CO_ITERABLE_COROUTINE) else "generator"
         raise TypeError(f"ember.compile cannot compile {fn.__qualname__}: it is a {kind} function. Compile the "
                         f"function that consumes it, or the tensor work inside it, instead.")
-    return EmberFunction(model, backend_fn, fullgraph)
+    return EmberFunction(model, cache_args)
+
+
+def make_compiler(backend, mode: str | None, options: dict) -> Callable:
+    """The backend as ``fn(gm, example_inputs)``, with its mode and validated options bound (passed
+    as torch.compile passes them: ``mode=`` and ``options=`` keywords, only when given)."""
+    spec = backend_spec(backend)
+    bound: dict[str, Any] = {}
+    if mode not in (None, "default"):
+        if not spec.accepts("mode"):
+            raise ValueError(f"backend {spec.name!r} does not take a mode (got mode={mode!r}); modes are "
+                             "settings of the 'ember' backend (alias 'inductor')")
+        bound["mode"] = mode
+    if options:
+        bound["options"] = validate_options(spec, options)
+        if not spec.accepts("options"):
+            raise ValueError(f"backend {spec.name!r} takes no options (got {sorted(options)})")
+    return functools.partial(spec.fn, **bound) if bound else spec.fn
 
 
 class EmberFunction:
     """A compiled function: calls go through the guarded cache."""
 
-    def __init__(self, fn, backend, fullgraph):
-        self._ember_cache = FrameCache(fn, backend, fullgraph)
+    def __init__(self, fn, cache_args: dict):
+        self._ember_cache = FrameCache(fn, **cache_args)
         functools.update_wrapper(self, fn)
         self._orig_fn = fn
 
@@ -70,10 +94,10 @@ class EmberFunction:
 class OptimizedModule(torch.nn.Module):
     """Wraps a module: behaves like it (attributes, parameters, state_dict keys), runs compiled."""
 
-    def __init__(self, mod: torch.nn.Module, backend, fullgraph):
+    def __init__(self, mod: torch.nn.Module, cache_args: dict):
         super().__init__()
         self._orig_mod = mod  # registered as a submodule: parameters are shared
-        self._ember_cache = FrameCache(mod, backend, fullgraph)
+        self._ember_cache = FrameCache(mod, **cache_args)
 
     def __call__(self, *args, **kwargs):
         return self._ember_cache(*args, **kwargs)

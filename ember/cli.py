@@ -1,7 +1,8 @@
-"""Command line: `ember --version`, `ember backends`, `ember run script.py [args...]`.
+"""Command line: `ember --version`, `ember backends`, `ember config`, `ember run script.py [args...]`.
 
-`ember run` executes a script as `__main__` with `torch.compile` routed to `ember.compile`, so an
-unmodified torch.compile program runs through ember.
+`ember run` executes a script as `__main__` with `torch.compile` routed to `ember.compile` (and
+torch.compiler's set_stance, disable, reset, allow_in_graph, substitute_in_graph, list_backends to
+ember's), so an unmodified torch.compile program runs through ember.
 """
 from __future__ import annotations
 
@@ -11,29 +12,53 @@ import runpy
 import sys
 
 
-def _backend_names() -> list[str]:
-    import ember
+def _backends() -> int:
+    from ember.backends.registry import backend_spec, list_backends
 
-    lister = getattr(ember, "list_backends", None)
-    if callable(lister):
-        return sorted(lister())
-    from ember.backends import registry  # fallback while list_backends is not exported
+    default = set(list_backends())
+    for name in list_backends(exclude_tags=()):
+        spec = backend_spec(name)
+        notes = [f"tags: {', '.join(spec.tags)}"] if spec.tags else []
+        if spec.name != name:
+            notes.append(f"alias of {spec.name}")
+        if spec.origin != "registered":
+            notes.append(f"from entry point group {spec.origin}")
+        if name not in default:
+            notes.append("hidden from list_backends() by default")
+        print(f"{name:<16} {'; '.join(notes)}".rstrip())
+    return 0
 
-    for attr in ("list_backends", "names"):
-        fn = getattr(registry, attr, None)
-        if callable(fn):
-            return sorted(fn())
-    table = getattr(registry, "_BACKENDS", None) or getattr(registry, "BACKENDS", {})
-    return sorted(table)
+
+def _config() -> int:
+    from ember.config import ENV_TABLE, config
+
+    for env, name, default, doc in ENV_TABLE:
+        print(f"{env:<26} {name} = {getattr(config, name)!r}  (default {default!r})\n{'':<26} {doc}")
+    return 0
 
 
-def _run(script: str, args: list[str]) -> int:
+# what `ember run` routes: torch's compile entry points -> ember's equivalents
+def _routes():
     import torch
 
     import ember
 
-    original = torch.compile
-    torch.compile = ember.compile
+    return [
+        (torch, "compile", ember.compile),
+        (torch.compiler, "set_stance", ember.set_stance),
+        (torch.compiler, "disable", ember.disable),
+        (torch.compiler, "reset", ember.reset),
+        (torch.compiler, "allow_in_graph", ember.allow_in_graph),
+        (torch.compiler, "substitute_in_graph", ember.substitute_in_graph),
+        (torch.compiler, "list_backends", ember.list_backends),
+    ]
+
+
+def _run(script: str, args: list[str]) -> int:
+    routes = _routes()
+    originals = [(obj, name, getattr(obj, name)) for obj, name, _ in routes]
+    for obj, name, new in routes:
+        setattr(obj, name, new)
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # as `python script.py` does
     try:
@@ -42,7 +67,8 @@ def _run(script: str, args: list[str]) -> int:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     finally:
-        torch.compile = original
+        for obj, name, old in originals:
+            setattr(obj, name, old)
     return 0
 
 
@@ -53,7 +79,8 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a script with torch.compile routed to ember.compile")
     run.add_argument("script")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
-    sub.add_parser("backends", help="list the registered backends")
+    sub.add_parser("backends", help="list the available backends, with tags and aliases")
+    sub.add_parser("config", help="show ember.config: each field, its EMBER_* variable and current value")
     return p
 
 
@@ -68,9 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     if ns.command == "run":
         return _run(ns.script, ns.args)
     if ns.command == "backends":
-        for name in _backend_names():
-            print(name)
-        return 0
+        return _backends()
+    if ns.command == "config":
+        return _config()
     p.print_help()
     return 2
 

@@ -45,4 +45,15 @@ class Config:
 
 ENV_TABLE = [(_env_name(f.name), f.name, f.default, f.metadata.get("doc", "")) for f in dataclasses.fields(Config)]
 
+
+
+def markdown_table() -> str:
+    """The table docs/config.md shows (a test keeps the two identical)."""
+    rows = ["| Variable | Field | Default | Meaning |", "|---|---|---|---|"]
+    for env, name, default, doc in ENV_TABLE:
+        shown = "~/.cache/ember" if name == "cache_dir" else repr(default)
+        rows.append(f"| `{env}` | `{name}` | `{shown}` | {doc} |")
+    return "\n".join(rows) + "\n"
+
+
 config = Config.from_env()

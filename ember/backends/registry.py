@@ -1,19 +1,64 @@
 """Backends by name. A backend is ``fn(gm: torch.fx.GraphModule, example_inputs: list) -> callable``,
-the contract torch.compile backends use, so either side's backends plug into the other."""
+the contract torch.compile backends use, so either side's backends plug into the other.
+
+Names resolve in this order: backends registered in this process (ember's own and
+``register_backend`` calls), then the ``ember_backends`` entry-point group (backends shipped by other
+packages for ember), then the ``torch_dynamo_backends`` group (backends written for torch.compile).
+
+A backend may declare the ``options`` it understands (``{name: OptionSpec}``); ``ember.compile``
+then rejects unknown keys by name. A backend that declares nothing receives options unchecked,
+as torch.compile passes them (``backend(gm, inputs, options=...)``).
+"""
 from __future__ import annotations
 
-from typing import Callable
+import dataclasses
+import inspect
+from importlib import metadata
+from typing import Any, Callable
 
-_BACKENDS: dict[str, Callable] = {}
-_TAGS: dict[str, tuple] = {}
+EMBER_ENTRY_POINTS = "ember_backends"
+TORCH_ENTRY_POINTS = "torch_dynamo_backends"
 
 
-def register_backend(compiler_fn: Callable | None = None, name: str | None = None, tags: tuple = ()):
-    """Register a backend; usable as ``@register_backend`` or ``@register_backend(name=..., tags=...)``."""
+@dataclasses.dataclass(frozen=True)
+class OptionSpec:
+    type: type
+    default: Any
+    doc: str = ""
+
+
+@dataclasses.dataclass
+class BackendSpec:
+    name: str
+    fn: Callable
+    tags: tuple = ()
+    options: dict | None = None  # None: not declared (passed through unchecked)
+    origin: str = "registered"   # "registered" | entry-point group name
+
+    def accepts(self, kwarg: str) -> bool:
+        try:
+            params = inspect.signature(self.fn).parameters.values()
+        except (TypeError, ValueError):
+            return True
+        return any(p.name == kwarg or p.kind is p.VAR_KEYWORD for p in params)
+
+
+_BACKENDS: dict[str, BackendSpec] = {}
+_ALIASES: dict[str, str] = {}
+_discovered = False
+
+
+def register_backend(compiler_fn: Callable | None = None, name: str | None = None, tags: tuple = (),
+                     options: dict | None = None):
+    """Register a backend; usable as ``@register_backend`` or ``@register_backend(name=..., tags=...)``.
+
+    ``options`` (optional) declares the option keys the backend understands, ``{key: OptionSpec}``.
+    """
     def deco(fn):
+        if not callable(fn):
+            raise TypeError(f"register_backend expects a callable fn(gm, example_inputs), got {type(fn).__name__}")
         key = name or fn.__name__
-        _BACKENDS[key] = fn
-        _TAGS[key] = tuple(tags)
+        _BACKENDS[key] = BackendSpec(key, fn, tuple(tags), options)
         return fn
 
     if compiler_fn is not None:
@@ -21,20 +66,94 @@ def register_backend(compiler_fn: Callable | None = None, name: str | None = Non
     return deco
 
 
-def lookup_backend(backend) -> Callable:
-    if callable(backend):
-        return backend
+def register_alias(alias: str, target: str) -> None:
+    """``alias`` names the same backend as ``target`` (``inductor`` -> ``ember``)."""
+    _ALIASES[alias] = target
+
+
+def _discover() -> None:
+    """Load entry-point backends once; names registered in-process win over discovered ones."""
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    for group in (EMBER_ENTRY_POINTS, TORCH_ENTRY_POINTS):
+        try:
+            eps = metadata.entry_points(group=group)
+        except Exception:  # a broken distribution must not break ember
+            continue
+        for ep in eps:
+            if ep.name in _BACKENDS or ep.name in _ALIASES:
+                continue
+            if group == TORCH_ENTRY_POINTS and ep.value.startswith("ember."):
+                continue  # our own offer to torch.compile: already registered under that name
+            _BACKENDS[ep.name] = BackendSpec(ep.name, _LazyEntryPoint(ep), (), None, group)
+
+
+class _LazyEntryPoint:
+    """Imports the entry point's module on first use, so listing backends stays cheap."""
+
+    def __init__(self, ep):
+        self.ep = ep
+        self._fn = None
+
+    def __call__(self, *args, **kwargs):
+        if self._fn is None:
+            self._fn = self.ep.load()
+        return self._fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<backend {self.ep.name} from {self.ep.value} ({self.ep.group})>"
+
+
+def backend_spec(backend) -> BackendSpec:
+    """The spec of a backend given by name or callable; an unknown name lists the available ones."""
     if isinstance(backend, str):
-        if backend in _BACKENDS:
-            return _BACKENDS[backend]
-        raise ValueError(f"unknown ember backend {backend!r}; available: {', '.join(sorted(_BACKENDS))}. "
+        name = _ALIASES.get(backend, backend)
+        if name not in _BACKENDS:
+            _discover()
+        if name in _BACKENDS:
+            return _BACKENDS[name]
+        raise ValueError(f"unknown ember backend {backend!r}; available: {', '.join(list_backends(exclude_tags=()))}. "
                          "Pass one of these names, or a callable fn(gm, example_inputs) -> callable.")
+    if callable(backend):
+        for spec in _BACKENDS.values():
+            if spec.fn is backend:
+                return spec
+        return BackendSpec(getattr(backend, "__name__", type(backend).__name__), backend)
     raise TypeError(f"backend must be a name or a callable, not {type(backend).__name__}")
 
 
+def lookup_backend(backend) -> Callable:
+    return backend_spec(backend).fn
+
+
 def list_backends(exclude_tags=("debug", "experimental")) -> list[str]:
+    """Names of the available backends (aliases included), without those carrying an excluded tag."""
+    _discover()
     exclude = set(exclude_tags or ())
-    return sorted(k for k, tags in _TAGS.items() if not exclude.intersection(tags))
+    names = [k for k, spec in _BACKENDS.items() if not exclude.intersection(spec.tags)]
+    names += [a for a, t in _ALIASES.items() if t in names]
+    return sorted(names)
+
+
+def validate_options(spec: BackendSpec, options: dict) -> dict:
+    """Check ``options`` against the backend's declared keys and types; fill defaults."""
+    if spec.options is None:
+        return dict(options)
+    unknown = sorted(set(options) - set(spec.options))
+    if unknown:
+        valid = ", ".join(sorted(spec.options)) or "none"
+        raise ValueError(f"unknown option(s) {', '.join(map(repr, unknown))} for backend {spec.name!r}; "
+                         f"valid options: {valid} (and 'guard_filter_fn', which every backend takes)")
+    out = {}
+    for key, opt in spec.options.items():
+        value = options.get(key, opt.default)
+        if not isinstance(value, opt.type):
+            raise TypeError(f"option {key!r} of backend {spec.name!r} must be {opt.type.__name__}, "
+                            f"got {type(value).__name__} ({value!r})")
+        out[key] = value
+    return out
 
 
 from ember.backends import eager  # noqa: E402,F401  (registers the built-in backends)

@@ -1,42 +1,122 @@
 """Per-callable cache of compiled entries, newest first, with the recompile limit.
 
 On a call, each entry's generated function checks its guards and either runs or answers MISS. After
-``recompile_limit`` entries, misses run eagerly (one warning), as torch.compile does.
+``recompile_limit`` entries, misses run eagerly (one warning), as torch.compile does. Any stance
+other than the default (``ember.set_stance``) takes ``_call_with_stance``, off the hot path.
 """
 from __future__ import annotations
 
 import inspect
+import re
 import warnings
+import weakref
 from typing import Any, Callable
 
 from ember.config import config
 from ember.diagnostics import logging as elog
 from ember.frontend.codegen import MISS
 from ember.frontend.convert import CacheEntry, RootSpec, compile_entry
+from ember.frontend import stance as _stance
+from ember.frontend.codegen import build_entry
 from ember.frontend.errors import CompileError, Unsupported
 from ember.frontend.guards import explain_failure
 
+# every live cache, so ember.reset() can empty them all
+ALL_CACHES: "weakref.WeakSet[FrameCache]" = weakref.WeakSet()
+
 
 class FrameCache:
-    def __init__(self, target, backend: Callable, fullgraph: bool, recompile_limit: int | None = None):
+    def __init__(self, target, backend: Callable, fullgraph: bool, recompile_limit: int | None = None,
+                 guard_filter_fn: Callable | None = None, backend_for: Callable | None = None):
         self.root = RootSpec.of(target)
         self.target = target
         self.backend = backend
         self.fullgraph = fullgraph
         self.recompile_limit = recompile_limit
+        self.guard_filter_fn = guard_filter_fn
+        # resolves set_stance(force_backend=...) names into compiler functions (the api layer's lookup)
+        self.backend_for = backend_for
         self.entries: list[CacheEntry] = []
+        self.forced_entries: dict = {}  # force_backend -> its own entry list: never mixed with ours
         self.recompile_reasons: list[str] = []
         self.compile_count = 0
+        self.call_count_under_stance = 0
         self.fallback_reason: str | None = None  # set when the whole callable runs eagerly
         self._limit_warned = False
+        self._light: tuple | None = None  # (entries snapshot, light fns) for skip_guard_eval_unsafe
+        ALL_CACHES.add(self)
 
     # the hot path -------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        if _stance.current is not _stance.DEFAULT:
+            return self._call_with_stance(args, kwargs)
         for entry in self.entries:
             out = entry.fn(*args, **kwargs)
             if out is not MISS:
                 return out
         return self._miss(args, kwargs)
+
+    def reset(self) -> None:
+        self.entries = []
+        self.forced_entries = {}
+        self.recompile_reasons = []
+        self.compile_count = 0
+        self.fallback_reason = None
+        self._limit_warned = False
+        self._light = None
+
+    # the stance path ----------------------------------------------------------------------
+    def _call_with_stance(self, args, kwargs):
+        st = _stance.current
+        if st.disabled or st.stance == "force_eager":
+            return self._eager(args, kwargs)
+        if st.stance == "eager_then_compile" and not self.entries and self.call_count_under_stance == 0:
+            self.call_count_under_stance += 1
+            return self._eager(args, kwargs)
+        entries, backend = self.entries, self.backend
+        if st.force_backend is not None:
+            backend = self.backend_for(st.force_backend) if self.backend_for else st.force_backend
+            entries = self.forced_entries.setdefault(st.force_backend, [])
+        fns = self._light_fns(entries) if st.skip_guard_eval_unsafe else [e.fn for e in entries]
+        for fn in fns:
+            out = fn(*args, **kwargs)
+            if out is not MISS:
+                return out
+        if st.stance == "eager_on_recompile":
+            return self._eager(args, kwargs)
+        if st.stance == "fail_on_recompile":
+            reason = self.explain_miss(args, kwargs, entries) if entries else "no compiled code yet"
+            raise RuntimeError(f"ember.set_stance('fail_on_recompile'): {self.root.name} ({self.root.location()}) "
+                               f"would be compiled here ({reason}). Warm it up with these inputs under the "
+                               "default stance first, or use stance 'eager_on_recompile' to run such calls eagerly.")
+        return self._miss(args, kwargs, entries, backend)
+
+    def _light_fns(self, entries):
+        """skip_guard_eval_unsafe: each entry checks only the guard conditions that tell it apart
+        from the others (none when there is one entry). Rebuilt when the entry list changes."""
+        snapshot = tuple(entries)
+        if self._light is not None and self._light[0] == snapshot:
+            return self._light[1]
+        keyed = [_condition_keys(e) for e in entries]
+        shared = set.intersection(*(set(k for conds in ks.values() for k, _ in conds) for ks in keyed)) if keyed else set()
+        fns = []
+        for e, keys in zip(entries, keyed):
+            lines = e.build_args["guard_lines"]
+            kept = []
+            i = 0
+            while i < len(lines):
+                if i in keys:
+                    conds = [text for key, text in keys[i] if key not in shared]
+                    if conds:
+                        kept += [f"if not ({' and '.join(conds)}):", lines[i + 1]]
+                    i += 2  # the check and its `return __MISS`
+                    continue
+                kept.append(lines[i])
+                i += 1
+            args = dict(e.build_args, guard_lines=kept, name=e.build_args["name"] + "_unguarded")
+            fns.append(build_entry(**args)[0])
+        self._light = (snapshot, fns)
+        return fns
 
     # the miss path ------------------------------------------------------------------------
     def _eager(self, args, kwargs):
@@ -44,13 +124,15 @@ class FrameCache:
             return self.root.fn(self.root.self_obj, *args, **kwargs)
         return self.target(*args, **kwargs)
 
-    def _miss(self, args, kwargs):
+    def _miss(self, args, kwargs, entries=None, backend=None):
+        entries = self.entries if entries is None else entries
+        backend = self.backend if backend is None else backend
         if self.fallback_reason is not None:
             return self._eager(args, kwargs)
         limit = self.recompile_limit if self.recompile_limit is not None else config.recompile_limit
-        if self.entries:
-            reason = self.explain_miss(args, kwargs)
-            if len(self.entries) >= limit:
+        if entries:
+            reason = self.explain_miss(args, kwargs, entries)
+            if len(entries) >= limit:
                 if not self._limit_warned:
                     self._limit_warned = True
                     warnings.warn(f"ember: {self.root.name} hit the recompile limit ({limit}); further cache "
@@ -60,7 +142,7 @@ class FrameCache:
             self.recompile_reasons.append(reason)
             elog.artifact("recompiles", f"recompiling {self.root.name}: {reason}")
         try:
-            entry = compile_entry(self.root, args, kwargs, self.backend)
+            entry = compile_entry(self.root, args, kwargs, backend, self.guard_filter_fn)
         except Unsupported as exc:
             if self.fullgraph:
                 raise CompileError(f"ember.compile(fullgraph=True) cannot capture {self.root.name} in one graph: {exc}") from exc
@@ -70,7 +152,7 @@ class FrameCache:
             warnings.warn(msg, stacklevel=3)
             return self._eager(args, kwargs)
         self.compile_count += 1
-        self.entries.insert(0, entry)
+        entries.insert(0, entry)
         out = entry.fn(*args, **kwargs)
         if out is MISS:
             bad = self.explain_miss(args, kwargs, [entry])
@@ -97,3 +179,35 @@ class FrameCache:
 
             reasons.append(explain_failure(entry.guards, evaluate) or "unknown guard failure")
         return reasons[0] if reasons else "no entries"
+
+
+_NAME = re.compile(r"\b__\w+")
+
+
+def _condition_keys(entry) -> dict:
+    """guard line index -> [(key, condition text)]; a key means the same condition in any entry:
+    temps replaced by what they load, namespace constants by their identity (two entries may bind
+    the same constant name to different objects)."""
+    ns = entry.namespace
+    temps: dict = {}
+
+    def resolve(text: str) -> str:
+        def sub(m):
+            tok = m.group(0)
+            if tok in temps:
+                return f"({temps[tok]})"
+            if tok in ns:
+                return f"<{type(ns[tok]).__name__}@{id(ns[tok])}>"
+            return tok
+        return _NAME.sub(sub, text)
+
+    keys = {}
+    for i, ln in enumerate(entry.build_args["guard_lines"]):
+        if i in entry.guard_conjuncts:
+            keys[i] = [(resolve(c), c) for c in entry.guard_conjuncts[i]]
+            continue
+        code = ln.split("  #", 1)[0]
+        if code.startswith("__") and " = " in code:
+            name, expr = code.split(" = ", 1)
+            temps[name.strip()] = resolve(expr)
+    return keys

@@ -17,6 +17,7 @@ import torch.fx as fx
 from ember.config import config
 from ember.diagnostics import logging as elog
 from ember.frontend.codegen import EntryCodegen, build_entry, render_signature
+from ember.frontend import guard_filter
 from ember.frontend.errors import Unsupported
 from ember.frontend.guards import GuardSet, global_state
 from ember.frontend.interpreter import Tracer
@@ -49,7 +50,11 @@ class RootSpec:
 
     @property
     def signature(self) -> inspect.Signature:
-        return inspect.signature(self.fn, follow_wrapped=False)
+        try:
+            return inspect.signature(self.fn, follow_wrapped=False)
+        except ValueError:  # a C function without a text signature (torch.sin): take anything
+            P = inspect.Parameter
+            return inspect.Signature([P("args", P.VAR_POSITIONAL), P("kwargs", P.VAR_KEYWORD)])
 
     @property
     def skip_first(self) -> bool:
@@ -71,9 +76,13 @@ class CacheEntry:
     compile_seconds: float
     id: int = 0
     params: list = field(default_factory=list)
+    build_args: dict = field(default_factory=dict)  # to rebuild the entry with fewer guard checks
+    backend: Any = None
+    guard_conjuncts: dict = field(default_factory=dict)  # guard line index -> its conditions
 
 
-def compile_entry(root: RootSpec, args: tuple, kwargs: dict, backend: Callable) -> CacheEntry:
+def compile_entry(root: RootSpec, args: tuple, kwargs: dict, backend: Callable,
+                  guard_filter_fn: Callable | None = None) -> CacheEntry:
     t0 = time.perf_counter()
     globals_ = getattr(root.fn, "__globals__", {})
     output = OutputGraph(root_globals=globals_)
@@ -101,7 +110,8 @@ def compile_entry(root: RootSpec, args: tuple, kwargs: dict, backend: Callable) 
         result = root_vt.call(tracer, call_args, call_kwargs)
     finally:
         tracer.restore_modes()
-    return _finish(root, output, result, backend, t0, self_name)
+    local_values = dict(bound.arguments)
+    return _finish(root, output, result, backend, t0, self_name, guard_filter_fn, local_values)
 
 
 def _root_callable(tracer, root: RootSpec, self_name: str | None):
@@ -116,12 +126,17 @@ def _root_callable(tracer, root: RootSpec, self_name: str | None):
     return wrap(tracer, root.fn, output.object_source(root.fn, root.name))
 
 
-def _finish(root, output: OutputGraph, result, backend, t0, self_name) -> CacheEntry:
+def _finish(root, output: OutputGraph, result, backend, t0, self_name, guard_filter_fn, local_values) -> CacheEntry:
     entry_id = next(_entry_ids)
     cg = EntryCodegen(output.namespace)
+    if guard_filter_fn is not None:
+        def evaluate(src):
+            return eval(src.expr(), cg.ns, local_values)  # noqa: S307 - our own source expressions
+
+        output.guards.keep_only(guard_filter.apply(output.guards, guard_filter_fn, evaluate))
     # 1. guards, each after the loads it needs; then the graph inputs (already loaded as temps)
     guard_section = cg.lines
-    output.guards.check_lines(cg.load, cg.const, guard_section)
+    conjuncts = output.guards.check_lines(cg.load, cg.const, guard_section)
     input_exprs = [cg.load(src) for src, _, _ in output.inputs]
     # 2. the return value (decides graph outputs)
     cg.lines = body = []
@@ -153,12 +168,14 @@ def _finish(root, output: OutputGraph, result, backend, t0, self_name) -> CacheE
         self_binding = f"{self_name} = __root_self"
     name = f"__ember_entry_{entry_id}"
     header = f"ember: compiled from {root.name} at {root.location()}; {len(output.guards)} guards, {op_count} graph ops"
-    fn, text = build_entry(name=name, header=header, params=params, self_binding=self_binding,
-                           guard_lines=guard_section, body_lines=body, call_line=call_line,
-                           return_expr=return_expr, ns=cg.ns)
+    build_args = dict(name=name, header=header, params=params, self_binding=self_binding,
+                      guard_lines=guard_section, body_lines=body, call_line=call_line,
+                      return_expr=return_expr, ns=cg.ns)
+    fn, text = build_entry(**build_args)
     elog.artifact("guards", f"entry {entry_id} guards:\n" + "\n".join(guard_section))
     elog.artifact("output_code", text)
-    return CacheEntry(fn, output.guards, text, cg.ns, gm, op_count, time.perf_counter() - t0, entry_id, names)
+    return CacheEntry(fn, output.guards, text, cg.ns, gm, op_count, time.perf_counter() - t0, entry_id, names,
+                      build_args, backend, conjuncts)
 
 
 def _is_impure(node: fx.Node) -> bool:

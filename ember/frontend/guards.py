@@ -8,6 +8,7 @@ why a call missed the cache (``x.shape[0] changed: 8 -> 16``).
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -88,23 +89,41 @@ class GuardSet:
     def __iter__(self):
         return iter(self._guards.values())
 
+    def keep_only(self, kept) -> None:
+        """Drop every guard not in ``kept`` (the user's guard_filter_fn decided)."""
+        ids = {id(g) for g in kept}
+        self._guards = {k: g for k, g in self._guards.items() if id(g) in ids}
+
     def __len__(self) -> int:
         return len(self._guards)
 
     # ---- code generation -------------------------------------------------------------------
-    def check_lines(self, load: Callable[[Source], str], const: Callable[[Any, str], str], lines: list[str]) -> list[str]:
+    def check_lines(self, load: Callable[[Source], str], const: Callable[[Any, str], str], lines: list[str]) -> dict:
         """Append ``if not (<check>): return __MISS`` per guard, in order, to ``lines`` (the list
-        ``load`` also appends its temps to, so each guard follows the loads it needs)."""
+        ``load`` also appends its temps to, so each guard follows the loads it needs).
+
+        Returns {line index: the check's conjuncts}, so a caller can rebuild a check from a subset
+        (``skip_guard_eval_unsafe`` keeps only the conjuncts that tell cache entries apart)."""
+        conjuncts = {}
         for g in self:
             v = load(g.source) if g.source is not None else None
-            cond = _render(g, v, load, const)
+            conds = _render(g, v, load, const)
             label = g.source.name() if g.source is not None else "global state"
-            lines.append(f"if not ({cond}):  # {label}: {g.kind.name}")
+            conjuncts[len(lines)] = conds
+            lines.append(f"if not ({' and '.join(conds)}):  # {label}: {g.kind.name}")
             lines.append("    return __MISS")
-        return lines
+        return conjuncts
 
 
-def _render(g: Guard, v: str | None, load, const) -> str:
+def _render(g: Guard, v: str | None, load, const) -> list[str]:
+    """The check as a list of conditions that must all hold."""
+    return _CONJ.split(_render_one(g, v, load, const)) if g.kind is GuardKind.TENSOR else [_render_one(g, v, load, const)]
+
+
+_CONJ = re.compile(r" and ")  # only split TENSOR checks, whose parts are ours and hold no string literals
+
+
+def _render_one(g: Guard, v: str | None, load, const) -> str:
     k = g.kind
     e = g.expected
     if k is GuardKind.TENSOR:

@@ -3,7 +3,11 @@
 - torch functions (``torch.*``, ``torch.nn.functional.*``, unbound Tensor methods...) become graph ops;
 - Python functions elsewhere, including nn.Module methods in torch.nn.modules, are inlined;
 - the ``SPECIAL`` table maps particular objects to dedicated trackers (grad-mode and autocast
-  contexts, "am I compiling?" queries).
+  contexts, "am I compiling?" queries);
+- user tables filled by the public API (ember/control.py): functions allowed into the graph whole
+  (``allow_in_graph``), polyfills traced in place of C functions (``substitute_in_graph``),
+  callables never traced (``disable``) and callables that must not run inside a compile
+  (``set_stance``).
 """
 from __future__ import annotations
 
@@ -30,7 +34,8 @@ def is_torch_callable(fn) -> bool:
     return isinstance(self_obj, types.ModuleType) and self_obj.__name__.startswith("torch._C")
 
 
-def _const_fn(result):
+def constant_result(result):
+    """A SPECIAL factory: calls of the object answer ``result`` while tracing."""
     def make(value, source):
         from ember.frontend.variables.functions import ConstantFunctionVariable
 
@@ -57,17 +62,17 @@ def _build_special() -> dict:
         torch.enable_grad: _grad_cls,
         torch.set_grad_enabled: _grad_cls,
         torch.autocast: _autocast_cls,
-        torch.compiler.is_compiling: _const_fn(True),
-        torch.compiler.is_dynamo_compiling: _const_fn(True),
-        torch.compiler.is_exporting: _const_fn(False),
-        torch.jit.is_scripting: _const_fn(False),
-        torch.jit.is_tracing: _const_fn(False),
-        torch._C._get_tracing_state: _const_fn(None),
+        torch.compiler.is_compiling: constant_result(True),
+        torch.compiler.is_dynamo_compiling: constant_result(True),
+        torch.compiler.is_exporting: constant_result(False),
+        torch.jit.is_scripting: constant_result(False),
+        torch.jit.is_tracing: constant_result(False),
+        torch._C._get_tracing_state: constant_result(None),
     }
     for name in ("is_fx_tracing", "is_fx_symbolic_tracing"):
         fn = getattr(torch.fx._symbolic_trace, name, None)
         if fn is not None:
-            table[fn] = _const_fn(False)
+            table[fn] = constant_result(False)
     for mod in (getattr(torch, "cpu", None), getattr(torch, "cuda", None)):
         amp = getattr(mod, "amp", None)
         if amp is not None and hasattr(amp, "autocast"):
@@ -88,3 +93,49 @@ def special_callable(value):
         return SPECIAL.get(value)
     except TypeError:  # unhashable
         return None
+
+
+# ---- tables filled by ember/control.py ---------------------------------------------------------
+ALLOWED_IN_GRAPH: dict = {}   # fn -> True: a graph op, body not traced
+POLYFILLS: dict = {}          # original -> (polyfill, can_constant_fold_through)
+DISABLED: dict = {}           # fn -> reason: never traced (a graph break where called)
+FORBIDDEN: dict = {}          # fn -> message: calling it while tracing is an error
+
+
+def _lookup(table: dict, value):
+    try:
+        return table.get(value)
+    except TypeError:  # unhashable
+        return None
+
+
+def allow_in_graph(fn) -> None:
+    ALLOWED_IN_GRAPH[fn] = True
+
+
+def is_allowed_in_graph(value) -> bool:
+    return bool(_lookup(ALLOWED_IN_GRAPH, value))
+
+
+def register_polyfill(original, polyfill, can_constant_fold_through: bool) -> None:
+    POLYFILLS[original] = (polyfill, can_constant_fold_through)
+
+
+def polyfill_of(value):
+    return _lookup(POLYFILLS, value)
+
+
+def mark_disabled(fn, reason: str) -> None:
+    DISABLED[fn] = reason
+
+
+def disabled_reason(value):
+    return _lookup(DISABLED, value)
+
+
+def forbid(fn, message: str) -> None:
+    FORBIDDEN[fn] = message
+
+
+def forbidden_message(value):
+    return _lookup(FORBIDDEN, value)

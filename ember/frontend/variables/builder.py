@@ -130,6 +130,10 @@ def _wrap_object(tx, value, source):
         if source is not None:
             tx.output.guards.add(source, kind, expected)
 
+    user_rule = _user_rule(value, source)  # ember.disable / substitute_in_graph / allow_in_graph ...
+    if user_rule is not None:
+        guard(GuardKind.ID, value)
+        return user_rule
     try:
         is_builtin_handled = value in BUILTIN_HANDLERS
         special = trace_rules.special_callable(value)
@@ -202,3 +206,21 @@ def _wrap_object(tx, value, source):
         return O.OpaqueObjectVariable(value)
     guard(GuardKind.TYPE, type(value))
     return O.UserObjectVariable(value, source)
+
+
+def _user_rule(value, source):
+    """The tracker the user's own rules (ember/control.py) ask for, or None."""
+    from ember.frontend.variables import functions as F
+
+    msg = trace_rules.forbidden_message(value)
+    if msg is not None:
+        return F.ForbiddenCallableVariable(value, msg, source)
+    reason = trace_rules.disabled_reason(value)
+    if reason is not None:
+        return F.DisabledFunctionVariable(value, reason, source)
+    poly = trace_rules.polyfill_of(value)
+    if poly is not None:
+        return F.PolyfilledFunctionVariable(value, poly[0], poly[1], source)
+    if trace_rules.is_allowed_in_graph(value):
+        return F.TorchFunctionVariable(value, source)
+    return None

@@ -301,3 +301,57 @@ class OperatorGetterVariable(VariableTracker):
         from ember.frontend.variables.containers import TupleVariable
 
         return TupleVariable(vals)
+
+
+class PolyfilledFunctionVariable(VariableTracker):
+    """A callable with a Python polyfill (``ember.substitute_in_graph``): calls trace the polyfill,
+    or call the original while tracing when folding through constants is allowed."""
+
+    def __init__(self, original, polyfill, can_constant_fold_through: bool, source=None):
+        self.original = original
+        self.polyfill = polyfill
+        self.fold = can_constant_fold_through
+        self.source = source
+
+    def describe(self):
+        return f"{getattr(self.original, '__qualname__', self.original)!s} (polyfilled)"
+
+    def call(self, tx, args, kwargs):
+        from ember.frontend.variables.builder import wrap_const
+
+        values = [*args, *kwargs.values()]
+        if self.fold and all(v.is_constant() for v in values):
+            return wrap_const(self.original(*[a.as_constant() for a in args],
+                                            **{k: v.as_constant() for k, v in kwargs.items()}))
+        src = tx.output.object_source(self.polyfill, f"polyfill of {self.describe()}")
+        return UserFunctionVariable(self.polyfill, src).call(tx, args, kwargs)
+
+    def reconstruct(self, cg):
+        if self.source is not None:
+            return cg.load(self.source)
+        return cg.const(self.original, "polyfilled")
+
+
+class DisabledFunctionVariable(OpaqueCallableVariable):
+    """A callable marked with ``ember.disable``: never traced."""
+
+    def __init__(self, fn, reason: str, source=None):
+        super().__init__(fn, source)
+        self.reason = reason
+
+    def call(self, tx, args, kwargs):
+        raise Unsupported(f"call to {self.describe()}: {self.reason}",
+                          hint="remove ember.disable from it to trace it")
+
+
+class ForbiddenCallableVariable(OpaqueCallableVariable):
+    """A callable that must not run inside compiled code (``set_stance``): an error, not a fallback."""
+
+    def __init__(self, fn, message: str, source=None):
+        super().__init__(fn, source)
+        self.message = message
+
+    def call(self, tx, args, kwargs):
+        from ember.frontend.errors import CompileError
+
+        raise CompileError(f"{self.message} (at {tx.user_location()}); call it outside the compiled function")
