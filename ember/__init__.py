@@ -9,6 +9,7 @@ from ember.api import compile as compile
 from ember.backends.registry import list_backends as list_backends
 from ember.backends.registry import register_backend as register_backend
 from ember.config import config as config
+from ember.diagnostics.explain import explain as explain
 from ember.control import allow_in_graph as allow_in_graph
 from ember.control import disable as disable
 from ember.control import is_compiling as is_compiling
@@ -30,7 +31,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "compile", "EmberFunction", "OptimizedModule", "list_backends", "register_backend", "config",
-    "set_stance", "disable", "reset", "allow_in_graph", "substitute_in_graph", "is_compiling", "is_exporting",
+    "explain", "set_stance", "disable", "reset", "allow_in_graph", "substitute_in_graph", "is_compiling", "is_exporting",
     "GuardFilterEntry", "keep_tensor_guards_unsafe", "skip_all_guards_unsafe", "skip_guard_on_all_nn_modules_unsafe",
     "skip_guard_on_globals_unsafe", "skip_guard_on_inbuilt_nn_modules_unsafe",
     "CompileError", "Unsupported", "testing", "__version__",

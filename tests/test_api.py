@@ -85,14 +85,33 @@ def test_fullgraph_error_names_construct_and_user_line():
     assert re.search(rf"test_api.py:{line}\b", msg), msg
 
 
-def test_unsupported_without_fullgraph_runs_eagerly_with_one_warning():
+def test_unsupported_without_fullgraph_is_a_graph_break_not_a_warning(capsys):
     def uses_print(x):
         print("hello")
         return x + 1
 
     c = ember.compile(uses_print)
     x = torch.randn(2)
-    with pytest.warns(UserWarning, match=r"running \S*uses_print eagerly: print\(\)"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a graph break is not worth a warning (EMBER_LOGS=graph_breaks)
+        out = c(x)
+        assert torch.equal(c(x), x + 1)
+    assert torch.equal(out, x + 1)
+    assert capsys.readouterr().out == "hello\nhello\n"
+    (brk,) = cache_of(c).entries[0].breaks
+    assert "print()" in brk.reason and "test_api.py" in brk.location
+
+
+def test_unresumable_break_runs_the_frame_eagerly_with_one_warning():
+    def uses_cell(x):
+        def inner():
+            return x  # x is a cell: resuming such frames is not supported
+        print("hello")
+        return inner() + 1
+
+    c = ember.compile(uses_cell)
+    x = torch.randn(2)
+    with pytest.warns(UserWarning, match=r"running \S*uses_cell eagerly: print\(\)"):
         out = c(x)
     assert torch.equal(out, x + 1)
     with warnings.catch_warnings():

@@ -17,6 +17,7 @@ from ember.diagnostics import logging as elog
 from ember.frontend.codegen import MISS
 from ember.frontend.convert import CacheEntry, RootSpec, compile_entry
 from ember.frontend import stance as _stance
+from ember.frontend.breaks import BreakContext
 from ember.frontend.codegen import build_entry
 from ember.frontend.errors import CompileError, Unsupported
 from ember.frontend.guards import explain_failure
@@ -44,6 +45,9 @@ class FrameCache:
         self.fallback_reason: str | None = None  # set when the whole callable runs eagerly
         self._limit_warned = False
         self._light: tuple | None = None  # (entries snapshot, light fns) for skip_guard_eval_unsafe
+        # resume functions and callees compiled at this callable's graph breaks: same settings
+        self.break_context = BreakContext(
+            lambda fn: FrameCache(fn, backend, False, recompile_limit, guard_filter_fn, backend_for))
         ALL_CACHES.add(self)
 
     # the hot path -------------------------------------------------------------------------
@@ -142,7 +146,8 @@ class FrameCache:
             self.recompile_reasons.append(reason)
             elog.artifact("recompiles", f"recompiling {self.root.name}: {reason}")
         try:
-            entry = compile_entry(self.root, args, kwargs, backend, self.guard_filter_fn)
+            entry = compile_entry(self.root, args, kwargs, backend, self.guard_filter_fn,
+                                  None if self.fullgraph else self.break_context)
         except Unsupported as exc:
             if self.fullgraph:
                 raise CompileError(f"ember.compile(fullgraph=True) cannot capture {self.root.name} in one graph: {exc}") from exc

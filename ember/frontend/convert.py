@@ -20,7 +20,9 @@ from ember.frontend.codegen import EntryCodegen, build_entry, render_signature
 from ember.frontend import guard_filter
 from ember.frontend.errors import Unsupported
 from ember.frontend.guards import GuardSet, global_state
-from ember.frontend.interpreter import Tracer
+from ember.frontend import resume
+from ember.frontend.breaks import BreakContext, BreakRecord, break_call, frame_function, log_break, resume_frame_state
+from ember.frontend.interpreter import BreakHere, InstructionTranslator, Tracer
 from ember.frontend.output_graph import OutputGraph
 from ember.frontend.sources import ConstSource, LocalSource
 from ember.frontend.variables.builder import wrap
@@ -46,6 +48,9 @@ class RootSpec:
             return RootSpec("module", fwd, obj, type(obj).__name__)
         if isinstance(obj, types.MethodType):
             return RootSpec("method", obj.__func__, obj.__self__, obj.__qualname__)
+        info = resume.resume_info(obj)
+        if info is not None:
+            return RootSpec("resume", obj, None, f"{info.fn.__qualname__} (resumed at line {resume.bc.decode(info.code)[info.target].lineno})")
         return RootSpec("function", obj, None, getattr(obj, "__qualname__", repr(obj)))
 
     @property
@@ -79,14 +84,48 @@ class CacheEntry:
     build_args: dict = field(default_factory=dict)  # to rebuild the entry with fewer guard checks
     backend: Any = None
     guard_conjuncts: dict = field(default_factory=dict)  # guard line index -> its conditions
+    breaks: list = field(default_factory=list)  # BreakRecord of the graph break ending this entry
 
 
 def compile_entry(root: RootSpec, args: tuple, kwargs: dict, backend: Callable,
-                  guard_filter_fn: Callable | None = None) -> CacheEntry:
+                  guard_filter_fn: Callable | None = None, ctx: BreakContext | None = None) -> CacheEntry:
+    """Trace and compile one cache entry. With a break context (fullgraph=False), an unsupported
+    instruction of the compiled frame becomes a graph break: the frame is traced again up to the
+    break, and the entry ends by calling the break function (see breaks.py / resume.py)."""
+    try:
+        return _compile(root, args, kwargs, backend, guard_filter_fn, None)
+    except Unsupported as exc:
+        fn = frame_function(root) if ctx is not None else None
+        if fn is None or exc.frame_index is None or exc.frame_code is not fn.__code__:
+            raise
+        start = resume.region_start(fn.__code__, exc.frame_index)
+        try:
+            entry = _compile(root, args, kwargs, backend, guard_filter_fn, (start, exc, fn, ctx))
+        except (Unsupported, resume.CannotResume) as why:
+            elog.artifact("graph_breaks", f"cannot resume after the break at {exc.location} ({why}); "
+                                          f"running {root.name} eagerly")
+            raise exc from None
+        kind = "loop" if resume.enclosing_loop(fn.__code__, exc.frame_index) else (
+            "call" if exc.inner_depth > 1 else "instruction")
+        if kind == "call":  # reported where the compiled frame made the call; the callee gets its own
+            inner = exc.location or "?"
+            record = BreakRecord(f"a call that breaks inside ({exc.reason}, at {inner}); the callee is compiled "
+                                 "on its own", exc.user_stack[-1] if exc.user_stack else inner, root.name, kind)
+        else:
+            record = BreakRecord(exc.reason, exc.location or "?", root.name, kind)
+        entry.breaks.append(record)
+        log_break(record)
+        return entry
+
+
+def _compile(root: RootSpec, args: tuple, kwargs: dict, backend: Callable, guard_filter_fn, plan) -> CacheEntry:
     t0 = time.perf_counter()
-    globals_ = getattr(root.fn, "__globals__", {})
-    output = OutputGraph(root_globals=globals_)
+    info = resume.resume_info(root.fn)
+    fn_globals = info.fn.__globals__ if info is not None else getattr(root.fn, "__globals__", {})
+    output = OutputGraph(root_globals=fn_globals)
     tracer = Tracer(output)
+    if plan is not None:
+        tracer.break_at = plan[0]
     sig = root.signature
     bound_args = (root.self_obj, *args) if root.skip_first else args
     bound = sig.bind(*bound_args, **kwargs)
@@ -94,24 +133,44 @@ def compile_entry(root: RootSpec, args: tuple, kwargs: dict, backend: Callable,
     params = list(sig.parameters.values())
     call_args, call_kwargs = [], {}
     self_name = params[0].name if root.skip_first else None
+    grad_at_start = torch.is_grad_enabled()  # a resumed with-block's exit may switch it for real
     try:
-        root_vt = _root_callable(tracer, root, self_name)
-        for p in params[1:] if root.skip_first else params:
-            v = wrap(tracer, bound.arguments[p.name], LocalSource(p.name))
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-                call_args.append(v)
-            elif p.kind is p.VAR_POSITIONAL:
-                call_args.extend(v.unpack(tracer))
-            elif p.kind is p.KEYWORD_ONLY:
-                call_kwargs[p.name] = v
-            else:
-                for k, item in v.items.items():
-                    call_kwargs[k] = item
-        result = root_vt.call(tracer, call_args, call_kwargs)
+        if info is not None:
+            result = _run_resume(tracer, info, bound.arguments)
+        else:
+            root_vt = _root_callable(tracer, root, self_name)
+            for p in params[1:] if root.skip_first else params:
+                v = wrap(tracer, bound.arguments[p.name], LocalSource(p.name))
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                    call_args.append(v)
+                elif p.kind is p.VAR_POSITIONAL:
+                    call_args.extend(v.unpack(tracer))
+                elif p.kind is p.KEYWORD_ONLY:
+                    call_kwargs[p.name] = v
+                else:
+                    for k, item in v.items.items():
+                        call_kwargs[k] = item
+            result = root_vt.call(tracer, call_args, call_kwargs)
+    except BreakHere as stop:
+        start, exc, fn, ctx = plan
+        result = break_call(stop.frame, fn, start, exc, ctx, tracer)
     finally:
         tracer.restore_modes()
+        torch._C._set_grad_enabled(grad_at_start)
     local_values = dict(bound.arguments)
     return _finish(root, output, result, backend, t0, self_name, guard_filter_fn, local_values)
+
+
+def _run_resume(tracer, info, arguments) -> Any:
+    """Trace a resume function: the original code from ``info.target`` with the restored frame."""
+    stack, local_vts = resume_frame_state(tracer, info, arguments[resume.STACK_ARG], arguments[resume.LOCALS_ARG])
+    fn_vt = UserFunctionVariable(info.fn, tracer.output.object_source(info.fn, info.fn.__qualname__))
+    cells = tracer._closure_cells(fn_vt, info.code)
+    frame = InstructionTranslator(tracer.output, info.code, info.fn.__globals__, local_vts, cells, parent=tracer,
+                                  fn_vt=fn_vt)
+    frame.stack = stack
+    frame.ip = info.target
+    return frame.run()
 
 
 def _root_callable(tracer, root: RootSpec, self_name: str | None):

@@ -15,6 +15,9 @@ class Unsupported(Exception):
         self.hint = hint
         self.location = location
         self.user_stack: list[str] = []
+        self.inner_depth = 0          # depth of the translator that hit it (1: the compiled frame)
+        self.frame_index: int | None = None  # the compiled frame's instruction at the time
+        self.frame_code = None
 
     def __str__(self) -> str:
         text = self.reason

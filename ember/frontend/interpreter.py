@@ -51,6 +51,9 @@ class RealCellVariable(VariableTracker):
         self.source = source
 
     def load(self, tx, name):
+        written = tx.output.side_effects.load_source(self.source)
+        if written is not None:
+            return written
         try:
             val = self.cell.cell_contents
         except ValueError:
@@ -58,7 +61,7 @@ class RealCellVariable(VariableTracker):
         return wrap(tx, val, self.source)
 
     def store(self, tx, name, value):
-        raise Unsupported(f"assigning nonlocal '{name}' of an enclosing function (side effects are not supported yet)")
+        tx.output.side_effects.store_source(self.source, value)
 
 
 class Tracer:
@@ -72,6 +75,7 @@ class Tracer:
         if parent is None:
             self._mode_restores: list = []
             self.instructions_run = 0
+            self.break_at: int | None = None  # frame instruction index where a graph break starts
 
     # ---- locations ----
     def user_location(self) -> str:
@@ -87,15 +91,20 @@ class Tracer:
         return out
 
     # ---- grad mode / autocast bookkeeping ----
-    def push_mode_restore(self, fn) -> None:
-        self.root._mode_restores.append(fn)
+    def push_mode_restore(self, fn, ctx=None) -> None:
+        """``fn`` undoes a mode switched for real while tracing; ``ctx`` is the context tracker that
+        switched it (a graph break re-enters it after the graph)."""
+        self.root._mode_restores.append((fn, ctx))
 
     def pop_mode_restore(self) -> None:
         self.root._mode_restores.pop()
 
+    def active_contexts(self) -> list:
+        return [ctx for _, ctx in self.root._mode_restores]
+
     def restore_modes(self) -> None:
         while self.root._mode_restores:
-            self.root._mode_restores.pop()()
+            self.root._mode_restores.pop()[0]()
 
     # ---- calls ----
     def inline_call(self, fn_vt, args: list, kwargs: dict) -> VariableTracker:
@@ -282,8 +291,11 @@ class InstructionTranslator(Tracer):
         root = self.root
         limit = config.instruction_limit
         instructions = self.instructions
+        break_at = root.break_at if self.depth == 1 else None
         try:
             while self.returned is None:
+                if self.ip == break_at:
+                    raise BreakHere(self)
                 inst = instructions[self.ip]
                 self.inst = inst
                 self.ip += 1
@@ -300,16 +312,29 @@ class InstructionTranslator(Tracer):
         except Unsupported as exc:
             if exc.location is None:
                 exc.location = self.user_location()
+                exc.inner_depth = self.depth
             exc.user_stack.append(self.user_location())
+            if self.depth == 1 and exc.frame_index is None and self.inst is not None:
+                exc.frame_index = self.inst.index  # where the compiled frame itself stood
+                exc.frame_code = self.code
             raise
         return self.returned
 
     # ---- names ----
+    def _global_source(self, name: str) -> GlobalSource:
+        g = self.f_globals
+        return GlobalSource(name, self.output.globals_ns(g), g.get("__name__", ""))
+
+    def store_global(self, name: str, value: VariableTracker) -> None:
+        self.output.side_effects.store_source(self._global_source(name), value)
+
     def load_global(self, name: str) -> VariableTracker:
         g = self.f_globals
+        written = self.output.side_effects.load_source(self._global_source(name)) if self.output.side_effects else None
+        if written is not None:
+            return written
         if name in g:
-            ns = self.output.globals_ns(g)
-            return wrap(self, g[name], GlobalSource(name, ns, g.get("__name__", "")))
+            return wrap(self, g[name], self._global_source(name))
         b = g.get("__builtins__", builtins)
         bd = b if isinstance(b, dict) else vars(b)
         if name not in bd:
@@ -332,6 +357,14 @@ class InstructionTranslator(Tracer):
         if obj is None and first in self.cells:
             obj = self.cells[first].load(self, first)
         return SuperVariable(cls, obj)
+
+
+class BreakHere(Exception):
+    """Raised when the compiled frame reaches the planned break: the graph so far is complete."""
+
+    def __init__(self, frame: "InstructionTranslator"):
+        super().__init__("graph break")
+        self.frame = frame
 
 
 def is_null(v) -> bool:

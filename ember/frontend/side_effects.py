@@ -17,6 +17,8 @@ class SideEffects:
         self._attr_writes: dict = {}
         # containers from outside the function that the trace mutated, by id of their tracker
         self._containers: dict = {}
+        # assignable places outside the frame (module globals, closure cells): source -> value tracker
+        self._stores: dict = {}
 
     def track_container(self, vt) -> None:
         self._containers.setdefault(id(vt), vt)
@@ -29,8 +31,15 @@ class SideEffects:
         hit = self._attr_writes.get((id(obj), name))
         return None if hit is None else hit[2]
 
+    def store_source(self, source, value: VariableTracker) -> None:
+        """``global g; g = v`` or ``nonlocal c; c = v``: later loads in the trace see ``value``."""
+        self._stores[source] = value
+
+    def load_source(self, source):
+        return self._stores.get(source)
+
     def __bool__(self) -> bool:
-        return bool(self._attr_writes or self._containers)
+        return bool(self._attr_writes or self._containers or self._stores)
 
     def codegen(self, cg) -> list[str]:
         from ember.frontend.variables.containers import DictVariable
@@ -43,6 +52,10 @@ class SideEffects:
             else:
                 items = ", ".join(cg.reconstruct(i) for i in vt.items)
                 lines.append(f"{target}[:] = [{items}]  # replayed list mutation")
+        for source, value in self._stores.items():
+            parent = source.base()
+            target = source.render(cg.load(parent)) if parent is not None else source.expr()
+            lines.append(f"{target} = {cg.reconstruct(value)}  # replayed {source.name()} assignment")
         for owner, name, value in self._attr_writes.values():
             target = cg.load(owner.source)
             expr = cg.reconstruct(value)

@@ -335,10 +335,16 @@ def run_breaking_case(c: Case) -> None:
     args_e, kw_e = make_inputs(c, INPUT_SEED)
     args_c, kw_c = make_inputs(c, INPUT_SEED)
     out_e = _call(c.fn, args_e, kw_e)
+    compiled = ember.compile(c.fn)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out_c = _call(ember.compile(c.fn), args_c, kw_c)
-    assert any("ember" in str(w.message) for w in caught), "the fallback must be logged"
+        out_c = _call(compiled, args_c, kw_c)
+    cache = compiled._ember_cache
+    recorded = [b for e in cache.entries for b in e.breaks]
+    # either a graph break (recorded on the entry, logged) or a whole-frame fallback (a warning)
+    assert recorded or any("ember" in str(w.message) for w in caught), "the break or fallback must be recorded"
+    if recorded:
+        assert re.search(c.breaks, recorded[0].reason), f"the recorded break does not explain it: {recorded[0]}"
     assert_same(out_e, out_c, "output", atol=c.atol, rtol=c.rtol)
     assert_same((args_e, kw_e), (args_c, kw_c), "inputs after the call", atol=c.atol, rtol=c.rtol)
 

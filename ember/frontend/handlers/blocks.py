@@ -19,6 +19,10 @@ class _ContextExit(VariableTracker):
         self.ctx.exit(tx)
         return ConstantVariable(None)
 
+    def reconstruct(self, cg) -> str:
+        # on the stack across a graph break: the entry re-entered the context (BreakCall)
+        return self.ctx.exit_callable(cg)
+
 
 @register("BEFORE_WITH")
 def BEFORE_WITH(tx, inst):

@@ -77,9 +77,14 @@ def LOAD_GLOBAL(tx, inst):
     tx.push(tx.load_global(inst.argval))
 
 
-@register("STORE_GLOBAL", "DELETE_GLOBAL")
+@register("STORE_GLOBAL")
 def STORE_GLOBAL(tx, inst):
-    raise Unsupported(f"assigning global '{inst.argval}' (side effects are not supported yet)")
+    tx.store_global(inst.argval, tx.pop())
+
+
+@register("DELETE_GLOBAL")
+def DELETE_GLOBAL(tx, inst):
+    raise Unsupported(f"deleting global '{inst.argval}'")
 
 
 # ---- cells ----------------------------------------------------------------------------------

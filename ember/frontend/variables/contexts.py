@@ -6,6 +6,8 @@ trace ends or fails.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ember.frontend.errors import Unsupported
@@ -63,13 +65,30 @@ class GradModeContextVariable(ContextVariable):
     def enter(self, tx):
         if not self.entered_at_init:
             self.prev = torch.is_grad_enabled()
-            tx.push_mode_restore(lambda prev=self.prev: torch._C._set_grad_enabled(prev))
+            tx.push_mode_restore(lambda prev=self.prev: torch._C._set_grad_enabled(prev), self)
             _set_grad(tx, self.target)
         return ConstantVariable(None)
 
     def exit(self, tx):
         _set_grad(tx, self.prev)
         tx.pop_mode_restore()
+
+
+    # ---- graph breaks: the graph leaves the mode as it found it; the entry switches it again ----
+    def close_for_break(self, tx) -> None:
+        tx.output.graph.call_function(torch._C._set_grad_enabled, (self.prev,))
+
+    def reenter_line(self, cg) -> str:
+        return f"{cg.const(torch._C._set_grad_enabled, 'set_grad_enabled')}({self.target})"
+
+    def exit_callable(self, cg) -> str:
+        return cg.const(functools.partial(_restore_grad, self.prev), "restore_grad")
+
+
+def _restore_grad(prev: bool, *exc_info):
+    """The ``__exit__`` a resumed with-block calls for a grad-mode context entered in a graph."""
+    torch._C._set_grad_enabled(prev)
+    return False
 
 
 class GradModeClassVariable(VariableTracker):
@@ -89,9 +108,10 @@ class GradModeClassVariable(VariableTracker):
         # set_grad_enabled(mode) switches the mode as soon as it is created, and restores on exit
         mode = (args[0] if args else kwargs["mode"]).as_constant()
         prev = torch.is_grad_enabled()
-        tx.push_mode_restore(lambda: torch._C._set_grad_enabled(prev))
+        ctx = GradModeContextVariable(bool(mode), entered_at_init=True, prev=prev)
+        tx.push_mode_restore(lambda: torch._C._set_grad_enabled(prev), ctx)
         _set_grad(tx, bool(mode))
-        return GradModeContextVariable(bool(mode), entered_at_init=True, prev=prev)
+        return ctx
 
 
 class AutocastContextVariable(ContextVariable):
@@ -111,13 +131,26 @@ class AutocastContextVariable(ContextVariable):
         self.node = tx.output.graph.call_function(torch.amp.autocast_mode._enter_autocast, self.args)
         self.real = torch.autocast(device_type, dtype=dtype, enabled=enabled, cache_enabled=cache)
         self.real.__enter__()
-        tx.push_mode_restore(lambda real=self.real: real.__exit__(None, None, None))
+        tx.push_mode_restore(lambda real=self.real: real.__exit__(None, None, None), self)
         return ConstantVariable(None)
 
     def exit(self, tx):
         tx.output.graph.call_function(torch.amp.autocast_mode._exit_autocast, (self.node,))
         self.real.__exit__(None, None, None)
         tx.pop_mode_restore()
+
+
+    def close_for_break(self, tx) -> None:
+        tx.output.graph.call_function(torch.amp.autocast_mode._exit_autocast, (self.node,))
+
+    def reenter_line(self, cg) -> str:
+        device_type, dtype, enabled, cache = self.args
+        obj = cg.memo(self, lambda: f"{cg.const(torch.autocast, 'autocast')}({device_type!r}, "
+                                    f"dtype={cg.const(dtype, 'dtype')}, enabled={enabled}, cache_enabled={cache})")
+        return f"{obj}.__enter__()"
+
+    def exit_callable(self, cg) -> str:
+        return f"{cg.memo(self, lambda: None)}.__exit__"
 
 
 class AutocastClassVariable(VariableTracker):

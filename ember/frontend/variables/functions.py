@@ -126,6 +126,11 @@ class UserMethodVariable(VariableTracker):
             return ConstantVariable(getattr(self.fn, name))
         raise Unsupported(f"reading {name} of a bound method")
 
+    def reconstruct(self, cg):
+        if self.source is not None:
+            return cg.load(self.source)
+        return f"{cg.const(types.MethodType, 'MethodType')}({cg.const(self.fn, 'fn')}, {cg.reconstruct(self.self_vt)})"
+
 
 class BoundMethodVariable(VariableTracker):
     """``obj.method`` for a tracker that implements ``call_method(name)`` itself (lists, dicts...)."""
@@ -139,6 +144,9 @@ class BoundMethodVariable(VariableTracker):
 
     def call(self, tx, args, kwargs):
         return self.obj.call_method(tx, self.name, args, kwargs)
+
+    def reconstruct(self, cg):
+        return f"{cg.reconstruct(self.obj)}.{self.name}"
 
 
 class ConstantMethodVariable(VariableTracker):
@@ -159,6 +167,9 @@ class ConstantMethodVariable(VariableTracker):
         res = getattr(self.value, self.name)(*[a.as_constant() for a in args],
                                              **{k: v.as_constant() for k, v in kwargs.items()})
         return wrap_const(res)
+
+    def reconstruct(self, cg):
+        return cg.const(getattr(self.value, self.name), self.name)
 
 
 class BuiltinVariable(VariableTracker):
@@ -264,6 +275,11 @@ class OpaqueCallableVariable(VariableTracker):
     def call(self, tx, args, kwargs):
         raise Unsupported(f"calling {self.describe()}, a function implemented in C that ember cannot trace into",
                           hint="wrap it with ember.disable, or move it out of the compiled function")
+
+    def reconstruct(self, cg):
+        if self.source is not None:
+            return cg.load(self.source)
+        return cg.const(self.fn, getattr(self.fn, "__name__", "fn"))
 
 
 BUILTIN_FUNCTIONS = {v for k, v in vars(builtins).items() if callable(v) and not isinstance(v, type)}

@@ -103,6 +103,9 @@ class TensorMethodVariable(VariableTracker):
             raise Unsupported(f"Tensor.{name}()")
         return tx.output.call(tx, "call_method", name, [self.tensor, *args], kwargs)
 
+    def reconstruct(self, cg) -> str:
+        return f"{cg.reconstruct(self.tensor)}.{self.name}"
+
 
 def _c(v):
     from ember.frontend.variables.base import ConstantVariable

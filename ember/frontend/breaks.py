@@ -1,0 +1,220 @@
+"""Graph breaks, frontend side: turning a trace stopped at a break into an entry that ends by calling
+the break function (resume.py builds the bytecode), and starting a trace inside a resume function.
+
+``BreakContext`` belongs to one compiled callable (its FrameCache): the resume functions and callees
+compiled on its behalf share its backend and options, and are cached there, so a second call through
+the same break reuses every compiled piece.
+"""
+from __future__ import annotations
+
+import functools
+import types
+import weakref
+from dataclasses import dataclass
+
+import torch
+
+from ember.diagnostics import logging as elog
+from ember.frontend import resume as R
+from ember.frontend.errors import Unsupported
+from ember.frontend.sources import LocalSource
+from ember.frontend.variables.base import NullVariable, VariableTracker
+
+
+@dataclass
+class BreakRecord:
+    """One graph break, for ember.explain and the logs."""
+
+    reason: str
+    location: str
+    function: str
+    kind: str  # "instruction" | "call" (inside a callee, which is compiled on its own) | "loop"
+
+    def __str__(self) -> str:
+        return f"{self.location}: {self.reason}"
+
+
+class BreakContext:
+    def __init__(self, make_cache):
+        self._make_cache = make_cache  # fn -> a callable FrameCache with the owner's settings
+        self._resumes: dict = {}
+        self._break_fns: dict = {}
+        self._callees: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+    def resume_for(self, fn: types.FunctionType):
+        def get(target: int):
+            key = (fn.__code__, target)
+            hit = self._resumes.get(key)
+            if hit is None:
+                native = R.resume_function(fn, target)
+                # an exception from compiled code inside a try block must reach its handler: keep
+                # such continuations native (the handler then runs as plain Python too)
+                hit = native if R.in_try_block(fn.__code__, target) else self._make_cache(native)
+                self._resumes[key] = hit
+            return hit
+        return get
+
+    def break_fn(self, fn, start: int, failing: int, nulls: tuple, bound: tuple):
+        key = (fn.__code__, start, failing, nulls, bound)
+        hit = self._break_fns.get(key)
+        if hit is None:
+            code = fn.__code__
+            region = R.plan_region(code, start, failing, list(nulls))
+            name = f"__break_{code.co_name}_at_{R.bc.decode(code)[start].lineno}_{start}"
+            bcode = R.build_continuation(code, start, stack_nulls=list(nulls), bound=list(bound), region=region,
+                                         resume_for=self.resume_for(fn), name=name)
+            hit = R.make_function(fn, bcode)
+            self._break_fns[key] = hit
+            if elog.enabled("output_code"):
+                elog.artifact("output_code", describe_break(fn, name, region, bound, nulls))
+        return hit
+
+    def caches(self) -> list:
+        """Every FrameCache compiled on this callable's behalf (resume functions, callees)."""
+        from ember.frontend.cache import FrameCache
+
+        found = [c for c in self._resumes.values() if isinstance(c, FrameCache)]
+        return found + [c for c in self._callees.values() if isinstance(c, FrameCache)]
+
+    def compiled_callee(self, obj):
+        """The callee of a call that broke inside: compiled on its own (functions, methods, modules)."""
+        if isinstance(obj, types.MethodType) and isinstance(obj.__func__, types.FunctionType):
+            return types.MethodType(self._callee(obj.__func__), obj.__self__)
+        if isinstance(obj, (types.FunctionType, torch.nn.Module)):
+            return self._callee(obj)
+        return obj
+
+    def _callee(self, obj):
+        code = getattr(obj, "__code__", None)
+        if code is not None and code.co_flags & (0x20 | 0x80 | 0x100 | 0x200):  # generators, coroutines
+            return obj
+        hit = self._callees.get(obj)
+        if hit is None:
+            hit = self._make_cache(obj)
+            self._callees[obj] = hit
+        return hit
+
+
+class BreakCall(VariableTracker):
+    """The entry's return value at a break: ``__break_fn((stack...), {locals...})``."""
+
+    def __init__(self, fn, break_fn, stack: list, locals_: dict, wrap_callee_at: int | None, ctx: BreakContext):
+        self.fn = fn
+        self.break_fn = break_fn
+        self.stack = stack
+        self.locals = locals_
+        self.wrap_callee_at = wrap_callee_at
+        self.ctx = ctx
+
+    contexts: list = []
+
+    def reconstruct(self, cg) -> str:
+        for c in self.contexts:  # the native region runs under the same modes as the traced code
+            cg.lines.append(c.reenter_line(cg))
+        items = []
+        for i, v in enumerate(self.stack):
+            if isinstance(v, NullVariable):
+                items.append("None")
+                continue
+            expr = cg.reconstruct(v)
+            if i == self.wrap_callee_at:
+                expr = f"{cg.const(self.ctx.compiled_callee, 'compile_callee')}({expr})"
+            items.append(expr)
+        stack = "(" + "".join(f"{e}, " for e in items) + ")"
+        local_items = ", ".join(f"{k!r}: {cg.reconstruct(v)}" for k, v in self.locals.items())
+        return f"{cg.const(self.break_fn, 'break_fn')}({stack}, {{{local_items}}})"
+
+
+def frame_function(root) -> types.FunctionType | None:
+    """The Python function whose code the compiled frame runs (for globals, closure and code)."""
+    info = R.resume_info(root.fn)
+    if info is not None:
+        return info.fn
+    return root.fn if isinstance(root.fn, types.FunctionType) else None
+
+
+def break_call(frame, fn, start: int, exc: Unsupported, ctx: BreakContext, tracer) -> BreakCall:
+    """Plan the break for a trace stopped at ``start`` (the frame's state is the trace's)."""
+    if frame.code is not fn.__code__:
+        raise R.CannotResume("the stopped frame is not the compiled function's")
+    contexts = tracer.active_contexts()
+    if any(c is None or not hasattr(c, "close_for_break") for c in contexts):
+        raise R.CannotResume("the break is inside a context ember cannot re-enter")
+    for c in reversed(contexts):  # the graph must leave grad mode / autocast as it found them
+        c.close_for_break(tracer)
+    nulls = tuple(isinstance(v, NullVariable) for v in frame.stack)
+    names = [n for n in frame.code.co_varnames if n in frame.locals]
+    fn_break = ctx.break_fn(fn, start, exc.frame_index, nulls, tuple(names))
+    wrap_at = None
+    inst = R.bc.decode(frame.code)[exc.frame_index]
+    if exc.inner_depth > 1 and inst.opname in ("CALL", "CALL_FUNCTION_EX") and start == R.region_start(frame.code, exc.frame_index):
+        wrap_at = _callable_position(frame.stack, inst)
+    call = BreakCall(fn, fn_break, list(frame.stack), {n: frame.locals[n] for n in names}, wrap_at, ctx)
+    call.contexts = contexts
+    return call
+
+
+def _callable_position(stack: list, inst) -> int | None:
+    if inst.opname == "CALL":
+        below = len(stack) - inst.arg - 2
+        if below < 0:
+            return None
+        return below + 1 if isinstance(stack[below], NullVariable) else below
+    pos = len(stack) - 2 - (inst.arg & 1)
+    return pos if pos >= 0 else None
+
+
+def resume_frame_state(tracer, info: R.ResumeInfo, stack_value: tuple, locals_value: dict):
+    """Trackers for the stack and locals a resume function receives (guarded like any input)."""
+    from ember.frontend.variables.builder import wrap
+
+    stack_vt = wrap(tracer, stack_value, LocalSource(R.STACK_ARG))
+    locals_vt = wrap(tracer, locals_value, LocalSource(R.LOCALS_ARG))
+    varnames = set(info.code.co_varnames)
+    local_vts = {k: v for k, v in locals_vt.items.items() if k in varnames}
+    stack = [_reentered_context(tracer, real, vt) for real, vt in zip(stack_value, stack_vt.items)]
+    return stack, local_vts
+
+
+def _reentered_context(tracer, real, vt):
+    """A with-block's exit that a break handed over (``_restore_grad``) is a grad-mode context again."""
+    from ember.frontend.handlers.blocks import _ContextExit
+    from ember.frontend.variables.contexts import GradModeContextVariable, _restore_grad
+
+    if isinstance(real, functools.partial) and real.func is _restore_grad:
+        now = torch.is_grad_enabled()
+        ctx = GradModeContextVariable(now, entered_at_init=True, prev=real.args[0])
+        tracer.push_mode_restore(lambda: torch._C._set_grad_enabled(now), ctx)
+        return _ContextExit(ctx)
+    if isinstance(real, types.MethodType) and real.__name__ == "__exit__" and isinstance(real.__self__, torch.autocast):
+        # leaving autocast switches process state: a break (the exit runs as Python), not a graph op
+        from ember.frontend.variables.functions import OpaqueCallableVariable
+
+        return OpaqueCallableVariable(real, vt.source)
+    return vt
+
+
+def log_break(record: BreakRecord) -> None:
+    elog.artifact("graph_breaks", f"graph break: {record}")
+
+
+def describe_break(fn, name: str, region, bound, nulls) -> str:
+    """The break function as readable pseudo-Python: what it restores, which source it runs natively,
+    and where each exit resumes (the real thing is bytecode, built by resume.py)."""
+    import linecache
+
+    instrs = R.bc.decode(fn.__code__)
+    first, last = instrs[region.start].lineno, instrs[region.end].lineno
+    src = [linecache.getline(fn.__code__.co_filename, ln).rstrip() for ln in range(first, last + 1)]
+    stack = ", ".join("NULL" if n else f"__ember_stack[{i}]" for i, n in enumerate(nulls))
+    out = [f"def {name}(__ember_stack, __ember_locals):",
+           f"    # ember: graph break in {fn.__qualname__}; bytecode copy of {fn.__code__.co_filename}",
+           f"    {', '.join(bound) or '()'} = (__ember_locals[name] for each)  # restored locals",
+           f"    # value stack restored: [{stack}]",
+           f"    # --- runs natively: lines {first}-{last} (instructions {region.start}-{region.end}) ---"]
+    out += [f"    #   {ln}" for ln in src]
+    for target, depth in sorted(region.exits.items()):
+        line = instrs[target].lineno if target < len(instrs) else "?"
+        out.append(f"    # exit -> return __resume_{fn.__code__.co_name}_at_{line}_{target}"
+                   f"(<{depth} stack values>, locals())  (compiled on first call)")
+    return "\n".join(out)
