@@ -130,7 +130,8 @@ def frame_function(root) -> types.FunctionType | None:
     info = R.resume_info(root.fn)
     if info is not None:
         return info.fn
-    return root.fn if isinstance(root.fn, types.FunctionType) else None
+    fn = root.fn.__func__ if isinstance(root.fn, types.MethodType) else root.fn
+    return fn if isinstance(fn, types.FunctionType) else None
 
 
 def break_call(frame, fn, start: int, exc: Unsupported, ctx: BreakContext, tracer) -> BreakCall:
@@ -143,13 +144,19 @@ def break_call(frame, fn, start: int, exc: Unsupported, ctx: BreakContext, trace
     for c in reversed(contexts):  # the graph must leave grad mode / autocast as it found them
         c.close_for_break(tracer)
     nulls = tuple(isinstance(v, NullVariable) for v in frame.stack)
-    names = [n for n in frame.code.co_varnames if n in frame.locals]
+    names = [n for n in frame.code.co_varnames if n in frame.locals and n not in frame.code.co_cellvars]
+    from ember.frontend.interpreter import CellVariable
+
+    cells = {n: c.contents for n, c in frame.cells.items()
+             if n in frame.code.co_cellvars and isinstance(c, CellVariable) and c.contents is not CellVariable.EMPTY}
+    names += list(cells)
     fn_break = ctx.break_fn(fn, start, exc.frame_index, nulls, tuple(names))
     wrap_at = None
     inst = R.bc.decode(frame.code)[exc.frame_index]
     if exc.inner_depth > 1 and inst.opname in ("CALL", "CALL_FUNCTION_EX") and start == R.region_start(frame.code, exc.frame_index):
         wrap_at = _callable_position(frame.stack, inst)
-    call = BreakCall(fn, fn_break, list(frame.stack), {n: frame.locals[n] for n in names}, wrap_at, ctx)
+    values = {**{n: frame.locals[n] for n in names if n not in cells}, **cells}
+    call = BreakCall(fn, fn_break, list(frame.stack), values, wrap_at, ctx)
     call.contexts = contexts
     return call
 
@@ -170,10 +177,12 @@ def resume_frame_state(tracer, info: R.ResumeInfo, stack_value: tuple, locals_va
 
     stack_vt = wrap(tracer, stack_value, LocalSource(R.STACK_ARG))
     locals_vt = wrap(tracer, locals_value, LocalSource(R.LOCALS_ARG))
-    varnames = set(info.code.co_varnames)
+    cellnames = set(info.code.co_cellvars)
+    varnames = set(info.code.co_varnames) - cellnames
     local_vts = {k: v for k, v in locals_vt.items.items() if k in varnames}
+    cell_vts = {k: v for k, v in locals_vt.items.items() if k in cellnames}
     stack = [_reentered_context(tracer, real, vt) for real, vt in zip(stack_value, stack_vt.items)]
-    return stack, local_vts
+    return stack, local_vts, cell_vts
 
 
 def _reentered_context(tracer, real, vt):

@@ -23,9 +23,15 @@ from typing import Any
 import torch
 
 from ember.frontend.errors import Unsupported
-from ember.frontend.sources import ConstSource, GlobalSource, LocalSource, Source
+from ember.frontend.sources import ConstSource, GlobalSource, ItemSource, LocalSource, Source
 
 _LITERAL_TYPES = (int, float, bool, str, bytes, type(None))
+
+
+def _is_literal_key(key) -> bool:
+    if type(key) is tuple:
+        return all(_is_literal_key(k) for k in key)
+    return type(key) in (int, str, bool, bytes, type(None)) or (type(key) is float and key == key and abs(key) != float("inf"))
 
 
 class MISS_TYPE:
@@ -51,9 +57,9 @@ class EntryCodegen:
 
     # ---- names ----
     def const(self, value, hint: str = "c") -> str:
-        if isinstance(value, _LITERAL_TYPES) and not isinstance(value, float):
+        if type(value) in _LITERAL_TYPES and type(value) is not float:  # exact types: a str enum's repr is not syntax
             return repr(value)
-        if isinstance(value, float) and value == value and value not in (float("inf"), float("-inf")):
+        if type(value) is float and value == value and value not in (float("inf"), float("-inf")):
             return repr(value)
         try:
             key = ("eq", type(value), value) if isinstance(value, (torch.device, torch.dtype, type, tuple)) else id(value)
@@ -76,7 +82,11 @@ class EntryCodegen:
         if hit is not None:
             return hit
         parent = source.base()
-        expr = source.render(self.load(parent)) if parent is not None else source.expr()
+        if isinstance(source, ItemSource) and not _is_literal_key(source.key):
+            # e.g. an enum key: its repr is not Python syntax, so the key itself is a constant
+            expr = f"{self.load(parent)}[{self.const(source.key, 'key')}]"
+        else:
+            expr = source.render(self.load(parent)) if parent is not None else source.expr()
         name = f"__s{next(self._counter)}"
         self.lines.append(f"{name} = {expr}  # {source.name()}")
         self._temps[source] = name

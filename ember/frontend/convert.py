@@ -22,7 +22,7 @@ from ember.frontend.errors import Unsupported
 from ember.frontend.guards import GuardSet, global_state
 from ember.frontend import resume
 from ember.frontend.breaks import BreakContext, BreakRecord, break_call, frame_function, log_break, resume_frame_state
-from ember.frontend.interpreter import BreakHere, InstructionTranslator, Tracer
+from ember.frontend.interpreter import BreakHere, CellVariable, InstructionTranslator, Tracer
 from ember.frontend.output_graph import OutputGraph
 from ember.frontend.sources import ConstSource, LocalSource
 from ember.frontend.variables.builder import wrap
@@ -47,6 +47,10 @@ class RootSpec:
             fwd = type(obj).forward if "forward" not in obj.__dict__ else obj.__dict__["forward"]
             return RootSpec("module", fwd, obj, type(obj).__name__)
         if isinstance(obj, types.MethodType):
+            first = next(iter(_signature_or_none(obj.__func__) or ()), None)
+            if first is None or first.kind not in (first.POSITIONAL_ONLY, first.POSITIONAL_OR_KEYWORD):
+                # e.g. a decorator's (*args, **kwargs) wrapper: self travels inside *args
+                return RootSpec("function", obj, None, obj.__qualname__)
             return RootSpec("method", obj.__func__, obj.__self__, obj.__qualname__)
         info = resume.resume_info(obj)
         if info is not None:
@@ -68,6 +72,13 @@ class RootSpec:
     def location(self) -> str:
         code = getattr(self.fn, "__code__", None)
         return f"{code.co_filename}:{code.co_firstlineno}" if code else "?"
+
+
+def _signature_or_none(fn):
+    try:
+        return inspect.signature(fn, follow_wrapped=False).parameters.values()
+    except (TypeError, ValueError):
+        return None
 
 
 @dataclass
@@ -163,9 +174,12 @@ def _compile(root: RootSpec, args: tuple, kwargs: dict, backend: Callable, guard
 
 def _run_resume(tracer, info, arguments) -> Any:
     """Trace a resume function: the original code from ``info.target`` with the restored frame."""
-    stack, local_vts = resume_frame_state(tracer, info, arguments[resume.STACK_ARG], arguments[resume.LOCALS_ARG])
+    stack, local_vts, cell_vts = resume_frame_state(tracer, info, arguments[resume.STACK_ARG],
+                                                    arguments[resume.LOCALS_ARG])
     fn_vt = UserFunctionVariable(info.fn, tracer.output.object_source(info.fn, info.fn.__qualname__))
     cells = tracer._closure_cells(fn_vt, info.code)
+    for name in info.code.co_cellvars:  # the break handed over cell contents, not cells
+        cells[name] = CellVariable(cell_vts[name]) if name in cell_vts else CellVariable()
     frame = InstructionTranslator(tracer.output, info.code, info.fn.__globals__, local_vts, cells, parent=tracer,
                                   fn_vt=fn_vt)
     frame.stack = stack

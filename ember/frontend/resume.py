@@ -150,6 +150,7 @@ def plan_region(code: types.CodeType, start: int, failing: int, stack_nulls: lis
             if instrs[end].opname in _TERMINAL:
                 break
     region = Region(start, end)
+    check_cells(code, region)
     for ins in instrs[start:end + 1]:
         if ins.target is not None and not (start <= ins.target <= end):
             if ins.target < start:
@@ -161,6 +162,25 @@ def plan_region(code: types.CodeType, start: int, failing: int, stack_nulls: lis
         if d is None or (lowest_null is not None and d > lowest_null):
             raise CannotResume(f"the stack at instruction {target} still holds a pending call")
     return region
+
+
+def check_cells(code: types.CodeType, region: "Region") -> None:
+    """Continuations copy cell *contents* into new cells. A closure the trace made never crosses a
+    break (it cannot be rebuilt), but one made natively inside a break region can: it keeps the old
+    cell, which is only invisible if the variable is never assigned again (by this code or by an
+    inner function). So a region that makes closures needs its captured cells to be write-once."""
+    instrs = bc.decode(code)
+    captured = {i.argval for i in instrs[region.start:region.end + 1] if i.opname == "LOAD_CLOSURE"}
+    if not captured:
+        return
+    inner_writes = set()
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            inner_writes |= {i.argval for i in bc.decode(const) if i.opname in ("STORE_DEREF", "DELETE_DEREF")}
+    for name in captured & set(code.co_cellvars):
+        writes = [i for i in instrs if i.opname in ("STORE_DEREF", "DELETE_DEREF") and i.argval == name]
+        if name in inner_writes or len(writes) > 1:
+            raise CannotResume(f"the native part makes a closure over '{name}', which is assigned again later")
 
 
 # ---- code generation ---------------------------------------------------------------------------
@@ -177,8 +197,6 @@ def build_continuation(code: types.CodeType, start: int, *, stack_nulls: list, b
     """A code object ``(__ember_stack, __ember_locals)`` that restores the frame and continues at
     ``start``. With ``region``, its exits call ``resume_for(exit_index)(stack, locals())`` instead
     of running on. ``bound``: the locals to restore (None: whichever the dict holds)."""
-    if code.co_cellvars:
-        raise CannotResume("the function has variables captured by inner functions (cells)")
     abstract = bclib.Bytecode.from_code(code)
     items = list(abstract)
     # the k-th real instruction of the abstract list is decoded instruction k
@@ -192,6 +210,12 @@ def build_continuation(code: types.CodeType, start: int, *, stack_nulls: list, b
             nxt = next((j for j, p in enumerate(instr_pos) if p > i), None)
             label_index[it] = nxt
     real = [items[p] for p in instr_pos]  # decoded index -> the Instr object (found by identity later)
+    # the original depth of each handler (by its first instruction): see the to_code call below
+    handler_depth = {index_of: e.depth for e in _exception_entries(code)
+                     for index_of in [next((d.index for d in decoded if d.offset == e.target), None)]}
+    for it in items:
+        if isinstance(it, bclib.TryBegin):
+            it.stack_depth = handler_depth[label_index[it.target]]
     start_label = bclib.Label()
     items.insert(instr_pos[start], start_label)
 
@@ -226,12 +250,17 @@ def build_continuation(code: types.CodeType, start: int, *, stack_nulls: list, b
     out.argnames = [STACK_ARG, LOCALS_ARG]
     out.argcount, out.posonlyargcount, out.kwonlyargcount = 2, 0, 0
     out.flags = abstract.flags & ~(0x04 | 0x08 | bc.CO_GENERATOR)  # no *args/**kwargs: two plain arguments
-    out.freevars, out.cellvars = list(abstract.freevars), []
+    out.freevars, out.cellvars = list(abstract.freevars), list(abstract.cellvars)
     out.name = name
     out.qualname = name
     out.filename, out.first_lineno = code.co_filename, code.co_firstlineno
     out.docstring = None
-    return out.to_code()
+    # the code between the prologue's jump and the start is dead, so the library cannot infer the
+    # depths of try blocks entered past their start: keep the original table's depths (the stack
+    # below the region is the original's) and size the stack ourselves
+    exit_depth = max(region.exits.values(), default=0) if region is not None else 0
+    stacksize = max(code.co_stacksize, len(stack_nulls) + 2, exit_depth + 6) + 2
+    return out.to_code(stacksize=stacksize, compute_exception_stack_depths=False)
 
 
 def _identity_index(items, obj) -> int:
@@ -240,14 +269,15 @@ def _identity_index(items, obj) -> int:
 
 def _prologue(code, stack_nulls, bound, start_label) -> list:
     out = []
-    varnames = bound if bound is not None else list(code.co_varnames)
+    cells = set(code.co_cellvars)
+    varnames = bound if bound is not None else list(dict.fromkeys([*code.co_varnames, *code.co_cellvars]))
     for v in varnames:
         if bound is None:
             skip = bclib.Label()
             out += [bclib.Instr("LOAD_CONST", v), bclib.Instr("LOAD_FAST", LOCALS_ARG),
                     bclib.Instr("CONTAINS_OP", 0), _jump_if_false(skip)]
-        out += [bclib.Instr("LOAD_FAST", LOCALS_ARG), bclib.Instr("LOAD_CONST", v),
-                bclib.Instr("BINARY_SUBSCR"), bclib.Instr("STORE_FAST", v)]
+        store = bclib.Instr("STORE_DEREF", bclib.CellVar(v)) if v in cells else bclib.Instr("STORE_FAST", v)
+        out += [bclib.Instr("LOAD_FAST", LOCALS_ARG), bclib.Instr("LOAD_CONST", v), bclib.Instr("BINARY_SUBSCR"), store]
         if bound is None:
             out.append(skip)
     for i, is_null in enumerate(stack_nulls):

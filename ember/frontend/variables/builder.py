@@ -172,7 +172,11 @@ def _wrap_object(tx, value, source):
         return F.UserMethodVariable(func, self_vt)
     if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType, types.MethodWrapperType,
                           types.WrapperDescriptorType, types.MethodDescriptorType, types.ClassMethodDescriptorType)):
-        guard(GuardKind.ID, value)
+        bound_to = getattr(value, "__self__", None)
+        if bound_to is None or isinstance(bound_to, (types.ModuleType, type)):
+            guard(GuardKind.ID, value)
+        # else a bound method made fresh on each attribute read (``lst.append``): its owner's guards
+        # (type, identity) already pin it down; an identity guard on it would never hold again
         if trace_rules.is_torch_callable(value):
             return F.TorchFunctionVariable(value, source)
         self_obj = getattr(value, "__self__", None)

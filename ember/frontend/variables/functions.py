@@ -95,6 +95,24 @@ class NestedFunctionVariable(BaseUserFunctionVariable):
     def setattr(self, tx, name, value):
         self.__dict__.setdefault("attrs", {})[name] = value
 
+    def reconstruct(self, cg):
+        # rebuilt as a real function at a graph break; a closure would need the frame's real cells,
+        # which continuations do not share, so only closure-free functions cross a break
+        if self.closure or self.__dict__.get("attrs"):
+            raise Unsupported(f"{self.describe()} (a closure made inside the compiled function) crossing a graph break")
+        defaults = "(" + "".join(f"{cg.reconstruct(d)}, " for d in self.defaults) + ")" if self.defaults else "None"
+        fn = (f"{cg.const(types.FunctionType, 'FunctionType')}({cg.const(self.code, 'code')}, "
+              f"{cg.const(self.f_globals, 'globals')}, {self.name!r}, {defaults})")
+        if self.kwdefaults:
+            kw = ", ".join(f"{k!r}: {cg.reconstruct(v)}" for k, v in self.kwdefaults.items())
+            return cg.memo(self, lambda: f"{cg.const(_with_kwdefaults, 'with_kwdefaults')}({fn}, {{{kw}}})")
+        return cg.memo(self, lambda: fn)
+
+
+def _with_kwdefaults(fn, kwdefaults):
+    fn.__kwdefaults__ = kwdefaults
+    return fn
+
 
 class UserMethodVariable(VariableTracker):
     def __init__(self, fn, self_vt: VariableTracker, source=None):
