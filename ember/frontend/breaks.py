@@ -34,6 +34,12 @@ class BreakRecord:
         return f"{self.location}: {self.reason}"
 
 
+def _identity(fn) -> tuple:
+    """Functions sharing code but not closures (two closures from one factory) need their own
+    continuations: those are made with the function's closure cells."""
+    return (id(fn.__code__), id(fn.__globals__), tuple(id(c) for c in fn.__closure__ or ()))
+
+
 class BreakContext:
     def __init__(self, make_cache):
         self._make_cache = make_cache  # fn -> a callable FrameCache with the owner's settings
@@ -43,7 +49,7 @@ class BreakContext:
 
     def resume_for(self, fn: types.FunctionType):
         def get(target: int):
-            key = (fn.__code__, target)
+            key = (_identity(fn), target)
             hit = self._resumes.get(key)
             if hit is None:
                 native = R.resume_function(fn, target)
@@ -55,7 +61,7 @@ class BreakContext:
         return get
 
     def break_fn(self, fn, start: int, failing: int, nulls: tuple, bound: tuple):
-        key = (fn.__code__, start, failing, nulls, bound)
+        key = (_identity(fn), start, failing, nulls, bound)
         hit = self._break_fns.get(key)
         if hit is None:
             code = fn.__code__
@@ -195,8 +201,13 @@ def _reentered_context(tracer, real, vt):
         ctx = GradModeContextVariable(now, entered_at_init=True, prev=real.args[0])
         tracer.push_mode_restore(lambda: torch._C._set_grad_enabled(now), ctx)
         return _ContextExit(ctx)
-    if isinstance(real, types.MethodType) and real.__name__ == "__exit__" and isinstance(real.__self__, torch.autocast):
-        # leaving autocast switches process state: a break (the exit runs as Python), not a graph op
+    if isinstance(real, types.MethodType) and real.__name__ == "__exit__" and \
+            type(real.__self__).__module__.split(".")[0] == "torch":
+        # leaving one of torch's own contexts (autocast, inference_mode...) switches process state
+        # ember does not model: a break (the exit runs as Python), never a traced body
+        if not isinstance(real.__self__, torch.autocast):
+            # inference_mode and friends also switch grad mode: the continuation stays plain Python
+            raise Unsupported(f"resuming inside a {type(real.__self__).__name__} block")
         from ember.frontend.variables.functions import OpaqueCallableVariable
 
         return OpaqueCallableVariable(real, vt.source)

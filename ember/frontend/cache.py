@@ -124,8 +124,8 @@ class FrameCache:
 
     # the miss path ------------------------------------------------------------------------
     def _eager(self, args, kwargs):
-        if self.root.kind == "module":
-            return self.root.fn(self.root.self_obj, *args, **kwargs)
+        if self.root.kind == "module":  # through __call__: hooks run exactly as in eager
+            return self.root.self_obj(*args, **kwargs)
         return self.target(*args, **kwargs)
 
     def _miss(self, args, kwargs, entries=None, backend=None):

@@ -13,7 +13,7 @@ import types
 from ember.config import config
 from ember.diagnostics import logging as elog
 from ember.frontend import bytecode as bc
-from ember.frontend.errors import InternalError, Unsupported
+from ember.frontend.errors import CompileError, InternalError, Unsupported
 from ember.frontend.sources import CellSource, DefaultSource, GlobalSource
 from ember.frontend.variables.base import ConstantVariable, NullVariable, VariableTracker
 from ember.frontend.variables.builder import _CONST_TYPES, _wrap_object, wrap, wrap_const
@@ -30,6 +30,7 @@ class CellVariable(VariableTracker):
 
     def __init__(self, contents=EMPTY):
         self.contents = contents
+        self.owner = None  # (code, name) of the frame variable, when made by MAKE_CELL
 
     def describe(self):
         return "cell"
@@ -113,6 +114,11 @@ class Tracer:
                 f"inlining depth limit ({config.inline_depth_limit}) reached while calling {fn_vt.describe()}: "
                 "deep or unbounded recursion",
                 hint="raise ember.config.inline_depth_limit (EMBER_INLINE_DEPTH_LIMIT) or simplify the recursion")
+        from ember.frontend import trace_rules
+
+        reason = trace_rules.disabled_reason(getattr(fn_vt, "fn", None))
+        if reason is not None:  # e.g. an ember.disable'd method, reached through its class
+            raise Unsupported(f"call to {fn_vt.describe()}: {reason}", hint="remove ember.disable from it to trace it")
         code = fn_vt.code
         if code.co_flags & (bc.CO_COROUTINE | bc.CO_ASYNC_GENERATOR | bc.CO_ITERABLE_COROUTINE):
             raise Unsupported(f"calling coroutine or async generator {fn_vt.describe()}")
@@ -308,7 +314,15 @@ class InstructionTranslator(Tracer):
                 handler = HANDLERS.get(inst.opname)
                 if handler is None:
                     raise Unsupported(f"bytecode {inst.opname} is not supported")
-                handler(self, inst)
+                try:
+                    handler(self, inst)
+                except (Unsupported, BreakHere, CompileError):
+                    raise
+                except Exception as err:
+                    # the user's code raising (sorted() of mixed types, a KeyError...) or a gap in
+                    # ember: either way the instruction runs as plain Python, where eager's exception
+                    # (if any) is raised after everything before it has happened
+                    raise Unsupported(f"{inst.opname} raised {type(err).__name__} while tracing: {err}") from err
         except Unsupported as exc:
             if exc.location is None:
                 exc.location = self.user_location()

@@ -144,11 +144,14 @@ def plan_region(code: types.CodeType, start: int, failing: int, stack_nulls: lis
                 end += 1
     lowest_null = next((i for i, is_null in enumerate(stack_nulls) if is_null), None)
     if lowest_null is not None:
-        # a pending call's NULL cannot be packed into a tuple: run on until it is consumed
-        while end + 1 < len(instrs) and (depths[end + 1] is None or depths[end + 1] > lowest_null):
+        # a pending call's NULL cannot be packed into a tuple: run on until the call consumes it
+        low = _lowest_reached(instrs, depths, start, end)
+        while low > lowest_null and end + 1 < len(instrs) and instrs[end].opname not in _TERMINAL:
             end += 1
-            if instrs[end].opname in _TERMINAL:
-                break
+            low = _lowest_reached(instrs, depths, start, end)
+        while end + 1 < len(instrs) and instrs[end].opname in _CALL_PREFIX:
+            end += 1  # never stop between a PRECALL / KW_NAMES and its CALL
+    end = _past_try_bodies(code, end)
     region = Region(start, end)
     check_cells(code, region)
     for ins in instrs[start:end + 1]:
@@ -158,10 +161,63 @@ def plan_region(code: types.CodeType, start: int, failing: int, stack_nulls: lis
             region.exits[ins.target] = depths[ins.target]
         if ins.index == end and ins.opname not in _UNCONDITIONAL | _TERMINAL and end + 1 < len(instrs):
             region.exits[end + 1] = depths[end + 1]
-    for target, d in region.exits.items():
-        if d is None or (lowest_null is not None and d > lowest_null):
-            raise CannotResume(f"the stack at instruction {target} still holds a pending call")
+    for ins in instrs[start:end + 1]:
+        leaves = ins.target is not None and not (start <= ins.target <= end)
+        if leaves and lowest_null is not None and _lowest_reached(instrs, depths, start, ins.index) > lowest_null:
+            raise CannotResume(f"the stack at instruction {ins.target} still holds a pending call")
+    if any(d is None for d in region.exits.values()):
+        raise CannotResume("an exit of the native region is unreachable in the static analysis")
     return region
+
+
+def _past_try_bodies(code: types.CodeType, end: int) -> int:
+    """Extend the region to the end of any user ``try`` body it stops in: compiled code after a break
+    must not run inside a try block (its exceptions would skip the handler), so the rest of the
+    body runs natively and the compiled resume starts after it."""
+    instrs = bc.decode(code)
+    index_of = {ins.offset: ins.index for ins in instrs}
+    changed = True
+    while changed and end + 1 < len(instrs):
+        changed = False
+        off = instrs[end + 1].offset
+        for e in _exception_entries(code):
+            h = index_of.get(e.target, 0)
+            if e.start <= off < e.end and not any(i.opname == "WITH_EXCEPT_START" for i in instrs[h:h + 3]):
+                last = max(i.index for i in instrs if i.offset < e.end)
+                if last > end:
+                    end, changed = last, True
+    return end
+
+
+def _lowest_reached(instrs, depths, start: int, end: int) -> int:
+    """The lowest stack position any instruction in [start, end] pops (calls pop their NULL too)."""
+    low = depths[start]
+    for ins in instrs[start:end + 1]:
+        d = depths[ins.index]
+        if d is None:
+            continue
+        if ins.opname == "PRECALL":  # 3.11: dis counts the arguments as popped here, the rest at CALL
+            low = min(low, d - ins.arg - 2)
+        elif ins.opname == "CALL" and bc.PY >= (3, 12):
+            low = min(low, d - ins.arg - 2)
+        elif ins.opname == "CALL":
+            low = min(low, depths[ins.index + 1] - 1 if ins.index + 1 < len(depths) and depths[ins.index + 1] is not None else d)
+        elif ins.opname == "CALL_FUNCTION_EX":
+            low = min(low, d - 3 - (ins.arg & 1))
+        else:
+            after = depths[ins.index + 1] if ins.index + 1 < len(depths) else None
+            low = min(low, d, after if after is not None else d)
+    return low
+
+
+def write_once(code: types.CodeType, name: str) -> bool:
+    """Is the cell variable ``name`` assigned at most once, and never by an inner function?"""
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType) and any(
+                i.opname in ("STORE_DEREF", "DELETE_DEREF") and i.argval == name for i in bc.decode(const)):
+            return False
+    writes = [i for i in bc.decode(code) if i.opname in ("STORE_DEREF", "DELETE_DEREF") and i.argval == name]
+    return len(writes) <= 1
 
 
 def check_cells(code: types.CodeType, region: "Region") -> None:
@@ -311,7 +367,7 @@ class ResumeInfo:
     target: int             # decoded instruction index where the resume continues
 
 
-RESUMES: dict = {}  # resume code object -> ResumeInfo
+RESUMES: dict = {}  # id(resume code object) -> (that code object, ResumeInfo)
 
 
 def make_function(fn: types.FunctionType, code: types.CodeType) -> types.FunctionType:
@@ -325,10 +381,13 @@ def resume_function(fn: types.FunctionType, target: int) -> types.FunctionType:
     depth = stack_depths(code)[target]
     name = f"__resume_{code.co_name}_at_{bc.decode(code)[target].lineno}_{target}"
     rcode = build_continuation(code, target, stack_nulls=[False] * depth, bound=None, region=None, name=name)
-    RESUMES[rcode] = ResumeInfo(fn, code, target)
+    RESUMES[id(rcode)] = (rcode, ResumeInfo(fn, code, target))
     return make_function(fn, rcode)
 
 
 def resume_info(obj) -> ResumeInfo | None:
+    # by identity: code objects compare by value, and the continuations of two closures made by one
+    # factory are equal code objects with different functions (closures) behind them
     code = getattr(obj, "__code__", None)
-    return RESUMES.get(code) if code is not None else None
+    hit = RESUMES.get(id(code)) if code is not None else None
+    return hit[1] if hit is not None and hit[0] is code else None

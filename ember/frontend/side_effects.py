@@ -42,13 +42,15 @@ class SideEffects:
         return bool(self._attr_writes or self._containers or self._stores)
 
     def codegen(self, cg) -> list[str]:
-        from ember.frontend.variables.containers import DictVariable
+        from ember.frontend.variables.containers import DictVariable, SetVariable
 
         lines = []
         for vt in self._containers.values():
             target = cg.load(vt.source)
             if isinstance(vt, DictVariable):
                 lines.append(f"{target}.clear(); {target}.update({vt.items_literal(cg)})  # replayed dict mutation")
+            elif isinstance(vt, SetVariable):
+                lines.append(f"{target}.clear(); {target}.update({vt.items_literal(cg)})  # replayed set mutation")
             else:
                 items = ", ".join(cg.reconstruct(i) for i in vt.items)
                 lines.append(f"{target}[:] = [{items}]  # replayed list mutation")

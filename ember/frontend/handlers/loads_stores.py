@@ -94,9 +94,11 @@ def MAKE_CELL(tx, inst):
 
     name = inst.argval
     if name in tx.locals:
-        tx.cells[name] = CellVariable(tx.locals.pop(name))
+        cell = CellVariable(tx.locals.pop(name))
     else:
-        tx.cells[name] = CellVariable()
+        cell = CellVariable()
+    cell.owner = (tx.code, name)  # which frame's variable: a closure over it may cross a graph break
+    tx.cells[name] = cell
 
 
 @register("LOAD_CLOSURE")

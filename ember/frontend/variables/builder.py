@@ -112,7 +112,8 @@ def _wrap(tx, value, source: Source) -> VariableTracker:
         if not all(isinstance(v, _CONST_TYPES) for v in value):
             raise Unsupported(f"set of non-constants at {source.name()}")
         guards.add(source, GuardKind.CONST, type(value)(value))
-        return C.SetVariable([ConstantVariable(v) for v in value], frozen=type(value) is frozenset)
+        return C.SetVariable([ConstantVariable(v) for v in value], frozen=type(value) is frozenset,
+                             source=source if type(value) is set else None)
     if type(value) is slice:
         guards.add(source, GuardKind.CONST, value)
         return ConstantVariable(value, source)

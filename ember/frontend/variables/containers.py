@@ -463,11 +463,16 @@ class DictViewVariable(VariableTracker):
 class SetVariable(VariableTracker):
     """A set of constants, or of objects hashed by identity (modules, classes, functions)."""
 
-    def __init__(self, items, frozen=False):
+    def __init__(self, items, frozen=False, source=None):
         self.items = {}  # key -> VT, insertion ordered
         self.frozen = frozen
+        self.source = source  # a set that exists outside the function: mutations are side effects
         for it in items:
             self.items.setdefault(self._key(it), it)
+
+    def _mutated(self, tx):
+        if self.source is not None:
+            tx.output.side_effects.track_container(self)
 
     @staticmethod
     def _key(vt):
@@ -504,16 +509,27 @@ class SetVariable(VariableTracker):
 
     def call_method(self, tx, name, args, kwargs):
         if name == "add":
+            self._mutated(tx)
             self.items.setdefault(self._key(args[0]), args[0])
             return ConstantVariable(None)
         if name == "update":
+            self._mutated(tx)
             for a in args:
                 for it in a.unpack(tx):
                     self.items.setdefault(self._key(it), it)
             return ConstantVariable(None)
+        if name == "remove" and self._key(args[0]) not in self.items:
+            raise Unsupported("set.remove() of a missing element (KeyError)")
         if name in ("discard", "remove"):
+            self._mutated(tx)
             self.items.pop(self._key(args[0]), None)
             return ConstantVariable(None)
+        if name == "clear":
+            self._mutated(tx)
+            self.items.clear()
+            return ConstantVariable(None)
+        if name in ("pop", "difference_update", "intersection_update", "symmetric_difference_update"):
+            raise Unsupported(f"set.{name}()")
         if name == "__contains__":
             return ConstantVariable(self._key(args[0]) in self.items)
         if name == "__len__":
@@ -527,7 +543,14 @@ class SetVariable(VariableTracker):
         return wrap_const(res)
 
     def reconstruct(self, cg):
+        if self.source is not None:
+            return cg.load(self.source)
+        if not self.is_constant():
+            return "{" + ", ".join(cg.reconstruct(v) for v in self.items.values()) + "}"
         return cg.const(self.as_constant())
+
+    def items_literal(self, cg) -> str:
+        return "(" + "".join(f"{cg.reconstruct(v)}, " for v in self.items.values()) + ")"
 
 
 class SliceVariable(VariableTracker):

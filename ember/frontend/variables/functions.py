@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import builtins
+import functools
 import types
 
 from ember.frontend.errors import Unsupported
@@ -96,17 +97,32 @@ class NestedFunctionVariable(BaseUserFunctionVariable):
         self.__dict__.setdefault("attrs", {})[name] = value
 
     def reconstruct(self, cg):
-        # rebuilt as a real function at a graph break; a closure would need the frame's real cells,
-        # which continuations do not share, so only closure-free functions cross a break
-        if self.closure or self.__dict__.get("attrs"):
-            raise Unsupported(f"{self.describe()} (a closure made inside the compiled function) crossing a graph break")
+        # rebuilt as a real function at a graph break. Continuations copy cell contents into new
+        # cells, so a closure gets copies too: exact only for variables assigned once
+        if self.__dict__.get("attrs"):
+            raise Unsupported(f"{self.describe()} with attributes set inside the compiled function crossing a graph break")
+        closure = "None"
+        if self.closure:
+            closure = "(" + "".join(f"{_cell_expr(cg, c, self)}, " for c in self.closure) + ")"
         defaults = "(" + "".join(f"{cg.reconstruct(d)}, " for d in self.defaults) + ")" if self.defaults else "None"
         fn = (f"{cg.const(types.FunctionType, 'FunctionType')}({cg.const(self.code, 'code')}, "
-              f"{cg.const(self.f_globals, 'globals')}, {self.name!r}, {defaults})")
+              f"{cg.const(self.f_globals, 'globals')}, {self.name!r}, {defaults}, {closure})")
         if self.kwdefaults:
             kw = ", ".join(f"{k!r}: {cg.reconstruct(v)}" for k, v in self.kwdefaults.items())
             return cg.memo(self, lambda: f"{cg.const(_with_kwdefaults, 'with_kwdefaults')}({fn}, {{{kw}}})")
         return cg.memo(self, lambda: fn)
+
+
+def _cell_expr(cg, cell, fn_vt) -> str:
+    from ember.frontend import resume
+    from ember.frontend.interpreter import CellVariable, RealCellVariable
+
+    if isinstance(cell, RealCellVariable):  # the enclosing function's own cell: share it
+        return cg.const(cell.cell, "cell")
+    if isinstance(cell, CellVariable) and cell.owner is not None and cell.contents is not CellVariable.EMPTY \
+            and resume.write_once(*cell.owner):
+        return f"{cg.const(types.CellType, 'CellType')}({cg.reconstruct(cell.contents)})"
+    raise Unsupported(f"{fn_vt.describe()} (a closure over a variable assigned more than once) crossing a graph break")
 
 
 def _with_kwdefaults(fn, kwdefaults):
@@ -276,6 +292,11 @@ class PartialVariable(VariableTracker):
         if name == "func":
             return self.fn
         raise Unsupported(f"reading {name} of functools.partial")
+
+    def reconstruct(self, cg):
+        args = "".join(f", {cg.reconstruct(a)}" for a in self.args)
+        kw = "".join(f", {k}={cg.reconstruct(v)}" for k, v in self.kwargs.items())
+        return f"{cg.const(functools.partial, 'partial')}({cg.reconstruct(self.fn)}{args}{kw})"
 
 
 class OpaqueCallableVariable(VariableTracker):

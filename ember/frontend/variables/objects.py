@@ -107,10 +107,19 @@ class UserClassVariable(VariableTracker):
         if isinstance(static, staticmethod):
             static = static.__func__
         val = static if isinstance(static, types.FunctionType) else getattr(self.value, name)
-        src = AttrSource(self.source, name) if self.source is not None else tx.output.object_source(val, f"{self.value.__name__}.{name}")
-        if isinstance(val, (int, float, str, bool, type(None))):
-            return ConstantVariable(val)
-        return wrap(tx, val, src)
+        written = tx.output.side_effects.load_attr(self.value, name)
+        if written is not None:
+            return written
+        # guarded through the class (class attributes are mutable state, not constants)
+        owner = self.source if self.source is not None else tx.output.object_source(self.value, self.value.__qualname__)
+        return wrap(tx, val, AttrSource(owner, name))
+
+    def setattr(self, tx, name, value):
+        if type(self.value) is not type:
+            raise Unsupported(f"setting attribute '{name}' of class {self.value.__qualname__} with a metaclass")
+        if self.source is None:
+            self.source = tx.output.object_source(self.value, self.value.__qualname__)
+        tx.output.side_effects.store_attr(self, self.value, name, value)
 
     def call(self, tx, args, kwargs):
         from ember.frontend.variables.builder import is_namedtuple_cls
