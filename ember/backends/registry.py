@@ -157,3 +157,4 @@ def validate_options(spec: BackendSpec, options: dict) -> dict:
 
 
 from ember.backends import eager  # noqa: E402,F401  (registers the built-in backends)
+from ember.backends import aot_eager  # noqa: E402,F401

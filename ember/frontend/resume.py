@@ -158,6 +158,9 @@ def plan_region(code: types.CodeType, start: int, failing: int, stack_nulls: lis
         if ins.target is not None and not (start <= ins.target <= end):
             if ins.target < start:
                 raise CannotResume("a jump backwards out of the native region")
+            if _exits_past_end_for(ins, instrs):  # 3.12: the loop really resumes after END_FOR
+                region.exits[ins.target + 1] = depths[ins.target + 1]
+                continue
             region.exits[ins.target] = depths[ins.target]
         if ins.index == end and ins.opname not in _UNCONDITIONAL | _TERMINAL and end + 1 < len(instrs):
             region.exits[end + 1] = depths[end + 1]
@@ -168,6 +171,11 @@ def plan_region(code: types.CodeType, start: int, failing: int, stack_nulls: lis
     if any(d is None for d in region.exits.values()):
         raise CannotResume("an exit of the native region is unreachable in the static analysis")
     return region
+
+
+def _exits_past_end_for(ins, instrs) -> bool:
+    """3.12's FOR_ITER, when exhausted, pops the iterator and jumps *past* the END_FOR it targets."""
+    return ins.opname == "FOR_ITER" and bc.PY >= (3, 12) and instrs[ins.target].opname == "END_FOR"
 
 
 def _past_try_bodies(code: types.CodeType, end: int) -> int:
@@ -291,7 +299,14 @@ def build_continuation(code: types.CodeType, start: int, *, stack_nulls: list, b
             if isinstance(ins.arg, bclib.Label):
                 tgt = label_index.get(ins.arg)
                 if tgt is not None and not (region.start <= tgt <= region.end):
-                    ins.arg = exit_label(tgt)
+                    if _exits_past_end_for(decoded[k], decoded):
+                        # the jump lands one instruction past its label: give it an END_FOR to skip
+                        skip = bclib.Label()
+                        body = _epilogue(bclib.Label(), region.exits[tgt + 1], resume_for(tgt + 1))
+                        epilogues.extend([skip, bclib.Instr("END_FOR"), *body])
+                        ins.arg = skip
+                    else:
+                        ins.arg = exit_label(tgt)
         last = decoded[region.end]
         if region.end + 1 in region.exits and last.opname not in _UNCONDITIONAL | _TERMINAL:
             lab = exit_label(region.end + 1)

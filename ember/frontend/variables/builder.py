@@ -127,8 +127,13 @@ def _wrap_object(tx, value, source):
     from ember.frontend.variables import modules as M
     from ember.frontend.variables import objects as O
 
+    # a bound method of a builtin (``lst.append``, ``dict.fromkeys``) is made afresh on every attribute
+    # read: an identity guard on it would never hold again; its owner's guards pin it down instead
+    bound_to = getattr(value, "__self__", None) if isinstance(value, (types.BuiltinMethodType, types.MethodWrapperType)) else None
+    fresh = bound_to is not None and not isinstance(bound_to, types.ModuleType)
+
     def guard(kind, expected=None):
-        if source is not None:
+        if source is not None and not (fresh and kind is GuardKind.ID):
             tx.output.guards.add(source, kind, expected)
 
     user_rule = _user_rule(value, source)  # ember.disable / substitute_in_graph / allow_in_graph ...
@@ -173,11 +178,7 @@ def _wrap_object(tx, value, source):
         return F.UserMethodVariable(func, self_vt)
     if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType, types.MethodWrapperType,
                           types.WrapperDescriptorType, types.MethodDescriptorType, types.ClassMethodDescriptorType)):
-        bound_to = getattr(value, "__self__", None)
-        if bound_to is None or isinstance(bound_to, (types.ModuleType, type)):
-            guard(GuardKind.ID, value)
-        # else a bound method made fresh on each attribute read (``lst.append``): its owner's guards
-        # (type, identity) already pin it down; an identity guard on it would never hold again
+        guard(GuardKind.ID, value)
         if trace_rules.is_torch_callable(value):
             return F.TorchFunctionVariable(value, source)
         self_obj = getattr(value, "__self__", None)

@@ -1,0 +1,114 @@
+"""Per-op knowledge of the autograd layer, kept as tables: which ops are decomposed while tracing, and
+which ones the partitioner may recompute in the backward instead of saving their result.
+
+Rules are keyed by ATen overload packets; tags (``torch.Tag.pointwise``, ``nondeterministic_seeded``)
+cover the long tail so that the tables only list what tags do not say.
+"""
+from __future__ import annotations
+
+import functools
+import operator
+
+import torch
+
+aten = torch.ops.aten
+
+# ------------------------------------------------------------------------------------------ decompositions
+
+
+@functools.lru_cache(maxsize=1)
+def _core_table() -> dict:
+    from torch._decomp import core_aten_decompositions
+    table = dict(core_aten_decompositions())
+    # Random ops stay as they are: eager runs e.g. aten.bernoulli / aten.native_dropout, and a
+    # decomposition into rand + compare would draw a different random stream for the same seed.
+    # (This drops sdpa and the fused RNNs too: they are tagged seeded for their dropout argument.)
+    return {op: fn for op, fn in table.items() if not is_random_op(op)}
+
+
+def default_decompositions() -> dict:
+    """The table traced graphs are lowered with: core ATen, minus every random op."""
+    return dict(_core_table())
+
+
+def decomposition_table(extra: dict | None) -> dict:
+    """``default_decompositions()`` extended (and overridden) by ``extra``, an op -> function mapping."""
+    table = default_decompositions()
+    if extra:
+        table.update(extra)
+    return table
+
+
+# ------------------------------------------------------------------------------------------- op classes
+
+def _packet(op):
+    return getattr(op, "overloadpacket", op)
+
+
+def is_random_op(op) -> bool:
+    return torch.Tag.nondeterministic_seeded in getattr(op, "tags", ())
+
+
+def _packets(names: str) -> set:
+    """ATen overload packets by name; names this torch build lacks are skipped (the tables hold ops
+    of several torch versions and devices)."""
+    return {p for p in (getattr(aten, n, None) for n in names.split()) if p is not None}
+
+
+# Views and reshapes: free to recompute (no data moves) and, under functionalization, never aliased
+# with something a later op mutates.
+VIEW_OPS = _packets("""
+    view _unsafe_view reshape permute t transpose expand squeeze unsqueeze slice select alias as_strided
+    split split_with_sizes unbind diagonal narrow view_as_real view_as_complex unfold detach lift_fresh
+""")
+
+# Cheap non-pointwise ops: tensor factories, copies and dtype casts, shape-only work. Recomputing them
+# in the backward costs a memory pass at most, and saves storing their (often large) result.
+CHEAP_OPS = _packets("""
+    clone _to_copy full full_like zeros zeros_like ones ones_like empty empty_like empty_strided
+    empty_permuted scalar_tensor arange fill copy cat constant_pad_nd index gather embedding slice_scatter
+    select_scatter squeeze_copy unsqueeze_copy view_copy permute_copy expand_copy t_copy transpose_copy
+    lift_fresh_copy
+""")
+
+# Reductions and normalizations: one pass over an input that is usually kept anyway. Their results are
+# small (reductions) or as large as their input (norms, softmax); the min cut recomputes them only when
+# that saves memory, e.g. a layer norm's output is rebuilt from its input and statistics.
+REDUCTION_OPS = _packets("""
+    sum mean amax amin var var_mean std prod any all argmax argmin max min _softmax _log_softmax
+    _safe_softmax native_layer_norm native_group_norm cumsum
+""")
+
+# Ops that always stay in the forward and are saved if the backward needs them, whatever their size.
+# Random ops: a recomputation would draw new numbers. Compute-bound ops (matmul, conv, attention) cost
+# far more to redo than to keep. Anything not listed in VIEW_OPS/CHEAP_OPS/REDUCTION_OPS and not
+# pointwise is also treated this way; this table only documents the deliberate cases.
+NEVER_RECOMPUTE = {op: why for names, why in (
+    ("mm bmm addmm baddbmm convolution _convolution", "compute-bound: cheaper to keep than to redo"),
+    ("_scaled_dot_product_flash_attention_for_cpu _scaled_dot_product_efficient_attention "
+     "_scaled_dot_product_flash_attention _scaled_dot_product_cudnn_attention", "compute-bound attention kernel"),
+    ("native_dropout bernoulli rand rand_like randn randn_like randint randint_like randperm normal uniform "
+     "multinomial", "random: recomputing would draw different numbers"),
+) for op in _packets(names)}
+
+
+def recompute_rule(target) -> tuple[bool, str]:
+    """(may the backward recompute this op?, why) for a call_function target of an ATen graph."""
+    if is_random_op(target):
+        return False, "random: recomputing would draw different numbers"
+    packet = _packet(target)
+    if packet in NEVER_RECOMPUTE:
+        return False, NEVER_RECOMPUTE[packet]
+    if packet in VIEW_OPS:
+        return True, "view"
+    if torch.Tag.pointwise in getattr(target, "tags", ()):
+        return True, "pointwise"
+    if packet in CHEAP_OPS:
+        return True, "cheap copy/factory"
+    if packet in REDUCTION_OPS:
+        return True, "reduction/normalization"
+    if target is operator.getitem:
+        return True, "tuple element"
+    name = getattr(packet, "__name__", str(target))
+    return False, f"{name} is not in the recompute tables (unknown ops are kept)"
+

@@ -1,0 +1,151 @@
+"""The autograd layer's pipeline: one captured graph in, one callable out.
+
+    analyze (functionalized fake run) -> trace forward, or joint -> partition -> compile -> runtime variant
+
+``AOTCompiledGraph`` is what a backend built by ``aot_autograd`` returns. It compiles the variant for the
+autograd situation of the call it was built for and, lazily, another one if a later call differs (grad
+mode switched off, a different set of inputs needing gradients), so a call never runs a variant traced
+for a different situation.
+"""
+from __future__ import annotations
+
+import itertools
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.fx as fx
+from torch._subclasses import FakeTensorMode
+
+from ember.aot import analysis
+from ember.aot.runtime import EagerVariant, InferenceVariant, TrainingVariant
+from ember.aot.trace import trace_forward, trace_joint
+from ember.config import config
+from ember.diagnostics import logging as elog
+
+# The dumps go to a named artifact (EMBER_LOGS=aot_graphs). ember.diagnostics.logging declares its
+# artifacts in one table; this adds the autograd layer's entry to it at import time.
+ARTIFACT = "aot_graphs"
+elog.ARTIFACTS.setdefault(ARTIFACT, "the ATen graphs of the autograd layer: forward/backward (with what the "
+                                    "partitioner saved or recomputed, and why), inference, input/output handling")
+
+_graph_ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class AOTOptions:
+    fw_compiler: Callable
+    bw_compiler: Callable
+    inference_compiler: Callable
+    partition_fn: Callable
+    decompositions: dict
+    strict: bool = False  # raise when a graph cannot be traced, instead of running it eagerly
+
+
+class AOTCompiledGraph:
+    """Callable form of one captured graph; ``compiled(*inputs)`` returns what ``gm(*inputs)`` returns."""
+
+    def __init__(self, gm: fx.GraphModule, example_inputs: list, options: AOTOptions):
+        self.gm, self.options = gm, options
+        self.id = next(_graph_ids)
+        self.name = f"{type(gm).__name__}#{self.id}"
+        self._tidx = [i for i, a in enumerate(example_inputs) if isinstance(a, torch.Tensor)]
+        # non-tensor inputs are baked into the traced graphs, so they are part of the variant key
+        self._cidx = [i for i, a in enumerate(example_inputs) if not isinstance(a, torch.Tensor)]
+        self.variants: dict = {}
+        self._variant(self._key(example_inputs), list(example_inputs))
+
+    def _key(self, args):
+        grads = None
+        if torch.is_grad_enabled():
+            mask = tuple([args[i].requires_grad for i in self._tidx])
+            grads = mask if True in mask else None
+        return (grads, tuple(args[i] for i in self._cidx)) if self._cidx else grads
+
+    def __call__(self, *args):
+        key = self._key(args) if self._cidx or torch.is_grad_enabled() else None
+        variant = self.variants.get(key)
+        if variant is None:
+            variant = self._variant(key, list(args))
+        return variant(*args)
+
+    def _variant(self, key, args: list):
+        try:
+            variant = build_variant(self.gm, args, self.options, self.name)
+        except Exception as exc:  # noqa: BLE001 - any tracing failure: the eager graph is still right
+            if self.options.strict:
+                raise
+            reason = f"tracing it failed with {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            warnings.warn(f"ember aot_autograd: running {self.name} eagerly, {reason}", stacklevel=2)
+            variant = EagerVariant(self.gm, reason)
+            elog.artifact(ARTIFACT, f"# ===== ember aot: {self.name}, eager variant: {reason}")
+        self.variants[key] = variant
+        return variant
+
+    def describe(self) -> str:
+        return "\n\n".join(describe_variant(v, self.name) for v in self.variants.values())
+
+
+def build_variant(gm: fx.GraphModule, args: list, opts: AOTOptions, name: str = "graph"):
+    """Analyze, trace, partition and compile ``gm`` for the autograd situation of ``args``."""
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    meta = analysis.collect(gm, args, fake_mode)
+    wants_grads = torch.is_grad_enabled() and any(args[i].requires_grad for i in meta.tensor_indices)
+    needs_autograd = any(meta.traced_requires_grad)
+    if meta.unsupported is None and needs_autograd and not wants_grads:
+        meta.unsupported = "an output needs a gradient though the call does not (enable_grad inside no_grad)"
+    if meta.unsupported is not None:
+        variant = EagerVariant(gm, meta.unsupported, meta)
+    elif needs_autograd:
+        joint = trace_joint(gm, meta, args, fake_mode, opts.decompositions)
+        if elog.enabled(ARTIFACT):
+            elog.artifact(ARTIFACT, _banner(name, "joint graph", meta) + _readable(joint.gm))
+        fw, bw = opts.partition_fn(joint.gm, joint.primal_vals, num_fwd_outputs=joint.num_fw_outputs)
+        compiled_fw = opts.fw_compiler(fw, [args[i] for i in meta.tensor_indices]) or fw.forward
+        bw_examples = [n.meta.get("val") for n in bw.graph.nodes if n.op == "placeholder"]
+        compiled_bw = opts.bw_compiler(bw, bw_examples) or bw.forward
+        variant = TrainingVariant(meta, joint, fw, bw, compiled_fw, compiled_bw)
+    else:
+        graph = trace_forward(gm, meta, args, fake_mode, opts.decompositions)
+        compiled = opts.inference_compiler(graph, [args[i] for i in meta.tensor_indices]) or graph.forward
+        variant = InferenceVariant(meta, graph, compiled)
+    variant.meta = meta
+    if config.verify:  # EMBER_VERIFY=1: check every graph this layer built
+        for graph in (getattr(variant, a, None) for a in ("graph", "forward", "backward")):
+            if graph is not None:
+                graph.graph.lint()
+    if elog.enabled(ARTIFACT):
+        elog.artifact(ARTIFACT, describe_variant(variant, name))
+    return variant
+
+
+# ------------------------------------------------------------------------------------------- dumps
+
+def _readable(gm: fx.GraphModule) -> str:
+    return gm.print_readable(print_output=False, include_stride=False, include_device=False)
+
+
+def _comment(text: str) -> str:
+    return "\n".join(f"# {line}" if line else "#" for line in text.splitlines())
+
+
+def _banner(name: str, what: str, meta) -> str:
+    return f"# ===== ember aot: {name}, {what}\n{_comment(meta.describe())}\n"
+
+
+def describe_variant(variant, name: str = "graph") -> str:
+    """Readable dump of one variant: how inputs/outputs are handled, then its graphs; training variants
+    lead with the partition summary (what the forward saves for the backward, what is recomputed)."""
+    meta = variant.meta
+    if variant.kind == "eager":
+        head = _banner(name, "eager variant", meta) if meta is not None else f"# ===== ember aot: {name}\n"
+        return head + _comment(variant.describe())
+    if variant.kind == "inference":
+        return _banner(name, "inference variant (no autograd)", meta) + _readable(variant.graph)
+    summary = variant.forward.meta.get("ember_partition")
+    parts = [_banner(name, "training variant", meta)]
+    if summary is not None:
+        parts.append(_comment(summary.render()) + "\n")
+    parts += ["# ----- forward", _readable(variant.forward), "# ----- backward", _readable(variant.backward)]
+    return "\n".join(parts)

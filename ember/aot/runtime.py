@@ -1,0 +1,213 @@
+"""Run compiled ATen graphs with the captured graph's exact semantics.
+
+A *variant* is one compiled form of a captured graph for one autograd situation:
+
+- ``InferenceVariant``: grad mode off, or no input needs a gradient. Calls the compiled forward, then
+  the epilogue: copy new values into mutated inputs, rebuild the user's outputs.
+- ``TrainingVariant``: some input needs a gradient. The compiled forward and backward run inside one
+  ``torch.autograd.Function``; the epilogue runs outside it, under autograd, so that copying into a
+  mutated input and regenerating views of inputs are recorded like the eager ops they stand for.
+- ``EagerVariant``: the captured graph as it is, for the rare semantics the traced graphs cannot hold
+  (``analysis.GraphMeta.unsupported`` says which).
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable
+
+import torch
+import torch.fx as fx
+
+from ember.aot.analysis import GraphMeta, OutputKind
+from ember.aot.reinplace import reinplace as reinplace_pass
+
+DOUBLE_BACKWARD_ERROR = (
+    b"ember: this gradient was computed by a compiled (aot_autograd) backward graph, which cannot be "
+    b"differentiated again: double backward / create_graph=True higher-order gradients are not supported "
+    b"through compiled graphs. First-order gradients taken with create_graph=True are correct; to "
+    b"differentiate them, run this region eagerly (backend='eager')."
+)
+
+
+def _autocast_off():
+    """The traced graphs already contain autocast's casts; an autocast region around the call must not
+    cast their ops a second time."""
+    return torch._C._DisableAutocast() if torch._C._is_any_autocast_enabled() else contextlib.nullcontext()
+
+
+# ------------------------------------------------------------------------------- boxed calling convention
+#
+# A compiled graph called as f(*args) cannot free its inputs early: the caller's argument tuple keeps
+# them alive until it returns. A callable marked ``_boxed_call = True`` instead takes one list and
+# empties it once it has read its inputs, so e.g. each saved activation dies right after its last use
+# in the backward, as it does in eager autograd. Compilers may return either kind.
+
+class BoxedCodeGen(fx.graph.CodeGen):
+    """FX code generation for ``forward(self, args_list)``: unpack the list, then clear it."""
+
+    def gen_fn_def(self, free_vars, maybe_return_annotation, **kwargs):
+        names = [v.split(":")[0].split("=")[0].strip() for v in free_vars if v != "self"]
+        lines = [f"def {getattr(self, '_func_name', 'forward')}(self, args_list){maybe_return_annotation}:"]
+        if names:
+            lines.append(f"    {', '.join(names)}, = args_list")
+            lines.append("    args_list.clear()")
+        return "\n".join(lines)
+
+
+def boxed(gm: fx.GraphModule, reinplace: bool = False) -> Callable:
+    """A boxed callable running a copy of ``gm`` (the original keeps its readable signature), with
+    dead buffers reused by in-place ops if ``reinplace`` (see ``reinplace.py``)."""
+    graph = fx.Graph()
+    out = graph.graph_copy(gm.graph, {})
+    graph.output(out)
+    graph.set_codegen(BoxedCodeGen())
+    runner = fx.GraphModule(gm, graph, class_name=f"{type(gm).__name__}_boxed")
+    if reinplace:
+        runner.meta["ember_reinplaced"] = reinplace_pass(runner)
+    fn = runner.forward
+    fn.__func__._boxed_call = True
+    return fn
+
+
+def call_compiled(fn: Callable, args: list):
+    return fn(args) if getattr(fn, "_boxed_call", False) else fn(*args)
+
+
+def run_epilogue(meta: GraphMeta, args, traced) -> tuple:
+    """Write mutated inputs back, then assemble the outputs the captured graph returns."""
+    for k, i in enumerate(meta.mutated):
+        if meta.inputs[i].mutation.under_no_grad:
+            with torch.no_grad():
+                args[i].copy_(traced[k])
+        else:
+            args[i].copy_(traced[k])
+    out = []
+    for info in meta.outputs:
+        kind = info.kind
+        if kind is OutputKind.PLAIN:
+            out.append(traced[info.source])
+        elif kind is OutputKind.INPUT:
+            out.append(args[info.source])
+        elif kind is OutputKind.ALIAS_OF_INPUT:
+            out.append(_regenerate(args[info.source], info))
+        elif kind is OutputKind.ALIAS_OF_INTERMEDIATE:
+            base = traced[info.source]
+            out.append(base if info.view is None else _regenerate(base, info))
+        else:
+            out.append(info.value)
+    return tuple(out) if meta.output_is_tuple else out[0]
+
+
+def _regenerate(base: torch.Tensor, info) -> torch.Tensor:
+    """The view the captured graph returned, rebuilt on the real base (its autograd edge included)."""
+    size, stride, offset = info.view
+    if info.requires_grad or not base.requires_grad:
+        return base.as_strided(size, stride, offset)
+    with torch.no_grad():  # the eager output did not require grad (a no_grad view, a detach)
+        return base.as_strided(size, stride, offset)
+
+
+class EagerVariant:
+    kind = "eager"
+
+    def __init__(self, gm: fx.GraphModule, reason: str, meta: GraphMeta | None = None):
+        self.gm, self.reason, self.meta = gm, reason, meta
+
+    def __call__(self, *args):
+        return self.gm(*args)
+
+    def describe(self) -> str:
+        return f"eager variant: runs the captured graph as is, because {self.reason}"
+
+
+class InferenceVariant:
+    kind = "inference"
+
+    def __init__(self, meta: GraphMeta, graph: fx.GraphModule, compiled: Callable):
+        self.meta, self.graph, self.compiled = meta, graph, compiled
+        self._tidx = meta.tensor_indices
+
+    def __call__(self, *args):
+        # No traced output needs a gradient, but the ATen graph has no grad-mode switches of its own:
+        # an op the captured graph ran under no_grad (an @torch.no_grad entry) must not record here.
+        with _autocast_off(), torch.no_grad():
+            traced = call_compiled(self.compiled, [args[i] for i in self._tidx])
+        return run_epilogue(self.meta, args, traced)
+
+
+class TrainingVariant:
+    kind = "training"
+
+    def __init__(self, meta: GraphMeta, joint, forward: fx.GraphModule, backward: fx.GraphModule,
+                 compiled_fw: Callable, compiled_bw: Callable):
+        self.meta, self.joint, self.forward, self.backward = meta, joint, forward, backward
+        self._tidx = meta.tensor_indices
+        self.function = _make_function(meta, joint, compiled_fw, compiled_bw)
+
+    def __call__(self, *args):
+        traced = self.function.apply(*[args[i] for i in self._tidx])
+        return run_epilogue(self.meta, args, traced)
+
+
+def _make_function(meta: GraphMeta, joint, compiled_fw: Callable, compiled_bw: Callable):
+    """An autograd.Function whose forward/backward are the compiled graphs of one partition."""
+    n_fw = joint.num_fw_outputs
+    diff = [k for k, rg in enumerate(meta.traced_requires_grad) if rg]
+    non_diff = [k for k, rg in enumerate(meta.traced_requires_grad) if not rg]
+    grad_positions = joint.grad_inputs
+    n_inputs = len(meta.tensor_indices)
+
+    class CompiledFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *inputs):
+            with _autocast_off():
+                outs = call_compiled(compiled_fw, list(inputs))
+            fw_outs, saved = list(outs[:n_fw]), outs[n_fw:]
+            # keep non-tensors (rare: values baked from shapes) beside the tensors autograd checks
+            ctx.saved_layout = [None if isinstance(s, torch.Tensor) else s for s in saved]
+            ctx.save_for_backward(*[s for s in saved if isinstance(s, torch.Tensor)])
+            for k, o in enumerate(fw_outs):
+                # A view returned by a custom Function may not be modified in place later; the eager
+                # output it stands for could be, so hand out a non-view alias instead.
+                if isinstance(o, torch.Tensor) and o._is_view():
+                    fw_outs[k] = o.detach()
+            ctx.mark_non_differentiable(*[fw_outs[k] for k in non_diff if isinstance(fw_outs[k], torch.Tensor)])
+            return tuple(fw_outs)
+
+        @staticmethod
+        def backward(ctx, *grad_outputs):
+            it = iter(ctx.saved_tensors)
+            args = [next(it) if s is None else s for s in ctx.saved_layout]
+            del it
+            if hasattr(ctx, "maybe_clear_saved_tensors"):
+                # drop autograd's own references (unless retain_graph): with a boxed backward, each
+                # saved tensor is then freed at its last use inside the graph
+                ctx.maybe_clear_saved_tensors()
+            args += [grad_outputs[k].contiguous() for k in diff]
+            create_graph = torch.is_grad_enabled()
+            with torch.no_grad(), _autocast_off():
+                grads = call_compiled(compiled_bw, args)
+            result = [None] * n_inputs
+            for pos, g in zip(grad_positions, grads):
+                result[pos] = g
+            if create_graph:
+                result = _poison(result)
+            return tuple(result)
+
+    CompiledFunction.__name__ = CompiledFunction.__qualname__ = "CompiledFunction"
+    return CompiledFunction
+
+
+def _poison(grads: list) -> list:
+    """create_graph=True: the gradients are right, but differentiating them again must fail loudly, not
+    silently give zero. Route every gradient through a node that raises if the backward reaches it."""
+    present = [k for k, g in enumerate(grads) if g is not None]
+    if not present:
+        return grads
+    err = torch._C._functions.DelayedError(DOUBLE_BACKWARD_ERROR, len(present))
+    poisoned = err(*[grads[k].detach().requires_grad_(True) for k in present])
+    if isinstance(poisoned, torch.Tensor):
+        poisoned = (poisoned,)
+    for k, g in zip(present, poisoned):
+        grads[k] = g
+    return grads

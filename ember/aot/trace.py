@@ -1,0 +1,135 @@
+"""Trace a captured Torch-level graph to functional ATen graphs with ``make_fx``: the forward alone (for
+inference) or the forward together with its backward (the joint graph, for training).
+
+Both traces run the captured graph on functional wrappers of fake inputs (see ``functional.py``) and
+return the traced outputs described in ``analysis.py``. The joint trace then calls
+``torch.autograd.grad`` on the differentiable ones, so autograd's own backward formulas are recorded
+(decomposed by the same table) after the forward. Placeholders are named ``primals_<k>`` and
+``tangents_<k>``, only tensor inputs become placeholders, and non-tensor inputs are baked in.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+import torch.fx as fx
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from ember.aot.analysis import GraphMeta, base_of
+from ember.aot.functional import from_fun, functionalize, to_fun, to_fun_leaf
+
+
+@dataclass
+class JointGraph:
+    gm: fx.GraphModule                 # (primals..., tangents...) -> (traced outputs..., grads...)
+    num_fw_outputs: int
+    grad_inputs: list[int]             # positions among tensor inputs that receive a gradient output
+    primal_vals: list                  # fake primals, for compilers that want example inputs
+
+
+@contextlib.contextmanager
+def _trace_state(grad_enabled: bool):
+    """Tracing runs the captured graph's own grad-mode switches; restore the caller's grad mode
+    afterwards even if tracing fails. (Autocast's cast cache stays on, as in eager: a weight cast once
+    and used twice gets one cast node, whose backward sums both gradients in low precision, as
+    eager's does.)"""
+    with torch.set_grad_enabled(grad_enabled):
+        yield
+
+
+def _user_body(gm, meta: GraphMeta, consts: list, clone_mutated: bool):
+    """The captured graph as a function of its tensor inputs, returning the traced outputs."""
+    tensor_idx = meta.tensor_indices
+
+    def body(tensors):
+        args = list(consts)
+        for i, t in zip(tensor_idx, tensors):
+            args[i] = t
+        if clone_mutated:
+            # In the joint, primals are leaves; mutating a clone keeps autograd happy, and it makes the
+            # primal an input of the clone only, so the partitioner never has to save a tensor that the
+            # runtime later overwrites (which autograd's version check would reject).
+            for i in meta.mutated:
+                args[i] = args[i].clone()
+        outs = gm(*args)
+        if not isinstance(outs, (tuple, list)):
+            outs = (outs,)
+        return ([args[i] for i in meta.mutated] + [outs[j] for j in meta.plain]
+                + [base_of(outs[j]) for j in meta.base_reps])
+
+    return body
+
+
+def _finish(gm: fx.GraphModule, name: str) -> fx.GraphModule:
+    """Flat calling convention: positional tensors in, one tuple out (no pytree codegen)."""
+    gm.graph._codegen = fx.graph.CodeGen()
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    flat = out.args[0]
+    out.args = (tuple(flat) if isinstance(flat, (list, tuple)) else (flat,),)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    gm._ember_name = name
+    return gm
+
+
+def _fake_primals(args, meta: GraphMeta, fake_mode) -> list:
+    prims = []
+    for i in meta.tensor_indices:
+        a = args[i]
+        # leaves, so autograd.grad can be taken with respect to them
+        f = fake_mode.from_tensor(a.detach(), static_shapes=True)
+        prims.append(f.requires_grad_(a.requires_grad) if a.requires_grad else f)
+    return prims
+
+
+def trace_forward(gm, meta: GraphMeta, args: list, fake_mode, decompositions: dict) -> fx.GraphModule:
+    """Inference graph: (tensor inputs...) -> (traced outputs...), functional ATen."""
+    body = _user_body(gm, meta, args, clone_mutated=False)
+
+    def forward(primals):
+        with functionalize():
+            outs = body([to_fun(p) for p in primals])
+            return [from_fun(o) for o in outs]
+
+    with _trace_state(meta.grad_enabled), fake_mode:
+        prims = _fake_primals(args, meta, fake_mode)
+        traced = make_fx(forward, decomposition_table=decompositions)(prims)
+    return _finish(traced, "forward")
+
+
+def trace_joint(gm, meta: GraphMeta, args: list, fake_mode, decompositions: dict) -> JointGraph:
+    """Joint graph: (primals..., tangents...) -> (traced outputs..., grads of inputs needing them...)."""
+    body = _user_body(gm, meta, args, clone_mutated=True)
+    diff = [k for k, rg in enumerate(meta.traced_requires_grad) if rg]
+    grad_pos: list[int] = []
+
+    def joint(primals, tangents):
+        with functionalize():
+            f_prims = [to_fun_leaf(p) for p in primals]
+            outs = body(f_prims)
+            wrt = [k for k, p in enumerate(f_prims) if p.requires_grad]
+            # An autocast region around the compiled call covers its forward only: eager's backward
+            # runs later, outside it (the runtime likewise runs the backward graph with autocast off).
+            with torch._C._DisableAutocast():
+                grads = torch.autograd.grad([outs[k] for k in diff], [f_prims[k] for k in wrt],
+                                            [to_fun(t) for t in tangents], allow_unused=True)
+            # inputs the outputs do not depend on get no gradient at all (None, as in eager), so they
+            # are not graph outputs
+            grad_pos[:] = [k for k, g in zip(wrt, grads) if g is not None]
+            return [from_fun(o) for o in outs] + [from_fun(g) for g in grads if g is not None]
+
+    with _trace_state(True), fake_mode:
+        prims = _fake_primals(args, meta, fake_mode)
+        # contiguous tangents shaped like the differentiable outputs; the runtime makes incoming
+        # gradients contiguous to match
+        tangents = [torch.empty(shape, dtype=dtype, device=device)
+                    for shape, dtype, device in (meta.traced_specs[k] for k in diff)]
+        traced = make_fx(joint, decomposition_table=decompositions)(prims, tangents)
+    joint_gm = _finish(traced, "joint")
+    mutated_tensor_pos = {meta.tensor_indices.index(i) for i in meta.mutated}
+    for k, node in enumerate(n for n in joint_gm.graph.nodes if n.op == "placeholder" and n.name.startswith("primals")):
+        # read by the partitioner: the runtime overwrites mutated inputs, so they must not be saved
+        node.meta["ember_mutated_input"] = k in mutated_tensor_pos
+    return JointGraph(joint_gm, meta.num_traced_outputs, grad_pos, prims)
+

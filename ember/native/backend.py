@@ -1,0 +1,185 @@
+"""``compile_aten_graph``: the entry point of the native backend.
+
+Pipeline (each step a module): lower (``lowering``) -> verify (``ir``, optional) -> schedule and fuse
+(``scheduler``) -> Triton source per kernel (``triton_emit``) -> wrapper source (``wrapper``) -> write
+to and import from the cache (``cache``).
+
+CPU tensors run the ATen graph as it is (``gm.forward``) unless Triton is forced, by the argument
+``force_triton=True``, by ``ember.config.config.native_force_triton`` if that field exists, or by the
+environment variable ``EMBER_NATIVE_FORCE_TRITON=1``; then the kernels run in the Triton interpreter
+(``TRITON_INTERPRET=1`` is set if it is not set yet). Graphs the backend cannot handle run as they are
+too, with the reason logged; ops without a lowering become extern ATen calls, never silently wrong code.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import torch
+
+from ember.native import cache
+from ember.native.lowering import Unsupported
+
+DEFAULT_OPTIONS = {
+    "max_xblock": 4096,          # caps on block sizes (tests lower them to exercise tails and loops)
+    "max_rblock": 4096,
+    "persistent_rnumel": 4096,   # row reductions up to this many elements keep the row in registers
+    "single_program_numel": 1 << 16,  # a kernel this small may run as one program (reduce across rows)
+    "fusion": True,              # False: one kernel per realized node (for comparisons)
+    "verify": True,              # run ir.verify on the lowered graph
+    "cache": True,               # read and write the on-disk graph cache
+    "guard_inputs": True,        # check input sizes/strides per call (else run the graph as it is)
+}
+
+
+def _config_value(name, env, default=None):
+    try:
+        from ember.config import config
+        v = getattr(config, name, None)
+        if v is not None:
+            return v
+    except ImportError:
+        pass
+    raw = os.environ.get(env)
+    if raw is None:
+        return default
+    return raw.strip().lower() in ("1", "true", "yes", "on")
+
+
+def _uses_cuda(gm, example_inputs) -> bool:
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor) and x.device.type == "cuda":
+            return True
+    for n in gm.graph.nodes:
+        v = n.meta.get("val")
+        if isinstance(v, torch.Tensor) and v.device.type == "cuda":
+            return True
+    return False
+
+
+def _log(msg):
+    try:
+        from ember.diagnostics import logging as elog
+        elog.get_logger("graph_breaks").info(msg)
+    except Exception:  # diagnostics are optional for the backend
+        pass
+
+
+def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, *, force_triton: bool | None = None,
+                       options: dict | None = None):
+    """Compile an ATen-level, functionalized FX graph; returns ``fn(*args) -> outputs``.
+
+    The returned function has an ``ember_native`` dict: ``report`` (kernels, externs, bytes moved),
+    ``cache_hit``, ``compile_s``, ``wrapper`` (source path) and ``reason`` when the graph runs as is.
+    """
+    example_inputs = list(example_inputs)
+    force = force_triton if force_triton is not None else _config_value("native_force_triton",
+                                                                         "EMBER_NATIVE_FORCE_TRITON", False)
+    if not _uses_cuda(gm, example_inputs) and not force:
+        return _as_is(gm, "CPU tensors run the ATen graph (no CPU code generator)")
+    on_cpu = not _uses_cuda(gm, example_inputs)
+    if on_cpu and "triton" not in sys.modules:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    try:
+        import triton.language as tl
+    except ImportError:
+        return _as_is(gm, "triton is not installed")
+    if on_cpu and type(tl.sum).__name__ != "InterpretedFunction":
+        # the interpreter is chosen when triton is imported (make_fx in fake mode imports it)
+        return _as_is(gm, "Triton on CPU tensors needs TRITON_INTERPRET=1 before triton is imported")
+    opts = dict(DEFAULT_OPTIONS, **(options or {}))
+    try:
+        return _compile(gm, example_inputs, opts)
+    except Unsupported as e:
+        _log(f"ember.native: running the graph as is: {e}")
+        return _as_is(gm, str(e))
+
+
+def _as_is(gm, reason):
+    fn = gm.forward
+
+    def run(*args):
+        return fn(*args)
+    run.ember_native = {"reason": reason, "report": None, "cache_hit": False}
+    return run
+
+
+def _compile(gm, example_inputs, opts):
+    t0 = time.perf_counter()
+    use_cache = opts.get("cache", True)
+    base = opts.get("cache_dir")
+    key = cache.graph_key(gm, example_inputs, {k: v for k, v in opts.items() if k != "cache_dir"})
+    info = cache.lookup_graph(key, base) if use_cache else None
+    hit = info is not None
+    if info is None:
+        info, wrapper_src, kernel_srcs = _generate(gm, example_inputs, opts, key, base)
+        _emit_log(wrapper_src, kernel_srcs)
+    mod = cache.load_module(info["wrapper"])
+    constants = [_constant(gm, t, info["device"]) for t in info["constants"]]
+    call = mod.make_call(constants, gm.forward)
+    call.ember_native = dict(info, cache_hit=hit, compile_s=time.perf_counter() - t0, reason=None)
+    return call
+
+
+def _constant(gm, target, device):
+    t = getattr(gm, target)
+    return t.to(device) if t.device != torch.device(device) and t.numel() == 1 else t
+
+
+def plan(gm, example_inputs, opts):
+    """Lower, verify, schedule and emit, without writing or running anything.
+    Returns (graph IR, lowering, schedule, [(Kernel, EmittedKernel)])."""
+    from ember.native import ir, lowering, scheduler, triton_emit
+    g, L = lowering.lower(gm, example_inputs)
+    if opts.get("verify", True):
+        ir.verify(g)
+    sched = scheduler.schedule(g, opts)
+    layouts = g.buffers()
+    emitted = [(s, triton_emit.emit_kernel(s, layouts, opts)) for s in sched.steps if isinstance(s, scheduler.Kernel)]
+    return g, L, sched, emitted
+
+
+def _generate(gm, example_inputs, opts, key, base):
+    from ember.native import triton_emit, wrapper
+    g, L, sched, emitted = plan(gm, example_inputs, opts)
+    kernels, by_source, kernel_srcs = {}, {}, []
+    for step, ek in emitted:
+        if ek.source not in by_source:  # identical kernels are emitted once
+            name = triton_emit.kernel_name(step, ek.kind, len(by_source))
+            text = kernel_module(name, ek)
+            by_source[ek.source] = (name, cache.write_source("kernels", text, base))
+            kernel_srcs.append(text)
+        name, path = by_source[ek.source]
+        kernels[id(step)] = (name, ek, path)
+    r = sched.report
+    header = (f"graph {key[:16]}: {r['kernels']} Triton kernels, {r['externs']} extern calls, "
+              f"{r['bytes']} bytes moved ({r['kernel_bytes']} by kernels)")
+    src = wrapper.WrapperCodegen(sched, kernels, L.int_inputs, header, opts.get("guard_inputs", True)).generate()
+    info = {"report": r, "kernels": sorted({p for _, p in by_source.values()}),
+            "constants": [b.target for b in g.inputs if b.constant is not None],
+            "device": str(L.device)}
+    info["wrapper"] = cache.store_graph(key, src, info, base)
+    return info, src, kernel_srcs
+
+
+def kernel_module(name, ek) -> str:
+    return "\n".join([
+        f"# ember native kernel {name} ({ek.kind}): generated code, do not edit",
+        ek.comment,
+        "import triton",
+        "import triton.language as tl",
+        "from ember.native.triton_helpers import *  # noqa: F401,F403",
+        "",
+        "",
+        ek.source.replace("KERNEL_NAME", name),
+    ])
+
+
+def _emit_log(wrapper_src, kernel_srcs):
+    try:
+        from ember.diagnostics import logging as elog
+    except ImportError:
+        return
+    if elog.enabled("output_code"):
+        elog.artifact("output_code", "\n\n".join([wrapper_src] + kernel_srcs))

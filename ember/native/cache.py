@@ -1,0 +1,123 @@
+"""On-disk caches of the native backend, keyed by content.
+
+* ``kernels/<hh>/<sha>.py``: one generated Triton kernel module per distinct source.
+* ``graphs/<hh>/<key>.py`` + ``.json``: the wrapper of a compiled graph and its report. The key hashes
+  the graph's code, the example inputs' metadata, constant tensors, options, the versions of torch
+  and Triton, and the source of this package (so editing the compiler invalidates old entries).
+
+Files are written to a temporary name and renamed, so a concurrent reader sees all or nothing.
+A second process compiling the same graph finds the wrapper and skips lowering and code generation.
+Triton keeps its own cache of compiled binaries (``TRITON_CACHE_DIR``).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+
+import torch
+
+_MODULES: dict[str, object] = {}
+
+
+def root(base: str | None = None) -> str:
+    if base is None:
+        from ember.config import config
+        base = config.cache_dir
+    return os.path.join(base, "native")
+
+
+def _atomic_write(path: str, text: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def write_source(kind: str, text: str, base: str | None = None, key: str | None = None) -> str:
+    key = key or sha(text)
+    path = os.path.join(root(base), kind, key[:2], f"{key}.py")
+    if not os.path.exists(path):
+        _atomic_write(path, text)
+    return path
+
+
+def load_module(path: str):
+    """Import a generated module from its path once per process."""
+    mod = _MODULES.get(path)
+    if mod is None:
+        name = "ember_native_" + os.path.basename(path)[:-3]
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod  # triton.jit reads the source through the module's file
+        spec.loader.exec_module(mod)
+        _MODULES[path] = mod
+    return mod
+
+
+@functools.lru_cache(maxsize=1)
+def compiler_fingerprint() -> str:
+    """Hash of this package's sources and the library versions."""
+    h = hashlib.sha256()
+    here = os.path.dirname(__file__)
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".py"):
+            with open(os.path.join(here, name), "rb") as f:
+                h.update(name.encode() + f.read())
+    try:
+        import triton
+        tv = triton.__version__
+    except ImportError:
+        tv = "none"
+    h.update(f"{torch.__version__}|{tv}|{os.environ.get('TRITON_INTERPRET', '0')}".encode())
+    return h.hexdigest()
+
+
+def _describe(x) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"T{tuple(x.shape)}{tuple(x.stride())}{x.storage_offset()}{x.dtype}{x.device}"
+    return f"{type(x).__name__}:{x!r}"
+
+
+def graph_key(gm: torch.fx.GraphModule, example_inputs, options: dict) -> str:
+    h = hashlib.sha256()
+    h.update(compiler_fingerprint().encode())
+    h.update(gm.code.encode())
+    for x in example_inputs:
+        h.update(_describe(x).encode())
+    for n in gm.graph.nodes:
+        if n.op == "get_attr":
+            t = getattr(gm, n.target)
+            h.update(_describe(t).encode())
+            if isinstance(t, torch.Tensor):
+                h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    h.update(json.dumps(options, sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def lookup_graph(key: str, base: str | None = None) -> dict | None:
+    meta = os.path.join(root(base), "graphs", key[:2], f"{key}.json")
+    try:
+        with open(meta) as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not os.path.exists(info.get("wrapper", "")) or not all(os.path.exists(p) for p in info.get("kernels", [])):
+        return None
+    return info
+
+
+def store_graph(key: str, wrapper_src: str, info: dict, base: str | None = None) -> str:
+    path = write_source("graphs", wrapper_src, base, key=key)
+    info = dict(info, wrapper=path)
+    _atomic_write(os.path.join(root(base), "graphs", key[:2], f"{key}.json"), json.dumps(info, indent=1))
+    return path

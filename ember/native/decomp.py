@@ -1,0 +1,49 @@
+"""The decomposition table to apply before ``compile_aten_graph``.
+
+Start from ``torch._decomp.core_aten_decompositions()`` and add the composite ops whose pieces fuse
+better than the whole: softmax, log_softmax and the norms become amax/sum/exp/... that the scheduler
+puts into one kernel; gelu/silu become pointwise math. Removed from the table (lowered directly):
+``var_mean``/``var`` (two-pass mean and squared deviations, instead of prims ops), ops we keep as
+extern calls (matmul, convolution, attention), and random ops (as ``ember.aot`` does).
+"""
+from __future__ import annotations
+
+import torch
+from torch._decomp import core_aten_decompositions, get_decompositions
+
+aten = torch.ops.aten
+
+_EXTRA = [
+    aten._softmax, aten._log_softmax, aten._softmax_backward_data, aten._log_softmax_backward_data,
+    aten.native_layer_norm, aten.native_layer_norm_backward, aten.native_group_norm,
+    aten.native_group_norm_backward, aten.native_batch_norm, aten._native_batch_norm_legit,
+    aten._native_batch_norm_legit_functional, aten._native_batch_norm_legit_no_training,
+    aten.native_batch_norm_backward, aten.gelu, aten.gelu_backward, aten.silu, aten.silu_backward,
+    aten.nll_loss_forward, aten.nll_loss_backward, aten.nll_loss2d_forward, aten.nll_loss2d_backward,
+    aten.full_like, aten.logsumexp, aten.std, aten.std_mean, aten.mse_loss, aten.mse_loss_backward,
+    aten.embedding_dense_backward, aten.threshold_backward, aten.tanh_backward, aten.sigmoid_backward,
+    aten.rms_norm, aten._fused_rms_norm, aten.binary_cross_entropy_with_logits, aten.smooth_l1_loss,
+    aten.huber_loss, aten.l1_loss, aten.soft_margin_loss, aten.tril, aten.triu, aten.masked_fill,
+    aten.addcmul, aten.addcdiv, aten.lerp, aten.hardswish, aten.hardsigmoid, aten.mish, aten.softplus,
+    aten.elu_backward, aten.leaky_relu_backward, aten.hardtanh_backward,
+]
+
+# lowered directly (see lower_ops.py) or kept as extern calls
+_KEEP = [aten.var_mean.correction, aten.var.correction, aten.addmm.default, aten.mm.default, aten.bmm.default,
+         aten.convolution.default, aten.convolution_backward.default, aten.embedding.default,
+         aten.index_select.default, aten.gather.default, aten.cat.default, aten.constant_pad_nd.default]
+
+
+def _build():
+    table = dict(core_aten_decompositions())
+    table.update(get_decompositions(_EXTRA))
+    for op in _KEEP:
+        table.pop(op, None)
+    # random ops stay whole (extern calls drawing from eager's generator the way eager does); this
+    # also keeps scaled_dot_product_attention whole, so it becomes the flash/efficient extern kernel
+    for op in [op for op in table if torch.Tag.nondeterministic_seeded in getattr(op, "tags", ())]:
+        del table[op]
+    return table
+
+
+DECOMPOSITIONS = _build()

@@ -1,0 +1,592 @@
+"""The loop-level IR of the native backend.
+
+Two layers:
+
+* **index expressions** are sympy integers over loop variables (``v0, v1, ...`` in a node, ``x*``/``r*``
+  in a kernel) and indirect symbols (``ind*``, a value loaded at run time). ``FloorDiv`` and ``IMod`` are
+  our own functions because sympy's ``floor``/``Mod`` carry sign rules we never need and simplify slowly;
+  ``simplify_index`` removes them when the variable ranges prove it safe.
+* **value expressions** (``Expr``) are small immutable trees: ``load``, ``const``, ``index``, ``cast``,
+  ``masked`` and the pointwise ops of ``POINTWISE_OPS``. They are hashed structurally, so equal
+  subtrees are the same value; the emitter's CSE relies on that.
+
+A graph is a list of nodes: ``ComputedNode`` (pointwise, or a reduction over some of its ranges) and
+``ExternNode`` (a call to an ATen op that we do not generate code for). ``GraphIR.format()`` prints the
+IR; ``verify`` checks it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Iterable
+
+import sympy
+import torch
+
+# --------------------------------------------------------------------------------------------------
+# index expressions
+
+
+class FloorDiv(sympy.Function):
+    """``a // b`` for integer ``a >= 0`` and constant ``b > 0`` (printed as ``//``)."""
+    nargs = 2
+    is_integer = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1:
+            return a
+        if a == 0:
+            return sympy.Integer(0)
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) // int(b))
+        return None
+
+
+class IMod(sympy.Function):
+    """``a % b`` for integer ``a >= 0`` and constant ``b > 0`` (printed as ``%``)."""
+    nargs = 2
+    is_integer = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1 or a == 0:
+            return sympy.Integer(0)
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) % int(b))
+        return None
+
+
+_SYMBOLS: dict[str, sympy.Symbol] = {}
+
+
+def sym(name: str) -> sympy.Symbol:
+    """Interned non-negative integer symbol (loop variables, indirect values)."""
+    s = _SYMBOLS.get(name)
+    if s is None:
+        s = _SYMBOLS[name] = sympy.Symbol(name, integer=True)
+    return s
+
+
+def node_vars(n: int) -> list[sympy.Symbol]:
+    return [sym(f"v{i}") for i in range(n)]
+
+
+def is_indirect(s) -> bool:
+    return isinstance(s, sympy.Symbol) and s.name.startswith("ind")
+
+
+def bounds(expr, ranges: dict) -> tuple[int, int] | None:
+    """Inclusive [lo, hi] of an index expression given ``{symbol: size}``; None if unknown."""
+    if expr.is_Integer:
+        return int(expr), int(expr)
+    if isinstance(expr, sympy.Symbol):
+        if expr in ranges:
+            return 0, int(ranges[expr]) - 1
+        return None
+    if expr.is_Add:
+        lo = hi = 0
+        for t in expr.args:
+            b = bounds(t, ranges)
+            if b is None:
+                return None
+            lo, hi = lo + b[0], hi + b[1]
+        return lo, hi
+    if expr.is_Mul:
+        lo, hi = 1, 1
+        for t in expr.args:
+            b = bounds(t, ranges)
+            if b is None:
+                return None
+            cands = [lo * b[0], lo * b[1], hi * b[0], hi * b[1]]
+            lo, hi = min(cands), max(cands)
+        return lo, hi
+    if isinstance(expr, FloorDiv):
+        b = bounds(expr.args[0], ranges)
+        d = int(expr.args[1])
+        return None if b is None else (b[0] // d, b[1] // d)
+    if isinstance(expr, IMod):
+        b = bounds(expr.args[0], ranges)
+        m = int(expr.args[1])
+        if b is not None and b[0] >= 0 and b[1] < m:
+            return b
+        return 0, m - 1
+    return None
+
+
+def _split_terms(expr, d: int):
+    """Split a sum into (terms divisible by d, divided by d) and the remaining terms."""
+    q, rem = [], []
+    for t in sympy.Add.make_args(expr):
+        coeff, rest = t.as_coeff_Mul()
+        if coeff.is_Integer and int(coeff) % d == 0:
+            q.append(sympy.Integer(int(coeff) // d) * rest)
+        else:
+            rem.append(t)
+    return sympy.Add(*q), sympy.Add(*rem)
+
+
+def simplify_index(expr, ranges: dict):
+    """Remove FloorDiv/IMod that the variable ranges make redundant (flatten-then-unflatten from
+    reshapes is the common case: ``(8*v0 + v1) // 8 -> v0`` when ``v1 < 8``)."""
+    if not isinstance(expr, sympy.Basic) or expr.is_Atom:
+        return expr
+    args = [simplify_index(a, ranges) for a in expr.args]
+    if isinstance(expr, (FloorDiv, IMod)):
+        a, d = args
+        d = int(d)
+        q, rem = _split_terms(sympy.expand(a), d)
+        b = bounds(rem, ranges)
+        if isinstance(expr, FloorDiv):
+            if b is not None and 0 <= b[0] and b[1] < d:
+                return q
+            if b is not None and b[0] >= 0:
+                return q + FloorDiv(rem, d)
+            return FloorDiv(a, d)
+        if b is not None and 0 <= b[0] and b[1] < d:
+            return rem
+        if b is not None and b[0] >= 0:
+            return IMod(rem, d)
+        return IMod(a, d)
+    return expr.func(*args)
+
+
+# --------------------------------------------------------------------------------------------------
+# value expressions
+
+# name -> (arity, kind). kind: "float" ops are computed in floating point, "cmp" return bool,
+# "any" keep their argument dtype. The Triton spelling of each op lives in triton_emit.py.
+POINTWISE_OPS: dict[str, tuple[int, str]] = {
+    "add": (2, "any"), "sub": (2, "any"), "mul": (2, "any"), "truediv": (2, "float"),
+    "floordiv": (2, "any"), "truncdiv": (2, "any"), "remainder": (2, "any"), "fmod": (2, "any"),
+    "maximum": (2, "any"), "minimum": (2, "any"), "pow": (2, "float"), "atan2": (2, "float"),
+    "neg": (1, "any"), "abs": (1, "any"), "sign": (1, "any"), "reciprocal": (1, "float"),
+    "exp": (1, "float"), "exp2": (1, "float"), "expm1": (1, "float"), "log": (1, "float"),
+    "log2": (1, "float"), "log1p": (1, "float"), "sqrt": (1, "float"), "rsqrt": (1, "float"),
+    "sin": (1, "float"), "cos": (1, "float"), "tan": (1, "float"), "tanh": (1, "float"),
+    "sigmoid": (1, "float"), "erf": (1, "float"), "atan": (1, "float"), "sinh": (1, "float"),
+    "cosh": (1, "float"), "asin": (1, "float"), "acos": (1, "float"),
+    "floor": (1, "any"), "ceil": (1, "any"), "trunc": (1, "any"), "round": (1, "any"),
+    "eq": (2, "cmp"), "ne": (2, "cmp"), "lt": (2, "cmp"), "le": (2, "cmp"), "gt": (2, "cmp"),
+    "ge": (2, "cmp"), "isnan": (1, "cmp"), "isinf": (1, "cmp"),
+    "logical_and": (2, "cmp"), "logical_or": (2, "cmp"), "logical_xor": (2, "cmp"),
+    "logical_not": (1, "cmp"),
+    "bitwise_and": (2, "any"), "bitwise_or": (2, "any"), "bitwise_xor": (2, "any"),
+    "bitwise_not": (1, "any"),
+    "where": (3, "any"),
+}
+
+REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all")
+
+
+class Expr:
+    """One value-level operation. ``attr`` holds the non-Expr part:
+
+    load: ``(buffer_name, index, indirect_symbols)``; ``args`` are the Exprs of the indirect symbols.
+    const: the Python value. index: a sympy expression (its integer value). cast: None.
+    masked: the fill value; ``args = (mask, body)``, and loads inside ``body`` are masked by ``mask``.
+    """
+    __slots__ = ("op", "args", "dtype", "attr", "_hash")
+
+    def __init__(self, op: str, args: tuple, dtype: torch.dtype, attr: Any = None):
+        self.op, self.args, self.dtype, self.attr = op, tuple(args), dtype, attr
+        key = attr if not isinstance(attr, float) or not math.isnan(attr) else "nan"
+        self._hash = hash((op, self.args, dtype, key))
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        if self is other:
+            return True
+        if not isinstance(other, Expr) or self._hash != other._hash:
+            return False
+        if self.op != other.op or self.dtype != other.dtype or self.args != other.args:
+            return False
+        a, b = self.attr, other.attr
+        if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+            return True
+        return a == b and type(a) is type(b)
+
+    def __repr__(self):
+        return format_expr(self)
+
+
+def load(buf: str, index, indirect: dict, dtype) -> Expr:
+    """A read of ``buf`` at ``index``; ``indirect`` maps every ``ind*`` symbol in it to its Expr."""
+    index = sympy.sympify(index)
+    syms = tuple(sorted((s for s in index.free_symbols if is_indirect(s)), key=lambda s: s.name))
+    return Expr("load", tuple(indirect[s] for s in syms), dtype, (buf, index, syms))
+
+
+def const(value, dtype) -> Expr:
+    if dtype == torch.bool:
+        value = bool(value)
+    elif dtype.is_floating_point:
+        value = float(value)
+    else:
+        value = int(value)
+    return Expr("const", (), dtype, value)
+
+
+def index_value(expr, dtype=torch.int64) -> Expr:
+    return Expr("index", (), dtype, sympy.sympify(expr))
+
+
+def cast(x: Expr, dtype) -> Expr:
+    if x.dtype == dtype:
+        return x
+    if x.op == "const":
+        return const(x.attr, dtype)
+    return Expr("cast", (x,), dtype)
+
+
+def op(name: str, *args: Expr, dtype=None) -> Expr:
+    arity, kind = POINTWISE_OPS[name]
+    assert len(args) == arity, (name, args)
+    if dtype is None:
+        dtype = torch.bool if kind == "cmp" else args[-1].dtype
+    return Expr(name, args, dtype)
+
+
+def masked(mask: Expr, body: Expr, other) -> Expr:
+    return Expr("masked", (mask, body), body.dtype, other)
+
+
+def walk(roots: Iterable[Expr]):
+    """Every distinct Expr reachable from roots, children before parents."""
+    seen, order = set(), []
+    stack = [(r, False) for r in roots]
+    while stack:
+        e, done = stack.pop()
+        if done:
+            order.append(e)
+            continue
+        if e in seen:
+            continue
+        seen.add(e)
+        stack.append((e, True))
+        stack.extend((a, False) for a in e.args if a not in seen)
+    return order
+
+
+def rename(e: Expr, mapping: dict, memo: dict | None = None) -> Expr:
+    """Substitute index symbols (``xreplace``) everywhere in e: loads and index values."""
+    if memo is None:
+        memo = {}
+    hit = memo.get(e)
+    if hit is not None:
+        return hit
+    args = tuple(rename(a, mapping, memo) for a in e.args)
+    attr = e.attr
+    if e.op == "load":
+        attr = (attr[0], attr[1].xreplace(mapping), attr[2])
+    elif e.op == "index":
+        attr = attr.xreplace(mapping)
+    out = Expr(e.op, args, e.dtype, attr)
+    memo[e] = out
+    return out
+
+
+def loads_of(e: Expr) -> list[Expr]:
+    return [x for x in walk([e]) if x.op == "load"]
+
+
+def opcount(e: Expr) -> int:
+    return sum(1 for x in walk([e]) if x.op not in ("load", "const", "index"))
+
+
+_DT = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64",
+       torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
+       torch.bool: "b8"}
+
+
+def dtype_str(dt) -> str:
+    return _DT.get(dt, str(dt).replace("torch.", ""))
+
+
+def format_expr(e: Expr) -> str:
+    if e.op == "load":
+        buf, index, syms = e.attr
+        ind = "".join(f", {s}={format_expr(a)}" for s, a in zip(syms, e.args))
+        return f"load({buf}, {index}{ind})"
+    if e.op == "const":
+        return f"{e.attr!r}:{dtype_str(e.dtype)}"
+    if e.op == "index":
+        return f"index({e.attr})"
+    if e.op == "cast":
+        return f"to_{dtype_str(e.dtype)}({format_expr(e.args[0])})"
+    if e.op == "masked":
+        return f"masked({format_expr(e.args[0])}, {format_expr(e.args[1])}, other={e.attr!r})"
+    return f"{e.op}({', '.join(format_expr(a) for a in e.args)})"
+
+
+# --------------------------------------------------------------------------------------------------
+# buffers and nodes
+
+
+def contiguous_strides(sizes) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for s in reversed(sizes):
+        strides.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(strides))
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """``offset`` is the tensor's storage offset (for ``as_strided`` in the wrapper); indexing is
+    relative to the tensor's first element, which is what a kernel pointer points at."""
+    sizes: tuple
+    strides: tuple
+    dtype: torch.dtype
+    device: torch.device
+    offset: int = 0
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.sizes)
+
+    @property
+    def storage_numel(self) -> int:
+        """Elements the layout spans (from offset 0), for allocation and bounds checks."""
+        if self.numel == 0:
+            return 0
+        return 1 + sum((s - 1) * st for s, st in zip(self.sizes, self.strides))
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.dtype.itemsize
+
+    def __str__(self):
+        return f"{dtype_str(self.dtype)}{list(self.sizes)} strides {tuple(self.strides)}"
+
+
+@dataclasses.dataclass
+class InputBuffer:
+    """A graph placeholder (index = its position) or a constant tensor of the GraphModule."""
+    name: str
+    layout: Layout
+    index: int | None = None
+    constant: torch.Tensor | None = None
+    target: str | None = None  # the GraphModule attribute of a constant
+
+
+@dataclasses.dataclass
+class ComputedNode:
+    """``ranges`` are the loop sizes (no size-1 loops). A pointwise node stores ``body`` at
+    ``store_index`` for every point. A reduction reduces ``body`` over the loops named in
+    ``reduced`` and stores at ``store_index``, which then only uses the kept loop variables."""
+    name: str
+    layout: Layout
+    ranges: tuple
+    body: Expr
+    store_index: Any
+    reduced: tuple = ()
+    reduction_type: str | None = None
+    origins: list = dataclasses.field(default_factory=list)  # (aten op name, stack trace or None)
+
+    @property
+    def is_reduction(self) -> bool:
+        return self.reduction_type is not None
+
+    @property
+    def kept(self) -> tuple:
+        return tuple(i for i in range(len(self.ranges)) if i not in self.reduced)
+
+    @property
+    def var_ranges(self) -> dict:
+        return dict(zip(node_vars(len(self.ranges)), self.ranges))
+
+
+@dataclasses.dataclass
+class ExternNode:
+    """A call of an ATen op. ``args``/``kwargs`` hold ``BufferArg``s where tensors go; ``outputs``
+    names the buffers of its tensor results (a flat list, following ``out_spec``)."""
+    name: str
+    target: Any
+    args: tuple
+    kwargs: dict
+    outputs: list          # list[(buffer name, Layout) | (value name, None) for non-tensors | None]
+    multi: bool = False    # the op returns a tuple/list
+    origins: list = dataclasses.field(default_factory=list)
+    reason: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class BufferArg:
+    """A tensor argument of an extern call: a strided view of a buffer."""
+    name: str
+    sizes: tuple
+    strides: tuple
+    offset: int
+
+
+@dataclasses.dataclass(frozen=True)
+class OutBuf:
+    """A graph output: a view of a buffer (offset relative to the buffer's first element)."""
+    name: str
+    sizes: tuple
+    strides: tuple
+    offset: int
+
+
+@dataclasses.dataclass(frozen=True)
+class OutConst:
+    value: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeValue:
+    """A non-tensor result of an extern call (e.g. the max sequence length flash attention returns),
+    known only at run time: it can be passed to other extern calls or returned, not computed on."""
+    name: str
+
+
+@dataclasses.dataclass
+class GraphIR:
+    inputs: list                 # InputBuffer, placeholders and constants
+    nodes: list                  # ComputedNode | ExternNode in program order
+    outputs: Any                 # pytree (lists/tuples) of OutBuf | OutConst | RuntimeValue
+    mutations: list = dataclasses.field(default_factory=list)  # (input name, computed buffer name)
+
+    def buffers(self) -> dict:
+        out = {b.name: b.layout for b in self.inputs}
+        for n in self.nodes:
+            if isinstance(n, ComputedNode):
+                out[n.name] = n.layout
+            else:
+                for o in n.outputs:
+                    if o is not None and o[1] is not None:
+                        out[o[0]] = o[1]
+        return out
+
+    def format(self) -> str:
+        lines = []
+        for b in self.inputs:
+            kind = "constant" if b.constant is not None else f"input {b.index}"
+            lines.append(f"{b.name}: {b.layout}  # {kind}")
+        for n in self.nodes:
+            lines.append(format_node(n))
+        lines.append(f"return {self.outputs}")
+        for dst, src in self.mutations:
+            lines.append(f"copy_({dst}, {src})")
+        return "\n".join(lines)
+
+
+def format_node(n) -> str:
+    ops = ", ".join(sorted({o for o, _ in n.origins}))
+    if isinstance(n, ExternNode):
+        outs = ", ".join(o[0] if o else "_" for o in n.outputs)
+        return f"{outs} = extern {n.target}(args={n.args}, kwargs={n.kwargs})  # {ops} {n.reason}".rstrip()
+    head = f"{n.name}: {n.layout} = "
+    if n.is_reduction:
+        head += f"{n.reduction_type} over ranges {list(n.ranges)} reducing {list(n.reduced)}"
+    else:
+        head += f"pointwise over ranges {list(n.ranges)}"
+    return f"{head}  # {ops}\n    body: {format_expr(n.body)}\n    store: {n.store_index}"
+
+
+# --------------------------------------------------------------------------------------------------
+# verifier
+
+
+class IRError(AssertionError):
+    pass
+
+
+def verify(g: GraphIR) -> None:
+    """Check the invariants the scheduler and emitter rely on; raises IRError."""
+    known: dict[str, Layout] = {b.name: b.layout for b in g.inputs}
+    for n in g.nodes:
+        if isinstance(n, ExternNode):
+            for a in _buffer_args((n.args, n.kwargs)):
+                _check(a.name in known, lambda: f"{n.name}: extern reads unknown buffer {a.name}")
+            for o in n.outputs:
+                if o is not None and o[1] is not None:
+                    _check(o[0] not in known, lambda: f"{o[0]} defined twice")
+                    known[o[0]] = o[1]
+            continue
+        _check(n.name not in known, lambda: f"{n.name} defined twice")
+        _check(all(isinstance(r, int) and r != 1 and r >= 0 for r in n.ranges),
+               lambda: f"{n.name}: ranges must be ints != 1: {n.ranges}")
+        _check(all(0 <= d < len(n.ranges) for d in n.reduced), lambda: f"{n.name}: bad reduced dims {n.reduced}")
+        _check(bool(n.reduced) == n.is_reduction, lambda: f"{n.name}: reduction without reduced dims or vice versa")
+        if n.is_reduction:
+            _check(n.reduction_type in REDUCTION_TYPES, lambda: f"{n.name}: unknown reduction {n.reduction_type}")
+        vr = n.var_ranges
+        allowed = set(vr)
+        guarded = _masked_loads(n.body)  # loads under masked() may address outside when masked off
+        empty = 0 in n.ranges
+        for e in walk([n.body]):
+            if e.op == "load":
+                buf, index, syms = e.attr
+                _check(buf in known, lambda: f"{n.name}: load of unknown buffer {buf}")
+                extra = {s for s in index.free_symbols if s not in allowed and s not in syms}
+                _check(not extra, lambda: f"{n.name}: load index {index} uses unbound symbols {extra}")
+                b = bounds(index, vr)
+                if b is not None and not syms and not empty and e not in guarded:
+                    _check(b[0] >= 0 and b[1] < max(known[buf].storage_numel, 1), lambda:
+                           f"{n.name}: load {buf}[{index}] out of bounds {b} (storage {known[buf].storage_numel})")
+            elif e.op == "index":
+                extra = e.attr.free_symbols - allowed
+                _check(not extra, lambda: f"{n.name}: index value {e.attr} uses unbound symbols {extra}")
+            elif e.op in POINTWISE_OPS:
+                _check(len(e.args) == POINTWISE_OPS[e.op][0], lambda: f"{n.name}: {e.op} arity")
+            else:
+                _check(e.op in ("const", "cast", "masked"), lambda: f"{n.name}: unknown op {e.op}")
+        store_vars = set(n.store_index.free_symbols) if isinstance(n.store_index, sympy.Basic) else set()
+        kept_vars = {node_vars(len(n.ranges))[i] for i in n.kept}
+        _check(store_vars <= kept_vars, lambda: f"{n.name}: store index {n.store_index} uses non-kept vars")
+        b = bounds(sympy.sympify(n.store_index), vr)
+        _check(n.layout.numel == 0 or b is not None and b[0] >= 0 and b[1] < n.layout.storage_numel, lambda:
+               f"{n.name}: store index {n.store_index} out of bounds {b}")
+        known[n.name] = n.layout
+    for dst, src in g.mutations:
+        _check(dst in known and src in known, lambda: f"mutation {dst} <- {src} names unknown buffers")
+
+
+def _masked_loads(body: Expr) -> set:
+    out = set()
+    for e in walk([body]):
+        if e.op == "masked":
+            out.update(x for x in walk([e.args[1]]) if x.op == "load")
+    return out
+
+
+def _check(cond, msg):
+    """msg is a callable: formatting sympy expressions costs more than the checks themselves."""
+    if not cond:
+        raise IRError(msg())
+
+
+def _buffer_args(tree):
+    if isinstance(tree, BufferArg):
+        yield tree
+    elif isinstance(tree, (list, tuple)):
+        for t in tree:
+            yield from _buffer_args(t)
+    elif isinstance(tree, dict):
+        for t in tree.values():
+            yield from _buffer_args(t)
+
+
+buffer_args = _buffer_args
+
+
+def simplify_expr(e: Expr, ranges: dict, memo: dict | None = None) -> Expr:
+    """``simplify_index`` applied to every load index and index value in e."""
+    if memo is None:
+        memo = {}
+    hit = memo.get(e)
+    if hit is not None:
+        return hit
+    args = tuple(simplify_expr(a, ranges, memo) for a in e.args)
+    attr = e.attr
+    if e.op == "load":
+        attr = (attr[0], simplify_index(attr[1], ranges), attr[2])
+    elif e.op == "index":
+        attr = simplify_index(attr, ranges)
+    out = Expr(e.op, args, e.dtype, attr) if (args != e.args or attr is not e.attr) else e
+    memo[e] = out
+    return out

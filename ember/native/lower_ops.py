@@ -1,0 +1,633 @@
+"""Lowerings of computing ops: pointwise math, casts, constants, reductions, indexing, cat/pad,
+and the ops kept as extern ATen calls on purpose (matmul, convolution, attention).
+
+Pointwise ops follow eager's type promotion: arguments are cast to the computation dtype that
+``torch._prims_common.elementwise_dtypes`` gives (fp32 for fp16/bf16), the op runs, and the result is
+cast to the node's dtype, i.e. rounded like eager rounds every op's result.
+"""
+from __future__ import annotations
+
+import math
+
+import sympy
+import torch
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as KIND
+from torch._prims_common import elementwise_dtypes
+
+from ember.native import ir
+from ember.native.lower_views import reshape_value
+from ember.native.lowering import Decline, Lazy, Unsupported, Value, broadcast_loader, register, register_extern
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+Z = sympy.Integer(0)
+
+register_extern(
+    aten.mm.default, aten.bmm.default, aten.addmm.default, aten.baddbmm.default,
+    aten.convolution.default, aten.convolution_backward.default,
+    aten._scaled_dot_product_flash_attention.default, aten._scaled_dot_product_efficient_attention.default,
+    aten._scaled_dot_product_cudnn_attention.default, aten._scaled_dot_product_flash_attention_for_cpu.default,
+    aten._scaled_dot_product_flash_attention_backward.default,
+    aten._scaled_dot_product_efficient_attention_backward.default,
+)
+
+
+def _out(node):
+    v = node.meta.get("val")
+    if not isinstance(v, torch.Tensor):
+        raise Unsupported(f"{node.target}: no tensor metadata")
+    return v
+
+
+def _proto(a):
+    """A stand-in with a's dtype and rank class for elementwise_dtypes (0-dim tensors promote
+    differently from others)."""
+    if isinstance(a, Value):
+        return torch.empty((1,) * len(a.sizes) if a.sizes else (), dtype=a.dtype, device="meta")
+    return a
+
+
+def compute_dtype(args, kind=KIND.DEFAULT):
+    return elementwise_dtypes(*[_proto(a) for a in args], type_promotion_kind=kind)[0]
+
+
+def pointwise(node, fn, args, kind=KIND.DEFAULT, compute=None):
+    """Lazy value computing ``fn(*exprs)`` per element, args broadcast to the node's shape."""
+    out = _out(node)
+    sizes, out_dtype = tuple(out.shape), out.dtype
+    compute = compute or compute_dtype(args, kind)
+    loaders = [broadcast_loader(a, sizes) if isinstance(a, Value) else None for a in args]
+    device = next((a.device for a in args if isinstance(a, Value)), out.device)
+
+    def load(idx):
+        es = [ir.cast(a.load(r(idx)), compute) if r else ir.const(a, compute) for a, r in zip(args, loaders)]
+        return ir.cast(fn(*es), out_dtype)
+    return Lazy(sizes, out_dtype, device, load)
+
+
+def c(value, like: ir.Expr):
+    return ir.const(value, like.dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# pointwise table: aten overloads -> an Expr builder
+
+UNARY_FLOAT = {
+    aten.exp: "exp", aten.exp2: "exp2", aten.expm1: "expm1", aten.log: "log", aten.log2: "log2",
+    aten.log1p: "log1p", aten.sqrt: "sqrt", aten.rsqrt: "rsqrt", aten.sin: "sin", aten.cos: "cos",
+    aten.tan: "tan", aten.tanh: "tanh", aten.sigmoid: "sigmoid", aten.erf: "erf", aten.atan: "atan",
+    aten.sinh: "sinh", aten.cosh: "cosh", aten.asin: "asin", aten.acos: "acos", aten.reciprocal: "reciprocal",
+}
+UNARY_ANY = {aten.neg: "neg", aten.abs: "abs", aten.sign: "sign", aten.bitwise_not: "bitwise_not",
+             aten.logical_not: "logical_not"}
+ROUNDING = {aten.floor: "floor", aten.ceil: "ceil", aten.trunc: "trunc", aten.round: "round"}
+BINARY = {aten.maximum: "maximum", aten.minimum: "minimum", aten.bitwise_and: "bitwise_and",
+          aten.bitwise_or: "bitwise_or", aten.bitwise_xor: "bitwise_xor", aten.fmod: "fmod",
+          aten.remainder: "remainder"}
+COMPARE = {aten.eq: "eq", aten.ne: "ne", aten.lt: "lt", aten.le: "le", aten.gt: "gt", aten.ge: "ge"}
+LOGICAL = {aten.logical_and: "logical_and", aten.logical_or: "logical_or", aten.logical_xor: "logical_xor"}
+
+
+def _overloads(packet, names=("default", "Tensor", "Scalar", "Tensor_Scalar", "Scalar_Tensor", "self")):
+    return [getattr(packet, n) for n in names if n in packet.overloads()]
+
+
+def _reg_unary(table, kind):
+    for packet, name in table.items():
+        def lower(L, node, x, _name=name):
+            if _name == "bitwise_not" and x.dtype == torch.bool:
+                _name = "logical_not"
+            if _name == "logical_not":
+                return pointwise(node, lambda a: ir.op("logical_not", ir.op("ne", a, c(0, a))), [x])
+            return pointwise(node, lambda a: ir.op(_name, a), [x], kind)
+        register(*_overloads(packet))(lower)
+
+
+_reg_unary(UNARY_FLOAT, KIND.INT_TO_FLOAT)
+_reg_unary(UNARY_ANY, KIND.DEFAULT)
+
+
+@register(aten.log10.default)
+def log10(L, node, x):
+    return pointwise(node, lambda a: ir.op("mul", ir.op("log", a), c(1 / math.log(10), a)), [x], KIND.INT_TO_FLOAT)
+
+
+for _p, _n in ROUNDING.items():
+    def _round(L, node, x, decimals=0, _n=_n):
+        if not x.dtype.is_floating_point:
+            return pointwise(node, lambda a: a, [x])
+        if decimals:
+            s = 10.0 ** decimals
+            return pointwise(node, lambda a: ir.op("truediv", ir.op(_n, ir.op("mul", a, c(s, a))), c(s, a)), [x])
+        return pointwise(node, lambda a: ir.op(_n, a), [x])
+    register(*_overloads(_p, ("default", "decimals")))(_round)
+
+
+@register(aten.relu.default)
+def relu(L, node, x):
+    return pointwise(node, lambda a: ir.op("maximum", a, c(0, a)), [x])
+
+
+@register(aten.isnan.default)
+def isnan(L, node, x):
+    return pointwise(node, lambda a: ir.op("isnan", a) if a.dtype.is_floating_point else ir.const(False, torch.bool), [x])
+
+
+@register(aten.isinf.default)
+def isinf(L, node, x):
+    return pointwise(node, lambda a: ir.op("isinf", a) if a.dtype.is_floating_point else ir.const(False, torch.bool), [x])
+
+
+@register(aten.isfinite.default)
+def isfinite(L, node, x):
+    def fn(a):
+        if not a.dtype.is_floating_point:
+            return ir.const(True, torch.bool)
+        return ir.op("logical_not", ir.op("logical_or", ir.op("isnan", a), ir.op("isinf", a)))
+    return pointwise(node, fn, [x])
+
+
+def _arith(name):
+    def lower(L, node, a, b, alpha=None):
+        def fn(x, y):
+            if alpha is not None and alpha != 1:
+                y = ir.op("mul", y, c(alpha, y))
+            return ir.op(name, x, y)
+        return pointwise(node, fn, [a, b])
+    return lower
+
+
+register(*_overloads(aten.add))(_arith("add"))
+register(*_overloads(aten.sub))(_arith("sub"))
+register(*_overloads(aten.mul))(_arith("mul"))
+register(prims.add.default)(_arith("add"))
+register(prims.sub.default)(_arith("sub"))
+register(prims.mul.default)(_arith("mul"))
+
+
+@register(aten.rsub.Tensor, aten.rsub.Scalar)
+def rsub(L, node, a, b, alpha=1):
+    return _arith("sub")(L, node, b, a, alpha)
+
+
+for _p, _n in BINARY.items():
+    register(*_overloads(_p))(lambda L, node, a, b, _n=_n: pointwise(node, lambda x, y: ir.op(_n, x, y), [a, b]))
+for _p, _n in COMPARE.items():
+    register(*_overloads(_p))(lambda L, node, a, b, _n=_n: pointwise(node, lambda x, y: ir.op(_n, x, y), [a, b]))
+for _p, _n in LOGICAL.items():
+    register(*_overloads(_p))(lambda L, node, a, b, _n=_n: pointwise(
+        node, lambda x, y: ir.op(_n, ir.op("ne", x, c(0, x)), ir.op("ne", y, c(0, y))), [a, b]))
+
+
+@register(aten.atan2.default)
+def atan2(L, node, a, b):
+    return pointwise(node, lambda x, y: ir.op("atan2", x, y), [a, b], KIND.INT_TO_FLOAT)
+
+
+@register(aten.div.Tensor, aten.div.Scalar, prims.div.default)
+def div(L, node, a, b):
+    if node.target is prims.div.default and not _out(node).dtype.is_floating_point:
+        return pointwise(node, lambda x, y: ir.op("truncdiv", x, y), [a, b])
+    return pointwise(node, lambda x, y: ir.op("truediv", x, y), [a, b], KIND.INT_TO_FLOAT)
+
+
+@register(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def div_mode(L, node, a, b, rounding_mode=None):
+    if rounding_mode is None:
+        return div(L, node, a, b)
+    floating = _out(node).dtype.is_floating_point
+    if floating:
+        rnd = "trunc" if rounding_mode == "trunc" else "floor"
+        return pointwise(node, lambda x, y: ir.op(rnd, ir.op("truediv", x, y)), [a, b])
+    return pointwise(node, lambda x, y: ir.op("truncdiv" if rounding_mode == "trunc" else "floordiv", x, y), [a, b])
+
+
+@register(aten.floor_divide.default, aten.floor_divide.Scalar)
+def floor_divide(L, node, a, b):
+    return div_mode(L, node, a, b, "floor")
+
+
+@register(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
+def pow_(L, node, a, b):
+    out = _out(node)
+    if isinstance(b, (int, float)) and not isinstance(b, bool):
+        small = {2: lambda x: ir.op("mul", x, x), 1: lambda x: x, 3: lambda x: ir.op("mul", ir.op("mul", x, x), x),
+                 0: lambda x: c(1, x)}
+        if b in small:
+            return pointwise(node, small[b], [a])
+        if out.dtype.is_floating_point:
+            special = {0.5: lambda x: ir.op("sqrt", x), -0.5: lambda x: ir.op("rsqrt", x),
+                       -1: lambda x: ir.op("reciprocal", x), -2: lambda x: ir.op("reciprocal", ir.op("mul", x, x))}
+            if b in special:
+                return pointwise(node, special[b], [a])
+    if not out.dtype.is_floating_point:
+        raise Decline
+    return pointwise(node, lambda x, y: ir.op("pow", x, y), [a, b])
+
+
+@register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar, prims.where.default)
+def where(L, node, cond, a, b):
+    compute = compute_dtype([a, b])
+
+    def fn(cnd, x, y):
+        return ir.op("where", ir.op("ne", cnd, c(0, cnd)) if cnd.dtype != torch.bool else cnd,
+                     ir.cast(x, compute), ir.cast(y, compute))
+    out = _out(node)
+    loaders = [broadcast_loader(v, out.shape) if isinstance(v, Value) else None for v in (cond, a, b)]
+
+    def load(idx):
+        es = [v.load(r(idx)) if r else ir.const(v, torch.bool if i == 0 else compute)
+              for i, (v, r) in enumerate(zip((cond, a, b), loaders))]
+        return ir.cast(fn(*es), out.dtype)
+    return Lazy(out.shape, out.dtype, out.device, load)
+
+
+@register(aten.clamp.default, aten.clamp.Tensor, aten.clamp_min.default, aten.clamp_min.Tensor,
+          aten.clamp_max.default, aten.clamp_max.Tensor, aten.hardtanh.default)
+def clamp(L, node, x, lo=None, hi=None):
+    if node.target in (aten.clamp_max.default, aten.clamp_max.Tensor):
+        lo, hi = None, lo
+    if node.target is aten.hardtanh.default:
+        lo = -1.0 if lo is None else lo
+        hi = 1.0 if hi is None else hi
+    args = [x] + [v for v in (lo, hi) if v is not None]
+
+    def fn(v, *bounds):
+        it = iter(bounds)
+        if lo is not None:
+            v = ir.op("maximum", v, next(it))
+        if hi is not None:
+            v = ir.op("minimum", v, next(it))
+        return v
+    return pointwise(node, fn, args)
+
+
+@register(aten.leaky_relu.default)
+def leaky_relu(L, node, x, slope=0.01):
+    return pointwise(node, lambda a: ir.op("where", ir.op("gt", a, c(0, a)), a, ir.op("mul", a, c(slope, a))), [x])
+
+
+@register(aten.elu.default)
+def elu(L, node, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    def fn(a):
+        neg = ir.op("mul", ir.op("expm1", ir.op("mul", a, c(input_scale, a))), c(alpha * scale, a))
+        return ir.op("where", ir.op("gt", a, c(0, a)), ir.op("mul", a, c(scale, a)), neg)
+    return pointwise(node, fn, [x])
+
+
+# --------------------------------------------------------------------------------------------------
+# casts, copies, constants
+
+
+@register(aten._to_copy.default, aten.clone.default, prims.convert_element_type.default, aten.to.dtype)
+def to_copy(L, node, x, *args, **kwargs):
+    out = _out(node)
+    if out.device != x.device or out.layout != torch.strided:
+        raise Decline
+    return Lazy(out.shape, out.dtype, x.device, lambda idx: ir.cast(x.load(idx), out.dtype))
+
+
+@register(aten.copy.default)
+def copy(L, node, dst, src, non_blocking=False):
+    out = _out(node)
+    if isinstance(src, Value) and src.device != dst.device:
+        raise Decline
+    r = broadcast_loader(src, out.shape)
+    return Lazy(out.shape, out.dtype, dst.device, lambda idx: ir.cast(src.load(r(idx)), out.dtype))
+
+
+def _fill(node, value):
+    out = _out(node)
+    return Lazy(out.shape, out.dtype, out.device, lambda idx: ir.const(value, out.dtype))
+
+
+@register(aten.full.default, aten.full_like.default, aten.new_full.default)
+def full(L, node, a, value, *args, **kwargs):
+    return _fill(node, value)
+
+
+@register(aten.zeros.default, aten.zeros_like.default, aten.new_zeros.default, aten.empty.memory_format,
+          aten.empty_like.default, aten.new_empty.default, aten.empty_strided.default,
+          aten.new_empty_strided.default)
+def zeros(L, node, *args, **kwargs):
+    return _fill(node, 0)  # empty values are unspecified: zeros are as good as any
+
+
+@register(aten.ones.default, aten.ones_like.default, aten.new_ones.default)
+def ones(L, node, *args, **kwargs):
+    return _fill(node, 1)
+
+
+@register(aten.scalar_tensor.default)
+def scalar_tensor(L, node, value, **kwargs):
+    return _fill(node, value)
+
+
+@register(aten.fill.Scalar, aten.fill.Tensor)
+def fill(L, node, x, value):
+    if isinstance(value, Value):
+        out = _out(node)
+        return Lazy(out.shape, out.dtype, out.device, lambda idx: ir.cast(value.load([Z] * len(value.sizes)), out.dtype))
+    return _fill(node, value)
+
+
+@register(aten.arange.start_step, aten.arange.default, aten.arange.start, prims.iota.default)
+def arange(L, node, *args, **kwargs):
+    out = _out(node)
+    if node.target is prims.iota.default:
+        start, step = kwargs["start"], kwargs["step"]
+    else:
+        nums = [a for a in args if isinstance(a, (int, float))]
+        start, step = (0, 1) if len(nums) == 1 else (nums[0], nums[2] if len(nums) > 2 else 1)
+
+    def load(idx):
+        if out.dtype.is_floating_point:
+            i = ir.cast(ir.index_value(idx[0]), torch.float64)
+            return ir.cast(ir.op("add", ir.op("mul", i, ir.const(step, torch.float64)), ir.const(start, torch.float64)), out.dtype)
+        return ir.cast(ir.index_value(start + step * idx[0]), out.dtype)
+    return Lazy(out.shape, out.dtype, out.device, load)
+
+
+# --------------------------------------------------------------------------------------------------
+# reductions
+
+
+def _acc_dtype(dtype):
+    if dtype.is_floating_point:
+        return torch.float64 if dtype == torch.float64 else torch.float32
+    return torch.int64
+
+
+def _dims(x, dims):
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(len(x.sizes)))
+    return [dims] if isinstance(dims, int) else list(dims)
+
+
+@register(aten.sum.dim_IntList, aten.sum.default, prims.sum.default)
+def sum_(L, node, x, dims=None, keepdim=False, dtype=None, **kw):
+    out = _out(node)
+    return L.reduce(x, _dims(x, dims), keepdim, "sum", out.dtype, _acc_dtype(out.dtype),
+                    body_fn=lambda e: ir.cast(e, out.dtype) if not out.dtype.is_floating_point else e)
+
+
+@register(aten.mean.dim, aten.mean.default)
+def mean(L, node, x, dims=None, keepdim=False, dtype=None):
+    out = _out(node)
+    dims = _dims(x, dims)
+    n = math.prod(x.sizes[d] for d in dims) if x.sizes else 1
+    acc = _acc_dtype(out.dtype)
+    s = L.reduce(x, dims, keepdim, "sum", acc, acc)
+    return Lazy(s.sizes, out.dtype, x.device,
+                lambda idx: ir.cast(ir.op("truediv", s.load(idx), ir.const(n, acc)), out.dtype))
+
+
+@register(aten.prod.default, aten.prod.dim_int)
+def prod(L, node, x, dim=None, keepdim=False, dtype=None):
+    out = _out(node)
+    return L.reduce(x, _dims(x, dim), keepdim, "prod", out.dtype, _acc_dtype(out.dtype),
+                    body_fn=lambda e: ir.cast(e, out.dtype) if not out.dtype.is_floating_point else e)
+
+
+@register(aten.amax.default, aten.amin.default, aten.max.default, aten.min.default)
+def amax(L, node, x, dims=None, keepdim=False):
+    out = _out(node)
+    rtype = "max" if node.target in (aten.amax.default, aten.max.default) else "min"
+    return L.reduce(x, _dims(x, dims), keepdim, rtype, out.dtype, _acc_dtype(out.dtype) if out.dtype.is_floating_point else out.dtype)
+
+
+@register(aten.max.dim, aten.min.dim)
+def max_dim(L, node, x, dim, keepdim=False):
+    out = node.meta["val"][0]
+    kind = "max" if node.target is aten.max.dim else "min"
+    acc = _acc_dtype(out.dtype) if out.dtype.is_floating_point else out.dtype
+    values = L.reduce(x, [dim], keepdim, kind, out.dtype, acc)
+    indices = L.reduce(x, [dim], keepdim, "arg" + kind, torch.int64)
+    return [values, indices]
+
+
+@register(aten.argmax.default, aten.argmin.default)
+def argmax(L, node, x, dim=None, keepdim=False):
+    kind = "argmax" if node.target is aten.argmax.default else "argmin"
+    if dim is None:
+        res = L.reduce(x, list(range(len(x.sizes))), keepdim, kind, torch.int64)
+        return res
+    return L.reduce(x, [dim], keepdim, kind, torch.int64)
+
+
+@register(aten.any.default, aten.any.dim, aten.any.dims, aten.all.default, aten.all.dim, aten.all.dims)
+def any_(L, node, x, dims=None, keepdim=False):
+    kind = "any" if node.target in (aten.any.default, aten.any.dim, aten.any.dims) else "all"
+    return L.reduce(x, _dims(x, dims), keepdim, kind, torch.bool)
+
+
+def _var_mean(L, node, x, dims, correction, keepdim, out_dtype):
+    """Two passes (mean, then the sum of squared deviations): numerically close to eager's
+    Welford, and both passes fuse into one kernel."""
+    dims = _dims(x, dims)
+    n = math.prod(x.sizes[d] for d in dims) if x.sizes else 1
+    acc = _acc_dtype(out_dtype)
+    total = L.reduce(x, dims, True, "sum", acc, acc)
+    mean_k = Lazy(total.sizes, acc, x.device, lambda idx: ir.op("truediv", total.load(idx), ir.const(n, acc)))
+    bl = broadcast_loader(mean_k, x.sizes)
+    xc = Lazy(x.sizes, acc, x.device, lambda idx: ir.op("sub", ir.cast(x.load(idx), acc), mean_k.load(bl(idx))))
+    sq = L.reduce(xc, dims, keepdim, "sum", acc, acc, body_fn=lambda e: ir.op("mul", e, e))
+    denom = max(n - (1 if correction is None else correction), 0)
+    var = Lazy(sq.sizes, out_dtype, x.device,
+               lambda idx: ir.cast(ir.op("truediv", sq.load(idx), ir.const(denom, acc)), out_dtype))
+    m = mean_k if keepdim else reshape_value(mean_k, sq.sizes)
+    mean = Lazy(m.sizes, out_dtype, x.device, lambda idx: ir.cast(m.load(idx), out_dtype))
+    return var, mean
+
+
+@register(aten.var.correction, aten.var_mean.correction, prims.var.default, aten.std.correction)
+def var(L, node, x, dims=None, *, correction=None, keepdim=False, output_dtype=None):
+    if node.target is prims.var.default:
+        correction = node.args[2] if len(node.args) > 2 else node.kwargs.get("correction")
+    meta = node.meta["val"]
+    out_dtype = (meta[0] if isinstance(meta, (list, tuple)) else meta).dtype
+    v, m = _var_mean(L, node, x, dims, correction, keepdim, out_dtype)
+    if node.target is aten.std.correction:
+        return Lazy(v.sizes, out_dtype, x.device, lambda idx: ir.op("sqrt", v.load(idx)))
+    return [v, m] if node.target is aten.var_mean.correction else v
+
+
+# --------------------------------------------------------------------------------------------------
+# indexing, cat, pad
+
+
+def _wrap_index(L, e: ir.Expr, size: int):
+    """An indirect index symbol for e, negative values wrapped like eager does."""
+    e = ir.cast(e, torch.int64)
+    e = ir.op("where", ir.op("lt", e, ir.const(0, torch.int64)), ir.op("add", e, ir.const(size, torch.int64)), e)
+    return L.new_indirect(e)
+
+
+@register(aten.gather.default)
+def gather(L, node, x, dim, index, sparse_grad=False):
+    d = dim % max(len(x.sizes), 1)
+    out = _out(node)
+
+    def load(idx):
+        if not x.sizes:
+            return x.load([])
+        s = _wrap_index(L, index.load(idx), x.sizes[d])
+        return x.load(idx[:d] + [s] + idx[d + 1:])
+    return Lazy(out.shape, x.dtype, x.device, load)
+
+
+@register(aten.index_select.default)
+def index_select(L, node, x, dim, index):
+    d = dim % max(len(x.sizes), 1)
+    out = _out(node)
+
+    def load(idx):
+        i = index.load([idx[d]] if index.sizes else [])
+        return x.load(idx[:d] + [_wrap_index(L, i, x.sizes[d])] + idx[d + 1:])
+    return Lazy(out.shape, x.dtype, x.device, load)
+
+
+@register(aten.embedding.default)
+def embedding(L, node, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    out = _out(node)
+    k = len(indices.sizes)
+
+    def load(idx):
+        return weight.load([_wrap_index(L, indices.load(idx[:k]), weight.sizes[0])] + idx[k:])
+    return Lazy(out.shape, weight.dtype, weight.device, load)
+
+
+@register(aten.index.Tensor, aten._unsafe_index.Tensor)
+def index(L, node, x, indices):
+    out = _out(node)
+    pos = [i for i, t in enumerate(indices) if t is not None]
+    if any(t.dtype == torch.bool for t in indices if t is not None):
+        raise Decline  # boolean masks have data-dependent shapes
+    bshape = list(torch.broadcast_shapes(*[tuple(indices[i].sizes) for i in pos]))
+    adjacent = pos == list(range(pos[0], pos[-1] + 1))
+    first = pos[0] if adjacent else 0
+    nb = len(bshape)
+    loaders = {i: broadcast_loader(indices[i], bshape) for i in pos}
+
+    def load(idx):
+        bidx = idx[first:first + nb]
+        rest = idx[:first] + idx[first + nb:]
+        it = iter(rest)
+        full = []
+        for d in range(len(x.sizes)):
+            if d in loaders:
+                full.append(_wrap_index(L, indices[d].load(loaders[d](bidx)), x.sizes[d]))
+            else:
+                full.append(next(it))
+        return x.load(full)
+    return Lazy(out.shape, x.dtype, x.device, load)
+
+
+@register(aten.cat.default)
+def cat(L, node, tensors, dim=0):
+    out = _out(node)
+    n = len(out.shape)
+    d = dim % n
+    parts, offset = [], 0
+    for t in tensors:
+        if len(t.sizes) == 1 and t.sizes[0] == 0 and n != 1:
+            continue  # legacy empty tensors take no part
+        if t.sizes[d] > 0:
+            parts.append((offset, t))
+        offset += t.sizes[d]
+
+    def load(idx):
+        i = ir.index_value(idx[d])
+        result = None
+        for start, t in reversed(parts):
+            end = start + t.sizes[d]
+            conds = ([ir.op("ge", i, ir.const(start, torch.int64))] if start > 0 else []) + \
+                ([ir.op("lt", i, ir.const(end, torch.int64))] if end < out.shape[d] else [])
+            val = ir.cast(t.load(idx[:d] + [idx[d] - start] + idx[d + 1:]), out.dtype)
+            if not conds:
+                result = val
+                continue
+            inside = conds[0] if len(conds) == 1 else ir.op("logical_and", *conds)
+            val = ir.masked(inside, val, 0)  # the other parts' rows must not load from t
+            result = val if result is None else ir.op("where", inside, val, result)
+        return result if result is not None else ir.const(0, out.dtype)
+    return Lazy(out.shape, out.dtype, out.device, load)
+
+
+@register(aten.constant_pad_nd.default)
+def constant_pad_nd(L, node, x, pad, value=0):
+    out = _out(node)
+    n = len(out.shape)
+    lows = {n - 1 - k // 2: pad[k] for k in range(0, len(pad), 2)}
+
+    def load(idx):
+        src = list(idx)
+        conds = []
+        for d, lo in lows.items():
+            src[d] = idx[d] - lo
+            if lo > 0:
+                conds.append(ir.op("ge", ir.index_value(idx[d]), ir.const(lo, torch.int64)))
+            if lo + x.sizes[d] < out.shape[d]:
+                conds.append(ir.op("lt", ir.index_value(idx[d]), ir.const(lo + x.sizes[d], torch.int64)))
+        val = x.load(src)
+        if not conds:
+            return val
+        mask = conds[0]
+        for cnd in conds[1:]:
+            mask = ir.op("logical_and", mask, cnd)
+        return ir.op("where", mask, ir.masked(mask, val, 0), ir.const(value, out.dtype))
+    return Lazy(out.shape, out.dtype, out.device, load)
+
+
+@register(aten.slice_scatter.default)
+def slice_scatter(L, node, x, src, dim=0, start=None, end=None, step=1):
+    out = _out(node)
+    d = dim % len(out.shape)
+    size = out.shape[d]
+    start = 0 if start is None else (start + size if start < 0 else start)
+    end = size if end is None or end > size else (end + size if end < 0 else end)
+    length = src.sizes[d]
+
+    def load(idx):
+        i = ir.index_value(idx[d])
+        inside = ir.op("logical_and", ir.op("ge", i, ir.const(start, torch.int64)),
+                       ir.op("lt", i, ir.const(start + length * step, torch.int64)))
+        if step != 1:
+            inside = ir.op("logical_and", inside, ir.op(
+                "eq", ir.index_value(ir.IMod(idx[d] + (step - start % step) % step, step)), ir.const(0, torch.int64)))
+        inner = idx[:d] + [ir.FloorDiv(idx[d] - start, step) if step != 1 else idx[d] - start] + idx[d + 1:]
+        return ir.op("where", inside, ir.masked(inside, ir.cast(src.load(inner), out.dtype), 0), x.load(idx))
+    return Lazy(out.shape, out.dtype, out.device, load)
+
+
+@register(aten.select_scatter.default)
+def select_scatter(L, node, x, src, dim, index):
+    out = _out(node)
+    d = dim % len(out.shape)
+    index = index + out.shape[d] if index < 0 else index
+
+    def load(idx):
+        hit = ir.op("eq", ir.index_value(idx[d]), ir.const(index, torch.int64))
+        return ir.op("where", hit, ir.cast(src.load(idx[:d] + idx[d + 1:]), out.dtype), x.load(idx))
+    return Lazy(out.shape, out.dtype, out.device, load)
+
+
+@register(aten.scatter.value, aten.scatter.src)
+def scatter(L, node, x, dim, index, src):
+    """One index per row along dim (nll_loss backward): out = index hits ? src : x. Wider indices
+    (several writes per row, "last one wins" order) stay extern."""
+    out = _out(node)
+    d = dim % max(len(out.shape), 1)
+    if not out.shape or index.sizes[d] != 1 or \
+            any(a != b for i, (a, b) in enumerate(zip(index.sizes, out.shape)) if i != d):
+        raise Decline
+
+    def load(idx):
+        at = idx[:d] + [Z] + idx[d + 1:]
+        tgt = ir.cast(index.load(at), torch.int64)
+        tgt = ir.op("where", ir.op("lt", tgt, ir.const(0, torch.int64)),
+                    ir.op("add", tgt, ir.const(out.shape[d], torch.int64)), tgt)
+        hit = ir.op("eq", ir.index_value(idx[d]), tgt)
+        val = ir.cast(src.load(at), out.dtype) if isinstance(src, Value) else ir.const(src, out.dtype)
+        return ir.op("where", hit, val, ir.cast(x.load(idx), out.dtype))
+    return Lazy(out.shape, out.dtype, out.device, load)

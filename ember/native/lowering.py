@@ -1,0 +1,523 @@
+"""Lowering: an ATen FX graph -> ``GraphIR``.
+
+``GraphLowering`` interprets the graph node by node. Each op's lowering (tables in ``lower_ops.py`` and
+``lower_views.py``) maps its arguments to a *tensor value*:
+
+* ``Stored``: a strided view of a buffer (a graph input, a computed buffer, an extern output). Views of
+  it stay ``Stored`` while they are expressible with sizes/strides/offset, so extern ops can take them
+  without a copy.
+* ``Lazy``: not computed yet; ``load(index)`` returns the Expr of one element. Pointwise ops and views of
+  lazy values compose loaders, which is how producers get inlined into their consumers.
+
+A value is *realized* into a ``ComputedNode`` when something needs memory: a reduction (always its own
+node), an extern argument, a graph output, or a lazy value whose repeated inlining would cost too much
+(``should_realize``). Ops without a lowering become ``ExternNode``s, so nothing is silently dropped.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import operator
+import re
+from typing import Callable
+
+import sympy
+import torch
+import torch.fx
+
+from ember.native import ir
+
+aten = torch.ops.aten
+LOWERINGS: dict = {}   # OpOverload -> fn(L, node, *args, **kwargs) -> value
+EXTERN_OPS: set = set()  # ops lowered on purpose as extern calls (matmul, conv, attention)
+
+
+class Unsupported(Exception):
+    """The graph cannot be compiled by this backend; the caller runs it as it is."""
+
+
+class Decline(Exception):
+    """A lowering found it cannot handle these arguments (integer pow, a device change...): the
+    call becomes an extern op instead."""
+
+
+def register(*ops):
+    def deco(fn):
+        for o in ops:
+            LOWERINGS[o] = fn
+        return fn
+    return deco
+
+
+def register_extern(*ops):
+    for o in ops:
+        EXTERN_OPS.add(o)
+
+
+# --------------------------------------------------------------------------------------------------
+# tensor values
+
+
+class Value:
+    sizes: tuple
+    dtype: torch.dtype
+    device: torch.device
+
+    @property
+    def numel(self):
+        return math.prod(self.sizes)
+
+
+class Stored(Value):
+    def __init__(self, L, buf, sizes, strides, offset, dtype, device):
+        self.L, self.buf = L, buf
+        self.sizes, self.strides, self.offset = tuple(sizes), tuple(strides), int(offset)
+        self.dtype, self.device = dtype, device
+        self._memo: dict = {}
+
+    def load(self, idx):
+        key = tuple(idx)
+        hit = self._memo.get(key)
+        if hit is None:
+            terms = [i * st for i, size, st in zip(idx, self.sizes, self.strides) if size != 1 and st != 0]
+            index = sympy.Add(sympy.Integer(self.offset), *terms)
+            hit = self._memo[key] = ir.load(self.buf, index, self.L.indirect, self.dtype)
+        return hit
+
+    def is_whole(self, layout: ir.Layout) -> bool:
+        return (self.offset == 0 and self.sizes == tuple(layout.sizes)
+                and _same_strides(self.sizes, self.strides, layout.strides))
+
+    def __repr__(self):
+        return f"Stored({self.buf}, {self.sizes}, {self.strides}, +{self.offset})"
+
+
+def _same_strides(sizes, a, b):
+    return all(s == 1 or x == y for s, x, y in zip(sizes, a, b))
+
+
+class Lazy(Value):
+    origins: list = []  # (op, source line) of the fx nodes folded into this value
+
+    def __init__(self, sizes, dtype, device, fn: Callable):
+        self.sizes, self.dtype, self.device, self.fn = tuple(int(s) for s in sizes), dtype, device, fn
+        self._memo: dict = {}
+
+    def load(self, idx):
+        # memoized: consumers, should_realize and realize ask for the same index (same Expr back,
+        # also the same indirect symbols, which keeps gathers CSE-able)
+        key = tuple(idx)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = self.fn(list(idx))
+        return hit
+
+    def __repr__(self):
+        return f"Lazy({self.sizes}, {self.dtype})"
+
+
+def squeeze_vars(sizes):
+    """Loop ranges without size-1 dims, and the full index (0 for size-1 dims)."""
+    ranges, idx = [], []
+    vs = iter(ir.node_vars(len(sizes)))
+    for s in sizes:
+        if s == 1:
+            idx.append(sympy.Integer(0))
+        else:
+            ranges.append(int(s))
+            idx.append(next(vs))
+    return tuple(ranges), idx
+
+
+def broadcast_loader(v: Value, out_sizes):
+    """Index function reading v broadcast (right-aligned) to out_sizes."""
+    k, n = len(v.sizes), len(out_sizes)
+
+    def remap(idx):
+        tail = idx[n - k:] if k else []
+        return [sympy.Integer(0) if s == 1 else i for s, i in zip(v.sizes, tail)]
+    return remap
+
+
+def stack_trace_line(node: torch.fx.Node) -> str | None:
+    """The last frame of node.meta['stack_trace'] as 'file:line in fn: code' (the user's line)."""
+    st = node.meta.get("stack_trace")
+    if not st:
+        return None
+    lines = [l.strip() for l in st.strip().splitlines()]
+    for i in range(len(lines) - 1, -1, -1):
+        m = re.match(r'File "(.+)", line (\d+), in (.+)', lines[i])
+        if m:
+            code = lines[i + 1] if i + 1 < len(lines) and not lines[i + 1].startswith("File ") else ""
+            return f"{m.group(1)}:{m.group(2)} in {m.group(3)}: {code}".rstrip(": ")
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# the interpreter
+
+
+class GraphLowering:
+    # A multi-use lazy value is realized once its body is this big or reads this many buffers
+    # (Inductor's defaults for GPU): recomputing a big body in every consumer costs more than a store.
+    REALIZE_OPCOUNT = 30
+    REALIZE_READS = 4
+    MAX_INLINE_READS = 8
+
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs):
+        self.gm, self.example_inputs = gm, list(example_inputs)
+        self.inputs: list[ir.InputBuffer] = []
+        self.nodes: list = []
+        self.layouts: dict[str, ir.Layout] = {}
+        self.indirect: dict = {}
+        self.mutations: list = []
+        self.current: torch.fx.Node | None = None
+        self._names = itertools.count()
+        self._ind = itertools.count()
+        self.int_inputs: dict[int, int] = {}  # placeholder position -> specialized value
+        self._inlined: list = []
+        self.env: dict = {}
+        self.input_buf: dict = {}  # placeholder node -> its buffer name
+
+    # -- naming and metadata ------------------------------------------------------------------
+    def new_name(self, prefix="buf"):
+        return f"{prefix}{next(self._names)}"
+
+    def new_indirect(self, e: ir.Expr) -> sympy.Symbol:
+        s = ir.sym(f"ind{next(self._ind)}")
+        self.indirect[s] = e
+        return s
+
+    def origins(self):
+        """(op, source line) of the fx node being lowered and of the lazy values it inlines."""
+        n = self.current
+        if n is None or n.op != "call_function":
+            return list(self._inlined)
+        name = str(n.target).replace("aten.", "") if isinstance(n.target, torch._ops.OpOverload) \
+            else getattr(n.target, "__name__", str(n.target))
+        return _merge_origins(self._inlined, [(name, stack_trace_line(n))])
+
+    # -- realize --------------------------------------------------------------------------------
+    def realize(self, v: Value, strides=None) -> Stored:
+        if isinstance(v, Stored):
+            return v
+        sizes = v.sizes
+        if strides is None or not _dense_strides(sizes, strides):
+            strides = ir.contiguous_strides(sizes)
+        layout = ir.Layout(sizes, tuple(strides), v.dtype, v.device)
+        ranges, idx = squeeze_vars(sizes)
+        body = ir.simplify_expr(v.load(idx), dict(zip(ir.node_vars(len(ranges)), ranges)))
+        store = sum((i * st for i, s, st in zip(idx, sizes, strides) if s != 1), sympy.Integer(0))
+        name = self.new_name()
+        origins = getattr(v, "origins", None) or self.origins()
+        self.nodes.append(ir.ComputedNode(name, layout, ranges, body, store, origins=origins))
+        self.layouts[name] = layout
+        return Stored(self, name, sizes, strides, 0, v.dtype, v.device)
+
+    def should_realize(self, v: Lazy, users: int) -> bool:
+        ranges, idx = squeeze_vars(v.sizes)
+        body = v.load(idx)
+        reads = len({e.attr[0] for e in ir.loads_of(body)})
+        if reads > self.MAX_INLINE_READS:
+            return True
+        return users > 1 and (reads > self.REALIZE_READS or ir.opcount(body) > self.REALIZE_OPCOUNT)
+
+    # -- reductions -----------------------------------------------------------------------------
+    def reduce(self, x: Value, dims, keepdim: bool, rtype: str, out_dtype, acc_dtype=None,
+               body_fn=None) -> Value:
+        """Reduce x over dims. ``body_fn(expr) -> expr`` transforms each element before reducing."""
+        nd = len(x.sizes)
+        dims = sorted({d % nd for d in dims}) if nd else []
+        out_sizes = [1 if i in dims else s for i, s in enumerate(x.sizes)] if keepdim else \
+            [s for i, s in enumerate(x.sizes) if i not in dims]
+        acc_dtype = acc_dtype or out_dtype
+        if any(x.sizes[d] == 0 for d in dims):
+            if rtype not in ("sum", "prod", "any", "all"):
+                raise Decline(f"{rtype} over an empty dimension")  # eager raises; let it
+            ident = {"sum": 0, "prod": 1, "any": False, "all": True}[rtype]
+            return Lazy(out_sizes, out_dtype, x.device, lambda idx: ir.const(ident, out_dtype))
+        reduced_real = [d for d in dims if x.sizes[d] != 1]
+        if not reduced_real:  # only size-1 dims: the reduction is a pointwise copy
+            def fn(idx, keep=keepdim):
+                full = list(idx) if keep else _reinsert(idx, dims, nd)
+                if rtype in ("argmax", "argmin"):
+                    return ir.const(0, out_dtype)
+                e = x.load(full)
+                e = body_fn(e) if body_fn else e
+                if rtype in ("any", "all"):
+                    e = ir.op("ne", e, ir.const(0, e.dtype))
+                return ir.cast(e, out_dtype)
+            return Lazy(out_sizes, out_dtype, x.device, fn)
+        ranges, idx = squeeze_vars(x.sizes)
+        squeezed_pos = [i for i, s in enumerate(x.sizes) if s != 1]
+        reduced = tuple(squeezed_pos.index(d) for d in reduced_real)
+        e = x.load(idx)
+        if body_fn:
+            e = body_fn(e)
+        if rtype in ("any", "all"):
+            e = ir.op("ne", e, ir.const(0, e.dtype))
+        elif rtype not in ("argmax", "argmin"):
+            e = ir.cast(e, acc_dtype)
+        e = ir.simplify_expr(e, dict(zip(ir.node_vars(len(ranges)), ranges)))
+        strides = ir.contiguous_strides(out_sizes)
+        layout = ir.Layout(tuple(out_sizes), strides, out_dtype, x.device)
+        # store index: output dim j <- the loop var of the input dim it keeps
+        kept_in = [i for i in range(nd) if i not in dims]
+        store = sympy.Integer(0)
+        for j, s in enumerate(out_sizes):
+            src = j if keepdim else kept_in[j]
+            if s != 1 and src not in dims:
+                store = store + idx[src] * strides[j]
+        name = self.new_name()
+        node = ir.ComputedNode(name, layout, ranges, e, store, reduced=reduced, reduction_type=rtype,
+                               origins=_merge_origins(getattr(x, "origins", []), self.origins()))
+        self.nodes.append(node)
+        self.layouts[name] = layout
+        return Stored(self, name, out_sizes, strides, 0, out_dtype, x.device)
+
+    # -- externs --------------------------------------------------------------------------------
+    def buffer_arg(self, v: Value) -> ir.BufferArg:
+        s = self.realize(v)
+        return ir.BufferArg(s.buf, s.sizes, s.strides, s.offset)
+
+    def extern(self, node: torch.fx.Node, args, kwargs, reason="") -> object:
+        """Call node.target at run time on realized arguments; returns its value(s) as Stored."""
+        def conv(a):
+            if isinstance(a, Value):
+                return self.buffer_arg(a)
+            if isinstance(a, ir.RuntimeValue):
+                return a
+            if isinstance(a, (list, tuple)):
+                return type(a)(conv(x) for x in a)
+            if isinstance(a, (torch.fx.Node, sympy.Basic)) or isinstance(a, torch.SymInt):
+                raise Unsupported(f"extern {node.target} with symbolic argument")
+            return a
+        cargs = tuple(conv(a) for a in args)
+        ckwargs = {k: conv(v) for k, v in kwargs.items()}
+        val = node.meta.get("val")
+        multi = isinstance(val, (list, tuple))
+        vals = list(val) if multi else [val]
+        outputs, results = [], []
+        name = self.new_name()
+        for i, t in enumerate(vals):
+            if isinstance(t, torch.Tensor):
+                oname = f"{name}_{i}" if multi else name
+                layout = ir.Layout(tuple(t.shape), tuple(t.stride()), t.dtype, t.device, t.storage_offset())
+                self.layouts[oname] = layout
+                outputs.append((oname, layout))
+                results.append(Stored(self, oname, t.shape, t.stride(), 0, t.dtype, layout.device))
+            elif t is None:
+                outputs.append(None)
+                results.append(None)
+            elif isinstance(t, (int, float, bool, torch.SymInt)):
+                oname = f"{name}_{i}" if multi else name
+                outputs.append((oname, None))
+                results.append(ir.RuntimeValue(oname))
+            else:
+                raise Unsupported(f"extern {node.target} returns a {type(t).__name__}")
+        self.nodes.append(ir.ExternNode(name, node.target, cargs, ckwargs, outputs, multi,
+                                        origins=self.origins(), reason=reason))
+        return results if multi else results[0]
+
+    # -- graph walk -----------------------------------------------------------------------------
+    def run(self) -> ir.GraphIR:
+        graph = self.gm.graph
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(self.example_inputs):
+            raise Unsupported("example inputs do not match the placeholders")
+        devs = {t.device for t in self.example_inputs if isinstance(t, torch.Tensor)}
+        if len(devs) > 1:
+            raise Unsupported(f"inputs on several devices {sorted(map(str, devs))}")
+        self.device = devs.pop() if devs else torch.device("cpu")
+        for pos, (n, ex) in enumerate(zip(placeholders, self.example_inputs)):
+            self.env[n] = self._placeholder(n, ex, pos)
+            if isinstance(self.env[n], Stored):
+                self.input_buf[n] = self.env[n].buf
+        uses = {n: len(n.users) for n in graph.nodes}
+        out = None
+        for n in graph.nodes:
+            self.current = n
+            if n.op == "placeholder":
+                continue
+            if n.op == "get_attr":
+                self.env[n] = self._constant(n)
+            elif n.op == "call_function":
+                v = self._call(n)
+                if isinstance(v, Lazy) and self.should_realize(v, uses[n]):
+                    v = self.realize(v)
+                self.env[n] = v
+            elif n.op == "output":
+                out = self._outputs(n.args[0])
+            else:
+                raise Unsupported(f"fx node kind {n.op}")
+        self.current = None
+        return ir.GraphIR(self.inputs, self.nodes, out, self.mutations)
+
+    def _placeholder(self, n, ex, pos):
+        if isinstance(ex, torch.Tensor):
+            layout = ir.Layout(tuple(ex.shape), tuple(ex.stride()), ex.dtype, ex.device, ex.storage_offset())
+            name = f"arg{pos}"
+            self.inputs.append(ir.InputBuffer(name, layout, index=pos))
+            self.layouts[name] = layout
+            return Stored(self, name, ex.shape, ex.stride(), 0, ex.dtype, ex.device)
+        if isinstance(ex, (bool, int, float)) and not isinstance(ex, torch.SymInt):
+            if isinstance(ex, int):
+                self.int_inputs[pos] = ex  # specialized: the wrapper checks it on every call
+            return ex
+        if ex is None:
+            return None
+        raise Unsupported(f"placeholder of type {type(ex).__name__}")
+
+    def _constant(self, n):
+        t = getattr(self.gm, n.target)
+        if not isinstance(t, torch.Tensor):
+            return t
+        if t.device != self.device:
+            if t.numel() != 1:
+                raise Unsupported(f"constant {n.target} on {t.device}, graph on {self.device}")
+            t = t.to(self.device)  # a scalar: the backend moves it once (backend._constant)
+        name = f"const{len(self.inputs)}"
+        layout = ir.Layout(tuple(t.shape), tuple(t.stride()), t.dtype, t.device, t.storage_offset())
+        self.inputs.append(ir.InputBuffer(name, layout, constant=t, target=n.target))
+        self.layouts[name] = layout
+        return Stored(self, name, t.shape, t.stride(), 0, t.dtype, t.device)
+
+    def _call(self, n: torch.fx.Node):
+        args = torch.fx.node.map_arg(n.args, lambda a: self.env[a])
+        kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: self.env[a])
+        target = n.target
+        if target is operator.getitem:
+            return args[0][args[1]]
+        if not isinstance(target, torch._ops.OpOverload):
+            raise Unsupported(f"call of {target}")
+        fn = LOWERINGS.get(target)
+        if any(isinstance(v, ir.RuntimeValue) for v in _values((args, kwargs))):
+            fn = None  # a value only known at run time: only an extern call can take it
+        if fn is not None:
+            self._inlined = _merge_origins(*[v.origins for v in _values((args, kwargs)) if isinstance(v, Lazy)])
+            try:
+                out = fn(self, n, *args, **kwargs)
+            except Decline:
+                out = self.extern(n, args, kwargs, reason="(lowering declined)")
+            mine = self.origins()
+            for v in _values(out):
+                if isinstance(v, Lazy) and not v.origins:
+                    v.origins = mine
+            self._inlined = []
+            return out
+        if target._schema.is_mutable:
+            return self._inplace(n, target, args, kwargs)
+        if target in EXTERN_OPS:
+            return self.extern(n, args, kwargs)
+        return self.extern(n, args, kwargs, reason="(no lowering)")
+
+    def _inplace(self, n, target, args, kwargs):
+        """``x.add_(y)``-style ops (graphs that were not functionalized): lower the functional op and
+        rebind x, and every in-place result aliasing x, to the new value. Refused when a view of x
+        exists (it would have to see the change too); graph inputs are written back at the end."""
+        name = target._schema.name.split("::")[1]
+        if not name.endswith("_") or target._schema.arguments[0].alias_info is None:
+            raise Unsupported(f"mutating op {target}")
+        functional = getattr(getattr(aten, name[:-1], None), target._overloadname, None)
+        fn = LOWERINGS.get(functional)
+        if fn is None:
+            raise Unsupported(f"mutating op {target} without a functional lowering")
+        chain = [n.args[0]]  # x, or an earlier in-place result that is x
+        while _alias_kind(chain[-1]) == "inplace":
+            chain.append(chain[-1].args[0])
+        root = chain[-1]
+        if _alias_kind(root) == "view":
+            raise Unsupported(f"{target} mutates a view")
+        for alias in chain:
+            if any(_alias_kind(u) == "view" for u in alias.users):
+                raise Unsupported(f"{target} mutates a tensor that has views")
+        v = fn(self, n, *args, **kwargs)
+        if isinstance(v, Lazy) and not v.origins:
+            v.origins = self.origins()
+        if root.op == "placeholder":
+            self.mutations.append((self.input_buf[root], root))
+        for alias in chain:
+            self.env[alias] = v  # later users of x read the new value
+        return v
+
+    def _outputs(self, tree):
+        final = {}  # input buffer -> the node holding its last value
+        for buf, node in self.mutations:
+            final[buf] = node
+        self.mutations = []
+        for buf, node in final.items():
+            v = self.env[node]
+            if isinstance(v, Stored) and not (v.buf in self.layouts and v.is_whole(self.layouts[v.buf])):
+                v = Lazy(v.sizes, v.dtype, v.device, v.load)  # a view: copy it into its own buffer
+            s = self.realize(v)
+            self.mutations.append((buf, s.buf))
+
+        def conv(a):
+            if isinstance(a, torch.fx.Node):
+                v = self.env[a]
+                if isinstance(v, Value):
+                    meta = a.meta.get("val")
+                    strides = tuple(meta.stride()) if isinstance(meta, torch.Tensor) else None
+                    s = self.realize(v, strides)
+                    return ir.OutBuf(s.buf, s.sizes, s.strides, s.offset)
+                return v if isinstance(v, ir.RuntimeValue) else ir.OutConst(v)
+            if isinstance(a, (list, tuple)):
+                return type(a)(conv(x) for x in a)
+            return ir.OutConst(a)
+        return conv(tree)
+
+
+def _alias_kind(node) -> str | None:
+    """'view' for ops returning an alias of their first argument, 'inplace' for ops writing it."""
+    t = getattr(node, "target", None)
+    if node.op != "call_function" or not isinstance(t, torch._ops.OpOverload) or not t._schema.arguments:
+        return None
+    info = t._schema.arguments[0].alias_info
+    if info is None:
+        return None
+    return "inplace" if info.is_write else "view"
+
+
+def _merge_origins(*lists):
+    out = []
+    for lst in lists:
+        for o in lst:
+            if o not in out:
+                out.append(o)
+    return out
+
+
+def _values(tree):
+    if isinstance(tree, (list, tuple)):
+        for t in tree:
+            yield from _values(t)
+    elif isinstance(tree, dict):
+        for t in tree.values():
+            yield from _values(t)
+    else:
+        yield tree
+
+
+def _reinsert(idx, dims, nd):
+    """Index into the unreduced tensor from an index of the keepdim=False output."""
+    it = iter(idx)
+    return [sympy.Integer(0) if i in dims else next(it) for i in range(nd)]
+
+
+def _dense_strides(sizes, strides) -> bool:
+    """True if strides describe a non-overlapping dense layout (a permutation of contiguous)."""
+    if len(sizes) != len(strides):
+        return False
+    dims = sorted((st, s) for s, st in zip(sizes, strides) if s != 1)
+    acc = 1
+    for st, s in dims:
+        if st != acc:
+            return False
+        acc *= s
+    return True
+
+
+def lower(gm: torch.fx.GraphModule, example_inputs) -> tuple[ir.GraphIR, GraphLowering]:
+    from ember.native import lower_ops, lower_views  # noqa: F401  (fill the tables)
+    L = GraphLowering(gm, example_inputs)
+    return L.run(), L

@@ -1,0 +1,438 @@
+"""Scheduler: group IR nodes into kernels, order them, decide which buffers live in memory.
+
+Every ``ComputedNode`` starts as its own group; extern nodes are groups that never fuse. Groups that
+share data are merged greedily, best score first (bytes shared, vertical before horizontal), until a
+round merges nothing. A kernel has one iteration space: ``ranges`` with the ``reduced`` ones reduced.
+A node fits a kernel as
+
+* ``red``:   a reduction over exactly those ranges and reduced dims,
+* ``inner``: a pointwise node over all the ranges (a reduction's prologue, or the "normalize" pass
+             after it, e.g. softmax's division),
+* ``outer``: a pointwise node over the kept ranges only (an epilogue of the reductions).
+
+Two groups merge when their nodes fit one space, every value passed between them is read at exactly
+the index it was written (so it can stay in registers), and no third group sits between them (that
+would make a cycle). A buffer whose readers all sit in its producer's kernel, and which is not a
+graph output, is never written to memory. ``Schedule.report`` gives kernels, externs and bytes moved.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import sympy
+
+from ember.native import ir
+
+MAX_FUSED_NODES = 64
+# A reduction kernel may also reduce its per-row results across rows when it can run as a single
+# program: only for small problems, where one launch instead of two wins.
+SINGLE_PROGRAM_NUMEL = 1 << 16
+
+
+@dataclasses.dataclass
+class Kernel:
+    name: str
+    nodes: list                 # ComputedNode, in program order
+    ranges: tuple               # the iteration space (no size-1 dims)
+    reduced: tuple              # positions of reduced ranges; () for a pointwise kernel
+    roles: dict                 # node name -> "inner" | "outer" | "red"
+    bodies: dict                # node name -> body over the kernel's vars v0..vn
+    stores: dict                # node name -> store index over the kernel's vars
+    local: set                  # buffers computed here that never reach memory
+    single: bool = False        # one program loops over x (and may reduce across x)
+    reads: list = dataclasses.field(default_factory=list)    # buffers read from memory
+    writes: list = dataclasses.field(default_factory=list)   # buffers written to memory
+    bytes_read: int = 0
+    bytes_written: int = 0
+
+    @property
+    def is_reduction(self) -> bool:
+        return bool(self.reduced)
+
+    @property
+    def xnumel(self) -> int:
+        return math.prod(r for i, r in enumerate(self.ranges) if i not in self.reduced)
+
+    @property
+    def rnumel(self) -> int:
+        return math.prod(self.ranges[i] for i in self.reduced)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.ranges)
+
+
+@dataclasses.dataclass
+class Schedule:
+    graph: ir.GraphIR
+    steps: list                 # Kernel | ExternNode
+    last_use: dict              # buffer -> index of the last step that reads it
+    outputs: set                # buffers that must survive the call
+    report: dict
+
+
+def kept(ranges, reduced):
+    return tuple(r for i, r in enumerate(ranges) if i not in reduced)
+
+
+def place(n: ir.ComputedNode, ranges, reduced, single=False):
+    """(role, var mapping) of node n in a kernel over (ranges, reduced), or None if it does not fit.
+    ``single``: the kernel runs as one program looping over x, so it can also reduce across x
+    (``xred``: a full reduction of kept-shaped values) and compute scalars from those (``final``)."""
+    vs = ir.node_vars(len(ranges))
+    own = ir.node_vars(len(n.ranges))
+    k = [i for i in range(len(ranges)) if i not in reduced]
+    to_kept = {own[j]: vs[k[j]] for j in range(len(own))} if len(own) == len(k) else None
+    K = kept(ranges, reduced)
+    if n.is_reduction:
+        if tuple(n.ranges) == tuple(ranges) and tuple(n.reduced) == tuple(reduced):
+            return "red", {}
+        if single and tuple(n.ranges) == K and tuple(n.reduced) == tuple(range(len(K))) \
+                and n.reduction_type not in ("argmax", "argmin"):
+            return "xred", to_kept
+        return None
+    if tuple(n.ranges) == tuple(ranges):
+        return "inner", {}
+    if reduced and tuple(n.ranges) == K:
+        return "outer", to_kept
+    if single and n.ranges == ():
+        return "final", {}
+    return None
+
+
+class _Group:
+    __slots__ = ("members", "ranges", "reduced", "single", "extern", "order")
+
+    def __init__(self, node, order):
+        self.members = [node]
+        self.order = order
+        self.extern = isinstance(node, ir.ExternNode)
+        self.single = False
+        if not self.extern:
+            self.ranges = tuple(node.ranges)
+            self.reduced = tuple(node.reduced)
+
+    def shape_with(self, other, single_limit):
+        """The iteration space (ranges, reduced, single) of self+other, or None."""
+        if self.extern or other.extern:
+            return None
+        return _combine(self, other, single_limit) or _combine(other, self, single_limit)
+
+
+def _combine(p, q, single_limit):
+    if not p.reduced:
+        if not q.reduced and p.ranges == q.ranges:
+            return p.ranges, (), False
+        return None
+    K = kept(p.ranges, p.reduced)
+    if q.reduced:
+        if (q.ranges, q.reduced) == (p.ranges, p.reduced):
+            return p.ranges, p.reduced, p.single or q.single
+        # q reduces p's per-row results to a scalar: one program can do both (cross-entropy's mean)
+        if K and q.ranges == K and q.reduced == tuple(range(len(K))) and not q.single \
+                and math.prod(p.ranges) <= single_limit:
+            return p.ranges, p.reduced, True
+        return None
+    if q.ranges in (p.ranges, K):
+        return p.ranges, p.reduced, p.single
+    if q.ranges == () and p.single:
+        return p.ranges, p.reduced, True
+    return None
+
+
+def _reads(n):
+    """[(buffer, index or None, indirect)] of a node; None index for extern (whole-buffer) reads."""
+    if isinstance(n, ir.ExternNode):
+        return [(a.name, None, False) for a in ir.buffer_args((n.args, n.kwargs))]
+    return [(e.attr[0], e.attr[1], bool(e.attr[2])) for e in ir.loads_of(n.body)]
+
+
+def _writes(n):
+    if isinstance(n, ir.ExternNode):
+        return [o[0] for o in n.outputs if o is not None and o[1] is not None]
+    return [n.name]
+
+
+class Scheduler:
+    def __init__(self, g: ir.GraphIR, options: dict | None = None):
+        self.g = g
+        self.single_limit = (options or {}).get("single_program_numel", SINGLE_PROGRAM_NUMEL)
+        self.fusion = (options or {}).get("fusion", True)
+        self.layouts = g.buffers()
+        self.producer = {}
+        self.consumers: dict[str, list] = {}
+        self.reads = {}
+        for n in g.nodes:
+            for b in _writes(n):
+                self.producer[b] = n
+            self.reads[id(n)] = _reads(n)
+            for b, _, _ in self.reads[id(n)]:
+                self.consumers.setdefault(b, []).append(n)
+        self.outputs = {leaf.name for leaf in _leaves(g.outputs) if isinstance(leaf, ir.OutBuf)}
+        self.outputs |= {src for _, src in g.mutations}
+        self.group_of = {}
+        self.groups = []
+        self.pos = {id(n): i for i, n in enumerate(g.nodes)}
+        for i, n in enumerate(g.nodes):
+            grp = _Group(n, i)
+            self.groups.append(grp)
+            self.group_of[id(n)] = grp
+
+    # -- legality ------------------------------------------------------------------------------
+    def _succ(self, grp):
+        out = set()
+        for n in grp.members:
+            for b in _writes(n):
+                for c in self.consumers.get(b, ()):
+                    cg = self.group_of[id(c)]
+                    if cg is not grp:
+                        out.add(cg)
+        return out
+
+    def _reaches(self, src, dst, skip_direct):
+        """Is there a path src -> ... -> dst of length >= 2 (through another group)?"""
+        stack = [g for g in self._succ(src) if g is not dst] if skip_direct else [src]
+        seen = set()
+        while stack:
+            g = stack.pop()
+            if g is dst:
+                return True
+            if id(g) in seen:
+                continue
+            seen.add(id(g))
+            stack.extend(self._succ(g))
+        return False
+
+    def can_merge(self, a, b):
+        shape = a.shape_with(b, self.single_limit)
+        if shape is None or len(a.members) + len(b.members) > MAX_FUSED_NODES:
+            return None
+        ranges, reduced, single = shape
+        placed = {}
+        for n in a.members + b.members:
+            p = place(n, ranges, reduced, single)
+            if p is None:
+                return None
+            placed[n.name] = p
+        for x, y in ((a, b), (b, a)):
+            written = {n.name: n for n in x.members}
+            for q in y.members:
+                for buf, index, indirect in self.reads[id(q)]:
+                    p = written.get(buf)
+                    if p is None:
+                        continue
+                    if indirect:
+                        return None
+                    # values reduced across x exist only after the x loop: only "final" nodes read them
+                    if placed[p.name][0] in ("xred", "final") and placed[q.name][0] != "final":
+                        return None
+                    w = sympy.sympify(p.store_index).xreplace(placed[p.name][1])
+                    r = index.xreplace(placed[q.name][1])
+                    if sympy.expand(w - r) != 0:
+                        return None
+        if self._reaches(a, b, True) or self._reaches(b, a, True):
+            return None
+        return shape
+
+    # -- fusion --------------------------------------------------------------------------------
+    def fuse(self):
+        for _ in range(10):
+            merged = False
+            for _, a, b in self._candidates():
+                if a not in self.groups or b not in self.groups or a is b:
+                    continue
+                shape = self.can_merge(a, b)
+                if shape is None:
+                    continue
+                self._merge(a, b, shape)
+                merged = True
+            if not merged:
+                break
+
+    def _candidates(self):
+        by_buf = {}
+        for grp in self.groups:
+            if grp.extern:
+                continue
+            for n in grp.members:
+                for b in set(_writes(n)) | {r[0] for r in self.reads[id(n)]}:
+                    by_buf.setdefault(b, set()).add(grp)
+        scores = {}
+        for buf, grps in by_buf.items():
+            grps = sorted(grps, key=lambda g: g.order)
+            nbytes = self.layouts[buf].nbytes if buf in self.layouts else 0
+            prod_grp = self.group_of.get(id(self.producer[buf])) if buf in self.producer else None
+            for i, a in enumerate(grps):
+                for b in grps[i + 1:i + 65]:  # a window, like Inductor, to bound the pair count
+                    vertical = a is prod_grp or b is prod_grp
+                    key = (id(a), id(b))
+                    old = scores.get(key, (0, 0, a, b))
+                    scores[key] = (old[0] + int(vertical), old[1] + nbytes, a, b)
+        ranked = sorted(scores.values(), key=lambda s: (-s[0], -s[1], abs(s[2].order - s[3].order)))
+        return [(s[:2], s[2], s[3]) for s in ranked]
+
+    def _merge(self, a, b, shape):
+        a.members = sorted(a.members + b.members, key=lambda n: self.pos[id(n)])
+        a.ranges, a.reduced, a.single = shape
+        a.order = min(a.order, b.order)
+        for n in b.members:
+            self.group_of[id(n)] = a
+        self.groups.remove(b)
+
+    # -- result --------------------------------------------------------------------------------
+    def _toposort(self):
+        indeg = {id(g): 0 for g in self.groups}
+        succ = {id(g): self._succ(g) for g in self.groups}
+        for g in self.groups:
+            for s in succ[id(g)]:
+                indeg[id(s)] += 1
+        ready = sorted((g for g in self.groups if indeg[id(g)] == 0), key=lambda g: g.order)
+        out = []
+        while ready:
+            g = ready.pop(0)
+            out.append(g)
+            for s in succ[id(g)]:
+                indeg[id(s)] -= 1
+                if indeg[id(s)] == 0:
+                    ready.append(s)
+            ready.sort(key=lambda g: g.order)
+        assert len(out) == len(self.groups), "cycle in the fused graph"
+        return out
+
+    def schedule(self) -> Schedule:
+        if self.fusion:
+            self.fuse()
+        steps = []
+        for k, grp in enumerate(self._toposort()):
+            if grp.extern:
+                steps.append(grp.members[0])
+                continue
+            steps.append(self._kernel(grp, k))
+        last_use = {}
+        for i, s in enumerate(steps):
+            reads = s.reads if isinstance(s, Kernel) else [a.name for a in ir.buffer_args((s.args, s.kwargs))]
+            for b in reads:
+                last_use[b] = i
+        report = self._report(steps)
+        return Schedule(self.g, steps, last_use, self.outputs, report)
+
+    def _kernel(self, grp, k) -> Kernel:
+        ranges, reduced, single = grp.ranges, grp.reduced, grp.single
+        roles, bodies, stores = {}, {}, {}
+        names = {n.name for n in grp.members}
+        for n in grp.members:
+            role, mapping = place(n, ranges, reduced, single)
+            roles[n.name] = role
+            bodies[n.name] = ir.rename(n.body, mapping) if mapping else n.body
+            stores[n.name] = sympy.sympify(n.store_index).xreplace(mapping)
+        local = {n.name for n in grp.members
+                 if n.name not in self.outputs
+                 and all(c.name in names for c in self.consumers.get(n.name, ()) if isinstance(c, ir.ComputedNode))
+                 and not any(isinstance(c, ir.ExternNode) for c in self.consumers.get(n.name, ()))}
+        ranges, reduced, bodies, stores = merge_loops(ranges, reduced, bodies, stores)
+        kern = Kernel(f"k{k}", list(grp.members), ranges, reduced, roles, bodies, stores, local, single)
+        reads = []
+        for n in grp.members:
+            for buf, _, _ in self.reads[id(n)]:
+                if buf not in names and buf not in reads:
+                    reads.append(buf)
+        kern.reads = reads
+        kern.writes = [n.name for n in grp.members if n.name not in local]
+        kern.bytes_read = sum(self.layouts[b].nbytes for b in reads)
+        kern.bytes_written = sum(self.layouts[b].nbytes for b in kern.writes)
+        return kern
+
+    def _report(self, steps):
+        kernels = [s for s in steps if isinstance(s, Kernel)]
+        externs = [s for s in steps if isinstance(s, ir.ExternNode)]
+        ext_bytes = 0
+        for e in externs:
+            for a in ir.buffer_args((e.args, e.kwargs)):
+                itemsize = self.layouts[a.name].dtype.itemsize
+                ext_bytes += min(math.prod(a.sizes), self.layouts[a.name].numel) * itemsize
+            ext_bytes += sum(o[1].nbytes for o in e.outputs if o is not None and o[1] is not None)
+        kb = sum(k.bytes_read + k.bytes_written for k in kernels)
+        return {
+            "kernels": len(kernels),
+            "externs": len(externs),
+            "extern_ops": [str(e.target) for e in externs],
+            "kernel_bytes": kb,
+            "extern_bytes": ext_bytes,
+            "bytes": kb + ext_bytes,
+            "per_kernel": [(k.name, [n.name for n in k.nodes], k.bytes_read, k.bytes_written) for k in kernels],
+        }
+
+
+def _index_exprs(bodies, stores):
+    out = list(stores.values())
+    for b in bodies.values():
+        for e in ir.walk([b]):
+            if e.op == "load":
+                out.append(e.attr[1])
+            elif e.op == "index":
+                out.append(e.attr)
+    return out
+
+
+def _mergeable(exprs, vp, vq, nq) -> bool:
+    """True if every index uses v_p and v_q only as ``c*nq*v_p + c*v_q`` (so one variable over
+    their flattened range can replace both)."""
+    for e in exprs:
+        e = sympy.expand(e)
+        cp, cq = e.coeff(vp), e.coeff(vq)
+        if not (cp.is_Integer and cq.is_Integer) or cp != cq * nq:
+            return False
+        rest = e - cp * vp - cq * vq
+        if vp in rest.free_symbols or vq in rest.free_symbols:
+            return False
+    return True
+
+
+def merge_loops(ranges, reduced, bodies, stores):
+    """Merge adjacent loops (both kept or both reduced) that every index walks contiguously,
+    e.g. ``7*v0 + v1`` over [10, 7] becomes ``v0`` over [70]: less index math per element."""
+    ranges, reduced = list(ranges), list(reduced)
+    changed = True
+    while changed:
+        changed = False
+        exprs = _index_exprs(bodies, stores)
+        kept_pos = [i for i in range(len(ranges)) if i not in reduced]
+        for group in (kept_pos, reduced):
+            for p, q in zip(group, group[1:]):
+                vs = ir.node_vars(len(ranges))
+                if not _mergeable(exprs, vs[p], vs[q], ranges[q]):
+                    continue
+                # v_q takes the merged range; v_p disappears; later vars shift down by one
+                tmp = {vs[i]: ir.sym(f"_m{i}") for i in range(len(ranges))}
+                new_ranges = ranges[:p] + ranges[p + 1:]
+                qi = q - (1 if q > p else 0)
+                new_ranges[qi] = ranges[p] * ranges[q]
+                final = {}
+                for i in range(len(ranges)):
+                    if i == p:
+                        continue
+                    final[tmp[vs[i]]] = ir.sym(f"v{i - (1 if i > p else 0)}")
+                sub1 = {vs[p]: sympy.Integer(0), vs[q]: tmp[vs[q]], **{vs[i]: tmp[vs[i]] for i in range(len(ranges)) if i not in (p, q)}}
+                memo1, memo2 = {}, {}
+                bodies = {k: ir.rename(ir.rename(b, sub1, memo1), final, memo2) for k, b in bodies.items()}
+                stores = {k: sympy.sympify(v).xreplace(sub1).xreplace(final) for k, v in stores.items()}
+                reduced = [r - (1 if r > p else 0) for r in reduced if r != p]
+                ranges = new_ranges
+                changed = True
+                break
+            if changed:
+                break
+    return tuple(ranges), tuple(reduced), bodies, stores
+
+
+def _leaves(tree):
+    if isinstance(tree, (list, tuple)):
+        for t in tree:
+            yield from _leaves(t)
+    else:
+        yield tree
+
+
+def schedule(g: ir.GraphIR, options: dict | None = None) -> Schedule:
+    return Scheduler(g, options).schedule()

@@ -1,0 +1,209 @@
+"""``@triton.jit`` helpers that generated kernels call (``from ember.native.triton_helpers import *``).
+
+Under the Triton interpreter (``TRITON_INTERPRET=1``) ``libdevice`` functions are stubs that return
+None (triton-lang/triton#8825), so math that ``tl``/``tl.math`` lacks is written out here from
+exp/log/sqrt; on a GPU the same names call libdevice. Comparisons are written so NaN propagates the
+way eager's does (``maximum``, ``amax``, ``argmax`` all let NaN win).
+"""
+import os
+
+import triton
+import triton.language as tl
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+__all__ = ["maximum", "minimum", "prod_combine", "argmax_combine", "argmin_combine", "floordiv", "remainder",
+           "sign", "trunc", "round_half_even", "tanh", "expm1", "log1p", "pow", "atan", "atan2", "asin", "acos",
+           "sinh", "cosh", "tan", "max_nan_reduce", "min_nan_reduce"]
+
+
+@triton.jit
+def maximum(a, b):
+    return tl.where((a > b) | (a != a), a, b)
+
+
+@triton.jit
+def minimum(a, b):
+    return tl.where((a < b) | (a != a), a, b)
+
+
+@triton.jit
+def max_nan_reduce(x, axis):
+    return tl.reduce(x, axis, maximum)
+
+
+@triton.jit
+def min_nan_reduce(x, axis):
+    return tl.reduce(x, axis, minimum)
+
+
+@triton.jit
+def prod_combine(a, b):
+    return a * b
+
+
+@triton.jit
+def argmax_combine(a, ia, b, ib):
+    # the larger value wins, NaN beats numbers, ties go to the lower index (eager's first match)
+    a_nan = a != a
+    b_nan = b != b
+    pick_a = (a > b) | (a_nan & (b == b)) | (((a == b) | (a_nan & b_nan)) & (ia < ib))
+    return tl.where(pick_a, a, b), tl.where(pick_a, ia, ib)
+
+
+@triton.jit
+def argmin_combine(a, ia, b, ib):
+    a_nan = a != a
+    b_nan = b != b
+    pick_a = (a < b) | (a_nan & (b == b)) | (((a == b) | (a_nan & b_nan)) & (ia < ib))
+    return tl.where(pick_a, a, b), tl.where(pick_a, ia, ib)
+
+
+@triton.jit
+def floordiv(a, b):
+    # Triton's // truncates toward zero; eager's floor_divide rounds down
+    q = a // b
+    return tl.where(((a % b) != 0) & ((a < 0) != (b < 0)), q - 1, q)
+
+
+@triton.jit
+def remainder(a, b):
+    # Triton's % is C's fmod; eager's remainder takes the sign of the divisor
+    r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+
+
+@triton.jit
+def sign(x):
+    return tl.where(x > 0, 1, tl.where(x < 0, -1, 0)).to(x.dtype)
+
+
+@triton.jit
+def trunc(x):
+    return tl.where(x < 0, tl.ceil(x), tl.floor(x))
+
+
+if INTERPRET:
+    @triton.jit
+    def round_half_even(x):
+        r = tl.floor(x + 0.5)
+        return tl.where(((r - x) == 0.5) & ((r % 2) != 0), r - 1, r)
+
+    @triton.jit
+    def expm1(x):
+        small = tl.abs(x) < 1e-2
+        xs = tl.where(small, x, 0.0)
+        series = xs + xs * xs * 0.5 + xs * xs * xs / 6.0 + xs * xs * xs * xs / 24.0
+        return tl.where(small, series, tl.exp(x) - 1.0)
+
+    @triton.jit
+    def log1p(x):
+        u = 1.0 + x
+        d = u - 1.0
+        return tl.where(d == 0, x, tl.log(u) * (x / tl.where(d == 0, 1.0, d)))
+
+    @triton.jit
+    def tanh(x):
+        e = expm1(-2.0 * tl.abs(x))
+        t = -e / (2.0 + e)
+        return tl.where(x < 0, -t, t)
+
+    @triton.jit
+    def pow(x, y):
+        r = tl.exp2(y * tl.log2(tl.abs(x)))
+        y_int = tl.floor(y) == y
+        odd = y_int & ((tl.abs(y) % 2) == 1)
+        neg = tl.where(y_int, tl.where(odd, -r, r), float("nan"))
+        r = tl.where(x < 0, neg, r)
+        return tl.where(y == 0, 1.0, r)
+
+    @triton.jit
+    def atan(x):
+        # two half-angle reductions, then the odd series; |error| < 1e-9
+        t = tl.abs(x)
+        inv = t > 1.0
+        t = tl.where(inv, 1.0 / tl.where(t == 0, 1.0, t), t)
+        t = t / (1.0 + tl.sqrt(1.0 + t * t))
+        t = t / (1.0 + tl.sqrt(1.0 + t * t))
+        t2 = t * t
+        s = t * (1.0 - t2 * (1.0 / 3 - t2 * (1.0 / 5 - t2 * (1.0 / 7 - t2 * (1.0 / 9 - t2 / 11)))))
+        s = 4.0 * s
+        s = tl.where(inv, 1.5707963267948966 - s, s)
+        return tl.where(x < 0, -s, s)
+
+    @triton.jit
+    def atan2(y, x):
+        a = atan(y / tl.where(x == 0, 1.0, x))
+        pi = 3.141592653589793
+        r = tl.where(x > 0, a, tl.where(y >= 0, a + pi, a - pi))
+        return tl.where(x == 0, tl.where(y > 0, pi / 2, tl.where(y < 0, -pi / 2, 0.0)), r)
+
+    @triton.jit
+    def asin(x):
+        return atan2(x, tl.sqrt(1.0 - x * x))
+
+    @triton.jit
+    def acos(x):
+        return atan2(tl.sqrt(1.0 - x * x), x)
+
+    @triton.jit
+    def sinh(x):
+        return (expm1(x) - expm1(-x)) * 0.5
+
+    @triton.jit
+    def cosh(x):
+        return (tl.exp(x) + tl.exp(-x)) * 0.5
+
+    @triton.jit
+    def tan(x):
+        return tl.sin(x) / tl.cos(x)
+else:
+    from triton.language.extra import libdevice
+
+    @triton.jit
+    def round_half_even(x):
+        return libdevice.nearbyint(x)
+
+    @triton.jit
+    def expm1(x):
+        return libdevice.expm1(x)
+
+    @triton.jit
+    def log1p(x):
+        return libdevice.log1p(x)
+
+    @triton.jit
+    def tanh(x):
+        return libdevice.tanh(x)
+
+    @triton.jit
+    def pow(x, y):
+        return libdevice.pow(x, y)
+
+    @triton.jit
+    def atan(x):
+        return libdevice.atan(x)
+
+    @triton.jit
+    def atan2(y, x):
+        return libdevice.atan2(y, x)
+
+    @triton.jit
+    def asin(x):
+        return libdevice.asin(x)
+
+    @triton.jit
+    def acos(x):
+        return libdevice.acos(x)
+
+    @triton.jit
+    def sinh(x):
+        return libdevice.sinh(x)
+
+    @triton.jit
+    def cosh(x):
+        return libdevice.cosh(x)
+
+    @triton.jit
+    def tan(x):
+        return libdevice.tan(x)

@@ -1,0 +1,227 @@
+"""The generated Python wrapper: allocate, launch kernels, call extern ops, return outputs.
+
+The module defines ``make_call(constants, fallback) -> call``; ``call(*args)`` is what the graph
+compiles to. Per call it runs only straight-line code: ``empty_strided`` for buffers that reach
+memory, ``kernel[grid](...)`` with constant grids and block sizes, extern ops bound to module
+globals, and ``del``/reuse of dead buffers. Buffers are reused when one of the same device, dtype and
+storage size is dead (graph inputs, outputs and extern results are never reused).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ember.native import ir
+from ember.native.scheduler import Kernel, Schedule
+
+
+def render_const(v) -> str:
+    if isinstance(v, bool) or v is None:
+        return repr(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "float('nan')"
+        if math.isinf(v):
+            return "float('inf')" if v > 0 else "float('-inf')"
+        return repr(v)
+    if isinstance(v, int):
+        return repr(v)
+    if isinstance(v, str):
+        return repr(v)
+    if isinstance(v, torch.dtype):
+        return str(v)
+    if isinstance(v, torch.device):
+        return f"torch.device({v.type!r}, {v.index!r})" if v.index is not None else f"torch.device({v.type!r})"
+    if isinstance(v, (torch.layout, torch.memory_format)):
+        return str(v)
+    if isinstance(v, (list, tuple)):
+        inner = ", ".join(render_const(x) for x in v)
+        return f"[{inner}]" if isinstance(v, list) else f"({inner}{',' if len(v) == 1 else ''})"
+    raise TypeError(f"cannot render constant {v!r} in the wrapper")
+
+
+def _flat(tree):
+    if isinstance(tree, (list, tuple)):
+        for t in tree:
+            yield from _flat(t)
+    else:
+        yield tree
+
+
+def _op_global(target) -> tuple[str, str]:
+    ns, name = target._schema.name.split("::")
+    ovl = target._overloadname
+    return f"{ns}_{name}_{ovl}".replace(".", "_"), f"torch.ops.{ns}.{name}.{ovl}"
+
+
+class WrapperCodegen:
+    def __init__(self, sched: Schedule, kernels: dict, int_inputs: dict, header: str = "", guard_inputs=True):
+        """kernels: id(Kernel) -> (python name, EmittedKernel, module path)."""
+        self.sched, self.kernels, self.int_inputs, self.header = sched, kernels, int_inputs, header
+        self.guard_inputs = guard_inputs
+        self.g = sched.graph
+        self.layouts = self.g.buffers()
+        self.inputs = {b.name for b in self.g.inputs}
+        self.globals: dict[str, str] = {}
+        self.devices: dict = {}
+        self.body: list[str] = []
+        self.launches: list[str] = []
+
+    def dev(self, device) -> str:
+        device = torch.device(device)
+        if device not in self.devices:
+            name = f"DEV{len(self.devices)}"
+            self.devices[device] = name
+            self.globals[name] = render_const(device)
+        return self.devices[device]
+
+    def view(self, name, sizes, strides, offset) -> str:
+        lay = self.layouts[name]
+        if offset == 0 and tuple(sizes) == tuple(lay.sizes) and all(
+                s == 1 or a == b for s, a, b in zip(sizes, strides, lay.strides)):
+            return name
+        # storage offsets are read at run time: views of inputs keep working for any input offset
+        off = f"{name}.storage_offset() + {offset}" if offset else f"{name}.storage_offset()"
+        return f"as_strided({name}, {render_const(tuple(sizes))}, {render_const(tuple(strides))}, {off})"
+
+    def arg(self, a) -> str:
+        if isinstance(a, ir.BufferArg):
+            return self.view(a.name, a.sizes, a.strides, a.offset)
+        if isinstance(a, ir.RuntimeValue):
+            return a.name
+        if isinstance(a, (list, tuple)) and any(isinstance(x, (ir.BufferArg, ir.RuntimeValue)) for x in _flat(a)):
+            inner = ", ".join(self.arg(x) for x in a)
+            return f"[{inner}]" if isinstance(a, list) else f"({inner},)"
+        return render_const(a)
+
+    def generate(self) -> str:
+        sched = self.sched
+        pool: dict = {}
+        allocated: set = set()
+        params = []
+        placeholders = sorted((b for b in self.g.inputs if b.index is not None), key=lambda b: b.index)
+        n_args = max([b.index + 1 for b in placeholders] + [k + 1 for k in self.int_inputs] + [0])
+        pos_names = {b.index: b.name for b in placeholders}
+        params = [pos_names.get(i, f"arg{i}") for i in range(n_args)]
+        consts = [b.name for b in self.g.inputs if b.constant is not None]
+        B = self.body
+        # the code is specialized to the example inputs: other sizes/strides or int values run the
+        # graph as it is instead of reading out of bounds
+        conds = [f"{params[pos]} != {val!r}" for pos, val in sorted(self.int_inputs.items())]
+        if self.guard_inputs:
+            for b in placeholders:
+                lay = b.layout
+                conds.append(f"{b.name}.shape != {render_const(tuple(lay.sizes))}")
+                conds.append(f"{b.name}.stride() != {render_const(tuple(lay.strides))}")
+        if conds:
+            lines = [f"if ({conds[0]}"] + [f"        or {c}" for c in conds[1:]]
+            lines[-1] += "):"
+            B.extend(lines)
+            B.append(f"    return fallback({', '.join(params)})")
+        for i, step in enumerate(sched.steps):
+            if isinstance(step, Kernel):
+                name, ek, _ = self.kernels[id(step)]
+                B.append(f"# {name}: {', '.join(n.name for n in step.nodes)}")
+                for buf in step.writes:
+                    self._alloc(buf, pool, allocated)
+                if step.numel > 0:
+                    B.append(f"{self._launcher(step, name, ek)}({', '.join(self._launch_args(step, ek))})")
+            else:
+                self._extern(step)
+            for buf, last in sched.last_use.items():
+                if last == i and buf not in sched.outputs and buf not in self.inputs:
+                    if buf in allocated:
+                        lay = self.layouts[buf]
+                        pool.setdefault((lay.device, lay.dtype, lay.storage_numel), []).append(buf)
+                    else:
+                        B.append(f"del {buf}")
+        for dst, src in self.g.mutations:
+            if dst != src:
+                B.append(f"{dst}.copy_({src})")
+        B.append(f"return {self._outputs(self.g.outputs)}")
+        return self._module(params, consts)
+
+    def _launch_args(self, step, ek):
+        return list(ek.args) + ([] if step.single else [str(ek.xnumel)])
+
+    def _launcher(self, step, name, ek) -> str:
+        """A module-level Launch for this launch site: grid and block sizes are constants."""
+        grid = 1 if step.single else max(1, -(-ek.xnumel // ek.config.XBLOCK))
+        meta = {"XBLOCK": ek.config.XBLOCK, "num_warps": ek.config.num_warps}
+        if step.single:
+            meta["xnumel"] = ek.xnumel
+        if step.is_reduction:
+            meta.update(rnumel=ek.rnumel, RBLOCK=ek.config.RBLOCK)
+        launch = f"launch{len(self.launches)}"
+        self.launches.append(f"{launch} = Launch({name}, ({grid},), {meta!r})")
+        return launch
+
+    def _alloc(self, buf, pool, allocated):
+        lay = self.layouts[buf]
+        key = (lay.device, lay.dtype, lay.storage_numel)
+        allocated.add(buf)
+        if pool.get(key):
+            old = pool[key].pop()
+            olay = self.layouts[old]
+            same = olay.sizes == lay.sizes and olay.strides == lay.strides
+            src = old if same else (f"as_strided({old}, {render_const(tuple(lay.sizes))}, "
+                                    f"{render_const(tuple(lay.strides))}, {old}.storage_offset())")
+            self.body.append(f"{buf} = {src}; del {old}  # reuse")
+            return
+        self.body.append(f"{buf} = empty_strided({render_const(tuple(lay.sizes))}, {render_const(tuple(lay.strides))}, "
+                         f"device={self.dev(lay.device)}, dtype={lay.dtype})")
+
+    def _extern(self, e: ir.ExternNode):
+        gname, expr = _op_global(e.target)
+        self.globals[gname] = expr
+        args = [self.arg(a) for a in e.args] + [f"{k}={self.arg(v)}" for k, v in e.kwargs.items()]
+        ops = ", ".join(sorted({o for o, _ in e.origins}))
+        self.body.append(f"# extern {ops} {e.reason}".rstrip())
+        call = f"{gname}({', '.join(args)})"
+        if not e.multi:
+            out = e.outputs[0]
+            self.body.append(f"{out[0] if out else '_'} = {self._fixed(call, out)}")
+            return
+        self.body.append(f"{e.name} = {call}")
+        for j, o in enumerate(e.outputs):
+            if o is not None:
+                self.body.append(f"{o[0]} = {self._fixed(f'{e.name}[{j}]', o)}")
+        self.body.append(f"del {e.name}")
+
+    def _fixed(self, expr, out):
+        if out is None or out[1] is None or out[1].numel <= 1:
+            return expr
+        lay = out[1]
+        return f"fixed_layout({expr}, {render_const(tuple(lay.sizes))}, {render_const(tuple(lay.strides))})"
+
+    def _outputs(self, tree) -> str:
+        if isinstance(tree, ir.OutBuf):
+            return self.view(tree.name, tree.sizes, tree.strides, tree.offset)
+        if isinstance(tree, ir.OutConst):
+            return render_const(tree.value)
+        if isinstance(tree, ir.RuntimeValue):
+            return tree.name
+        inner = ", ".join(self._outputs(t) for t in tree)
+        if isinstance(tree, list):
+            return f"[{inner}]"
+        return f"({inner}{',' if len(tree) == 1 else ''})"
+
+    def _module(self, params, consts) -> str:
+        lines = ["# ember native wrapper: generated code, do not edit"]
+        lines += [f"# {l}" for l in self.header.splitlines()]
+        lines += ["import torch", "from ember.native.runtime import Launch, fixed_layout, load_kernel", "",
+                  "empty_strided = torch.empty_strided", "as_strided = torch.as_strided"]
+        for name, expr in self.globals.items():
+            lines.append(f"{name} = {expr}")
+        for name, path in sorted({(name, path) for name, _, path in self.kernels.values()}):
+            lines.append(f"{name} = load_kernel({path!r}, {name!r})")
+        lines += self.launches
+        lines += ["", "", "def make_call(constants, fallback):"]
+        if consts:
+            lines.append(f"    {', '.join(consts)}, = constants")
+        lines.append("")
+        lines.append(f"    def call({', '.join(params)}):")
+        lines += ["        " + l for l in self.body]
+        lines += ["    return call", ""]
+        return "\n".join(lines)

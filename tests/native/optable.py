@@ -1,0 +1,224 @@
+"""The op table that drives the native-backend tests: every case runs its generated Triton kernels
+(GPU, or the interpreter on CPU) against eager. Shapes are small and odd (mask tails), some inputs
+non-contiguous or broadcast, some empty or size-1; ``LOOPED`` cases also run with tiny blocks so
+reductions take several loop iterations and several programs.
+
+``Case.kernels`` / ``Case.externs``: when set, the exact number of Triton kernels / extern calls the
+graph must compile to (the structural fusion checks live in test_fusion.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+f32, f16, bf16, f64, i64, i32 = torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32
+LOWP = (f32, f16, bf16)
+
+
+@dataclasses.dataclass
+class Case:
+    name: str
+    fn: Callable
+    make: Callable            # (dtype, device) -> list of inputs
+    dtypes: tuple = (f32,)
+    atol: float | None = None  # for fp32; other dtypes use the harness defaults
+    rtol: float | None = None
+    kernels: int | None = None
+    externs: int | None = None
+    looped: bool = False      # also run with tiny blocks (several loop iterations and programs)
+    strides: bool = True      # compare output strides with eager
+
+
+def R(*shape):
+    return lambda dt, dev: torch.randn(shape, device=dev).to(dt)
+
+
+def gen(*specs):
+    """Inputs from specs: a shape tuple (randn), ('pos', shape), ('unit', shape), ('int', shape, lo, hi),
+    ('bool', shape), ('nc', shape) (a transposed view), ('x', value) (a Python value)."""
+    def make(dt, dev):
+        out = []
+        for s in specs:
+            if isinstance(s, tuple) and (not s or isinstance(s[0], int)):
+                out.append(torch.randn(s, device=dev).to(dt))
+                continue
+            kind = s[0]
+            if kind == "pos":
+                out.append((torch.rand(s[1], device=dev) * 3 + 0.1).to(dt))
+            elif kind == "unit":
+                out.append((torch.rand(s[1], device=dev) * 1.8 - 0.9).to(dt))
+            elif kind == "int":
+                out.append(torch.randint(s[2], s[3], s[1], device=dev, dtype=s[4] if len(s) > 4 else i64))
+            elif kind == "bool":
+                out.append(torch.rand(s[1], device=dev) > 0.5)
+            elif kind == "nc":
+                out.append(torch.randn(tuple(reversed(s[1])), device=dev).to(dt).t())
+            elif kind == "special":
+                t = torch.randn(s[1], device=dev)
+                t.view(-1)[::5] = float("nan")
+                t.view(-1)[1::7] = float("inf")
+                t.view(-1)[2::11] = float("-inf")
+                out.append(t.to(dt))
+            elif kind == "x":
+                out.append(s[1])
+            else:
+                raise ValueError(kind)
+        return out
+    return make
+
+
+X = (13, 37)          # odd sizes: mask tails in x and r
+X3 = (5, 7, 9)
+g1 = gen(X)
+unit = gen(("unit", X))
+pos = gen(("pos", X))
+C = Case
+
+OPS: list[Case] = [
+    # ---- unary pointwise ---------------------------------------------------------------------
+    C("abs", torch.abs, g1, LOWP), C("neg", torch.neg, g1, LOWP), C("exp", torch.exp, g1, LOWP),
+    C("exp2", torch.exp2, g1), C("expm1", torch.expm1, g1, atol=1e-5, rtol=1e-4), C("log", torch.log, pos, LOWP),
+    C("log2", torch.log2, pos), C("log10", torch.log10, pos), C("log1p", torch.log1p, pos, rtol=1e-4),
+    C("sqrt", torch.sqrt, pos, LOWP), C("rsqrt", torch.rsqrt, pos, LOWP), C("sin", torch.sin, g1),
+    C("cos", torch.cos, g1), C("tan", torch.tan, unit, rtol=1e-4), C("tanh", torch.tanh, g1, LOWP, atol=1e-5, rtol=1e-4),
+    C("sigmoid", torch.sigmoid, g1, LOWP), C("erf", torch.erf, g1), C("atan", torch.atan, g1, rtol=1e-4),
+    C("asin", torch.asin, unit, rtol=1e-4, atol=1e-5), C("acos", torch.acos, unit, rtol=1e-4, atol=1e-5),
+    C("sinh", torch.sinh, g1, rtol=1e-4), C("cosh", torch.cosh, g1, rtol=1e-4),
+    C("reciprocal", torch.reciprocal, pos), C("floor", lambda x: torch.floor(x * 3), g1),
+    C("ceil", lambda x: torch.ceil(x * 3), g1), C("round", lambda x: torch.round(x * 3), g1),
+    C("trunc", lambda x: torch.trunc(x * 3), g1), C("frac", lambda x: torch.frac(x * 3), g1),
+    C("sign", torch.sign, g1), C("relu", torch.relu, g1, LOWP), C("gelu", F.gelu, g1, LOWP),
+    C("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), g1, atol=1e-5, rtol=1e-4),
+    C("silu", F.silu, g1, LOWP), C("softplus", F.softplus, g1, rtol=1e-4), C("leaky_relu", F.leaky_relu, g1),
+    C("elu", F.elu, g1, rtol=1e-4), C("hardtanh", F.hardtanh, g1), C("hardswish", F.hardswish, g1),
+    C("hardsigmoid", F.hardsigmoid, g1), C("mish", F.mish, g1, atol=1e-5, rtol=1e-4), C("square", torch.square, g1),
+    C("isnan_isinf", lambda x: (torch.isnan(x), torch.isinf(x), torch.isfinite(x)), gen(("special", X))),
+    C("nan_to_num", lambda x: torch.nan_to_num(x, posinf=9.0, neginf=-9.0), gen(("special", X))),
+    C("clamp", lambda x: torch.clamp(x, -0.5, 0.7), g1, LOWP), C("clamp_min", lambda x: x.clamp_min(0.1), g1),
+    C("clamp_nan", lambda x: x.clamp(-1, 1), gen(("special", X))),
+    C("logit_sigmoid_chain", lambda x: torch.log(torch.sigmoid(x)) * torch.tanh(x) + x.exp().sqrt(), g1, LOWP, rtol=1e-4),
+    # ---- binary / ternary pointwise, broadcasting, scalars ------------------------------------
+    C("add_bcast", lambda a, b: a + b, gen(X, (37,)), LOWP), C("sub_bcast_col", lambda a, b: a - b, gen(X, (13, 1)), LOWP),
+    C("mul_outer", lambda a, b: a * b, gen((13, 1), (1, 37)), LOWP), C("div", torch.div, gen(X, ("pos", X)), LOWP),
+    C("add_alpha", lambda a, b: torch.add(a, b, alpha=2.5), gen(X, X)), C("rsub", lambda a: 1 - a, g1),
+    C("scalar_ops", lambda a: (a * 2.5 + 1) / 3 - 0.5, g1, LOWP), C("pow2", lambda a: a ** 2, g1, LOWP),
+    C("pow_half", lambda a: a ** 0.5, pos), C("pow3", lambda a: a ** 3, g1), C("pow_neg1", lambda a: a ** -1, pos),
+    C("pow_frac", lambda a: a ** 1.7, pos, rtol=1e-4), C("pow_tensor", torch.pow, gen(("pos", X), X), rtol=1e-4),
+    C("maximum_nan", torch.maximum, gen(("special", X), X)), C("minimum", torch.minimum, gen(X, X), LOWP),
+    C("atan2", torch.atan2, gen(X, X), rtol=1e-4, atol=1e-5), C("fmod", lambda a, b: torch.fmod(a * 5, b), gen(X, ("pos", X))),
+    C("remainder", lambda a, b: torch.remainder(a * 5, b), gen(X, ("pos", X)), atol=1e-5, rtol=1e-5),
+    C("floor_divide", lambda a, b: torch.floor_divide(a * 5, b), gen(X, ("pos", X))),
+    C("where", lambda c, a, b: torch.where(c, a, b), gen(("bool", X), X, (37,)), LOWP),
+    C("where_scalar", lambda a: torch.where(a > 0, a, 0.0), g1), C("compare", lambda a, b: (a < b, a >= b, a == a, a != b),
+                                                                   gen(X, X)),
+    C("logical", lambda a, b: (a & b, a | b, a ^ b, ~a), gen(("bool", X), ("bool", X))),
+    C("int_arith", lambda a, b: (a + b * 3, a * b, a // b, a % b, torch.div(a, b, rounding_mode="trunc")),
+      gen(("int", X, -50, 50), ("int", X, 1, 9))),
+    C("int_bitwise", lambda a, b: (a & b, a | b, a ^ b, ~a), gen(("int", X, 0, 100), ("int", X, 0, 100))),
+    C("int_true_div", lambda a, b: a / b, gen(("int", X, -50, 50), ("int", X, 1, 9))),
+    C("addcmul", lambda a, b, c: torch.addcmul(a, b, c, value=0.5), gen(X, X, X)),
+    C("lerp", lambda a, b: torch.lerp(a, b, 0.3), gen(X, X)),
+    C("masked_fill", lambda a, m: a.masked_fill(m, -1.0), gen(X, ("bool", X))),
+    C("casts", lambda a: (a.to(i64), a.to(f16), a.to(torch.bool), (a > 0).float(), a.to(i32).to(f32) * 2),
+      gen(("pos", X))),
+    C("mixed_dtype", lambda a, b: a * b + 1, lambda dt, dev: [torch.randn(X, device=dev).half(), torch.randn(X, device=dev)]),
+    # ---- layouts: views, non-contiguous, broadcast, empty, size-1, 0-dim -------------------------
+    C("noncontig_in", lambda a, b: a * 2 + b, gen(("nc", X), X), LOWP),
+    C("transpose_out", lambda a: (a + 1).t(), g1, strides=False), C("permute3", lambda a: a.permute(2, 0, 1).contiguous() * 2, gen(X3)),
+    C("expand_add", lambda a, b: a.expand(4, 13, 37) + b, gen(X, (4, 1, 1))),
+    C("slice_step", lambda a: a[1:12:3, 2:30:5].exp(), g1), C("select_narrow", lambda a: a[3] + a.narrow(0, 2, 1), g1),
+    C("reshape_chain", lambda a: (a.view(37, 13) * 2).reshape(-1, 37).sum(0), g1),
+    C("unsqueeze_squeeze", lambda a: a.unsqueeze(1).squeeze(1) + a[:, None, :].sum(1), g1),
+    C("flip", lambda a: a.flip(0) + a.flip(1), g1), C("roll", lambda a: torch.roll(a, 3, 1), g1),
+    C("repeat", lambda a: a[:3, :5].repeat(2, 3), g1), C("diagonal", lambda a: torch.diagonal(a[:, :13]) * 2, g1),
+    C("split_chunk", lambda a: [t * i for i, t in enumerate(torch.split(a, 5, 1))] + list(torch.chunk(a, 3, 0)), g1,
+      strides=False),
+    C("empty", lambda a: (a + 1, a.sum(0), a.sum(1)), gen((0, 5))), C("size1", lambda a: (a * 2, a.sum(), a.amax(0)), gen((1, 1))),
+    C("scalar0d", lambda a, b: a * b + 1, gen((), X)), C("size1_dims", lambda a: a.sum(1) + a.mean(0), gen((1, 37, 1))),
+    C("view_output", lambda a: (a.view(-1), a[2:5]), g1, strides=False),
+    # ---- reductions over each dim ------------------------------------------------------------
+    C("sum_d0", lambda a: a.sum(0), gen(X3), LOWP, looped=True), C("sum_d1", lambda a: a.sum(1), gen(X3), LOWP, looped=True),
+    C("sum_d2", lambda a: a.sum(2), gen(X3), LOWP, looped=True), C("sum_d02", lambda a: a.sum((0, 2)), gen(X3), looped=True),
+    C("sum_all", lambda a: a.sum(), gen(X3), LOWP, looped=True), C("sum_keepdim", lambda a: a.sum(1, keepdim=True), gen(X3)),
+    C("mean", lambda a: (a.mean(0), a.mean(-1)), gen(X3), LOWP, looped=True),
+    C("amax_amin", lambda a: (a.amax(1), a.amin(0)), gen(X3), LOWP, looped=True),
+    C("max_dim", lambda a: a.max(1), gen(X3), looped=True), C("min_dim", lambda a: a.min(0), gen(X3), looped=True),
+    C("argmax", lambda a: (a.argmax(0), a.argmax(2), a.argmax()), gen(X3), looped=True),
+    C("argmin", lambda a: (a.argmin(1), a.argmin()), gen(X3), looped=True),
+    C("argmax_ties", lambda a: (a.round().argmax(1), a.round().argmin(0)), gen(X), looped=True),
+    C("amax_nan", lambda a: (a.amax(1), a.argmax(1)), gen(("special", X)), looped=True),
+    C("prod", lambda a: a.prod(1), gen(("pos", (9, 11))), rtol=1e-4, looped=True),
+    C("var_std", lambda a: (a.var(1), a.std(0), torch.var(a, 1, correction=0)), gen(X), rtol=1e-4, looped=True),
+    C("var_mean", lambda a: torch.var_mean(a, 0), gen(X3), rtol=1e-4),
+    C("any_all", lambda a: (a.any(1), a.all(0), (a > 0).all()), gen(("bool", X)), looped=True),
+    C("sum_int", lambda a: (a.sum(1), a.sum()), gen(("int", X, -9, 9)), looped=True),
+    C("sum_bool", lambda a: a.sum(0), gen(("bool", X))),
+    C("logsumexp", lambda a: torch.logsumexp(a, 1), g1, rtol=1e-4, looped=True),
+    C("norm", lambda a: torch.linalg.vector_norm(a, dim=1), g1, rtol=1e-4, looped=True),
+    C("sum_noncontig", lambda a: a.sum(1), gen(("nc", X)), looped=True),
+    C("sum_large_r", lambda a: a.sum(1), gen((3, 3000)), atol=1e-4, rtol=1e-4),
+    # ---- fused patterns ----------------------------------------------------------------------
+    C("softmax", lambda a: torch.softmax(a, -1), g1, LOWP, kernels=1, looped=True),
+    C("softmax_dim0", lambda a: torch.softmax(a, 0), g1, kernels=1, looped=True),
+    C("softmax_mid", lambda a: torch.softmax(a, 1), gen(X3), looped=True),
+    C("log_softmax", lambda a: F.log_softmax(a, -1), g1, LOWP, kernels=1, looped=True),
+    C("layer_norm", lambda a, w, b: F.layer_norm(a, (37,), w, b), gen(X, (37,), (37,)), LOWP, rtol=1e-4, atol=1e-5,
+      kernels=1, looped=True),
+    C("rms_norm", lambda a, w: F.rms_norm(a, (37,), w, eps=1e-6), gen(X, (37,)), LOWP, rtol=1e-4, kernels=1, looped=True),
+    C("group_norm", lambda a, w, b: F.group_norm(a, 2, w, b), gen((3, 4, 5, 5), (4,), (4,)), rtol=1e-4, atol=1e-5),
+    C("batch_norm_eval", lambda a, m, v, w, b: F.batch_norm(a, m, v.abs(), w, b), gen((6, 4, 5), (4,), (4,), (4,), (4,)),
+      rtol=1e-4),
+    C("batch_norm_train", lambda a, w, b: F.batch_norm(a, None, None, w, b, training=True), gen((6, 4, 5), (4,), (4,)),
+      rtol=1e-4, atol=1e-5),
+    C("cross_entropy", lambda a, t: F.cross_entropy(a, t), gen(X, ("int", (13,), 0, 37)), rtol=1e-4, kernels=1, looped=True),
+    C("cross_entropy_none", lambda a, t: F.cross_entropy(a, t, reduction="none"), gen(X, ("int", (13,), 0, 37)), rtol=1e-4),
+    C("nll_ignore", lambda a, t: F.nll_loss(F.log_softmax(a, 1), t.masked_fill(t < 5, -100)), gen(X, ("int", (13,), 0, 37)),
+      rtol=1e-4),
+    C("mse_loss", lambda a, b: F.mse_loss(a, b), gen(X, X), rtol=1e-4),
+    C("gelu_linear", lambda x, w, b: F.gelu(x @ w + b), gen((13, 24), (24, 19), (19,)), rtol=1e-4, atol=1e-5,
+      kernels=1, externs=1),
+    C("linear_relu", lambda x, w, b: torch.relu(F.linear(x, w, b)), gen((13, 24), (19, 24), (19,)), atol=1e-5, rtol=1e-4),
+    C("mlp", lambda x, w1, w2: torch.tanh(x @ w1) @ w2, gen((13, 24), (24, 19), (19, 7)), atol=1e-5, rtol=1e-4),
+    C("attention_math", lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2) / 4.0, -1) @ v,
+      gen((2, 9, 16), (2, 11, 16), (2, 11, 16)), atol=1e-5, rtol=1e-4),
+    C("sdpa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v), gen((1, 2, 9, 16), (1, 2, 11, 16), (1, 2, 11, 16)),
+      atol=1e-5, rtol=1e-4, strides=False, externs=1),  # the flash kernel; its layout differs from eager's
+    C("sdpa_causal_lowp", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True) * 2,
+      gen((1, 2, 16, 16), (1, 2, 16, 16), (1, 2, 16, 16)), (f16, bf16), strides=False, externs=1),
+    C("conv_relu", lambda x, w, b: torch.relu(F.conv2d(x, w, b, padding=1)), gen((2, 3, 7, 7), (4, 3, 3, 3), (4,)),
+      atol=1e-5, rtol=1e-4, kernels=1, externs=1),
+    C("l2_normalize", lambda a: F.normalize(a, dim=1), g1, rtol=1e-4),
+    C("cosine_sim", lambda a, b: F.cosine_similarity(a, b, dim=1), gen(X, X), rtol=1e-4),
+    C("residual_ln", lambda x, y, w: F.layer_norm(x + y, (37,), w) * 2, gen(X, X, (37,)), rtol=1e-4, atol=1e-5),
+    C("bias_gelu_dropout0", lambda x, b: F.dropout(F.gelu(x + b), 0.0), gen(X, (37,))),
+    C("softmax_large_r", lambda a: torch.softmax(a, -1), gen((3, 1500)), rtol=1e-4, kernels=1),
+    # ---- indexing, concatenation, creation, extern fallbacks -----------------------------------
+    C("cat", lambda a, b: torch.cat([a, b * 2, a[:, :3]], 1), gen(X, X)), C("cat_dim0", lambda a, b: torch.cat([a, b]), gen(X, (2, 37))),
+    C("stack", lambda a, b: torch.stack([a, b], 1), gen(X, X)),
+    C("pad", lambda a: F.pad(a, (2, 3, 1, 0), value=0.5), g1), C("pad_negative", lambda a: F.pad(a, (-2, 1)), g1),
+    C("tril_triu", lambda a: (torch.tril(a), torch.triu(a, 1)), gen((9, 9))),
+    C("embedding", lambda w, i: F.embedding(i, w), gen((20, 8), ("int", (4, 5), 0, 20))),
+    C("index_select", lambda w, i: w.index_select(1, i), gen((6, 20), ("int", (7,), 0, 20))),
+    C("gather", lambda w, i: torch.gather(w, 1, i), gen((6, 20), ("int", (6, 4), 0, 20))),
+    C("index_adv", lambda w, i, j: (w[i], w[:, j], w[i, j]), gen((6, 20), ("int", (3,), -6, 6), ("int", (3,), 0, 20))),
+    C("slice_scatter", lambda a, b: torch.slice_scatter(a, b, 1, 2, 30, 4), gen(X, (13, 7))),
+    C("scatter_one", lambda a, i: (torch.scatter(a, 1, i, -2.0), torch.scatter(a, 1, i, a[:, :1] * 3)),
+      gen(X, ("int", (13, 1), 0, 37))),
+    C("select_scatter", lambda a, b: torch.select_scatter(a, b, 0, 3), gen(X, (37,))),
+    C("size1_index_math", lambda a, b: (torch.cat([a, b], 0), torch.select_scatter(a, b[:, 0], 1, 0), torch.arange(1, device=a.device) + a),
+      gen((1, 3), (1, 3))),
+    C("arange_ops", lambda a: a + torch.arange(37, device=a.device) * 0.5, g1),
+    C("full_like", lambda a: (torch.zeros_like(a) + 1, torch.full_like(a, 3.0) * a, torch.ones(3, 4, device=a.device)), g1),
+    C("cumsum_extern", lambda a: torch.cumsum(a * 2, 1) + 1, g1, atol=1e-5, rtol=1e-5),
+    C("sort_extern", lambda a: torch.sort(a, 1).values * 2, g1),
+    C("topk_extern", lambda a: torch.topk(a, 3).values + 1, g1),
+    C("scatter_extern", lambda a, i: torch.scatter(a, 1, i, -2.0), gen(X, ("int", (13, 3), 0, 37))),
+    C("inplace_ops", lambda a: a.clone().mul_(2).add_(1).relu_(), g1),
+    C("input_mutation", lambda a: a.add_(1.5), g1),
+    C("multi_output_shared", lambda a: (a.exp(), a.exp() * 2, a.sum(1), a.exp().sum(1)), g1),
+]
+
+assert len({c.name for c in OPS}) == len(OPS), "duplicate case names"

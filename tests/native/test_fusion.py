@@ -1,0 +1,82 @@
+"""Structural checks: the fused patterns compile to exactly one Triton kernel (plus the extern
+matmul where there is one), and the scheduler's bytes-moved report equals reading each input once
+and writing each output once."""
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from tests.native.harness import DEVICE, run_case  # noqa: E402
+from tests.native.optable import OPS, f32  # noqa: E402
+
+CASES = {c.name: c for c in OPS}
+N, C = 13, 37
+F4 = 4  # bytes per fp32
+# pattern -> (kernel bytes, extern calls): inputs read once + outputs written once
+EXPECTED = {
+    "softmax": (2 * N * C * F4, 0),
+    "log_softmax": (2 * N * C * F4, 0),
+    "layer_norm": (2 * N * C * F4 + 2 * C * F4, 0),
+    "rms_norm": (2 * N * C * F4 + C * F4, 0),
+    "gelu_linear": (2 * 13 * 19 * F4 + 19 * F4, 1),        # mm result + bias in, activation out
+    "cross_entropy": (N * C * F4 + N * 8 + F4, 0),          # logits, int64 targets, one scalar
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_one_kernel_and_bytes(name, native_cache):
+    case = CASES[name]
+    torch.manual_seed(0)
+    compiled = run_case(case.fn, case.make(f32, DEVICE), atol=case.atol, rtol=case.rtol, cache_dir=native_cache)
+    report = compiled.ember_native["report"]
+    kbytes, externs = EXPECTED[name]
+    assert report["kernels"] == 1, report
+    assert report["externs"] == externs, report
+    assert report["kernel_bytes"] == kbytes, report
+    if externs:
+        assert report["extern_ops"] == ["aten.mm.default"], report
+
+
+@pytest.mark.parametrize("name", ["softmax", "layer_norm", "cross_entropy"])
+def test_fusion_saves_bytes(name, native_cache):
+    """Without fusion the same graph runs several kernels and moves more bytes."""
+    case = CASES[name]
+    torch.manual_seed(0)
+    inputs = case.make(f32, DEVICE)
+    fused = run_case(case.fn, inputs, atol=case.atol, rtol=case.rtol, cache_dir=native_cache)
+    unfused = run_case(case.fn, inputs, options={"fusion": False}, atol=case.atol, rtol=case.rtol,
+                       cache_dir=native_cache)
+    f, u = fused.ember_native["report"], unfused.ember_native["report"]
+    assert u["kernels"] > f["kernels"] == 1
+    assert u["bytes"] > f["bytes"]
+
+
+def test_horizontal_fusion(native_cache):
+    """Siblings reading the same input share one kernel (one read of x)."""
+    torch.manual_seed(0)
+    x = torch.randn(N, C, device=DEVICE)
+    compiled = run_case(lambda x: (x.sin(), x.cos() * 2, x.exp() + 1), [x], cache_dir=native_cache)
+    report = compiled.ember_native["report"]
+    assert report["kernels"] == 1
+    assert report["kernel_bytes"] == 4 * N * C * F4
+
+
+def test_reduction_epilogue_and_prologue(native_cache):
+    """sum((x*2).relu(), 1).sqrt(): prologue and epilogue in the reduction kernel."""
+    torch.manual_seed(0)
+    x = torch.randn(N, C, device=DEVICE)
+    compiled = run_case(lambda x: (x * 2).relu().sum(1).sqrt() + 1, [x], cache_dir=native_cache)
+    report = compiled.ember_native["report"]
+    assert report["kernels"] == 1
+    assert report["kernel_bytes"] == N * C * F4 + N * F4
+
+
+def test_matmul_bias_activation_epilogue(native_cache):
+    """Extern addmm/mm, then one kernel for bias + activation + residual."""
+    torch.manual_seed(0)
+    x, w, b, r = (torch.randn(13, 24, device=DEVICE), torch.randn(24, 19, device=DEVICE),
+                  torch.randn(19, device=DEVICE), torch.randn(13, 19, device=DEVICE))
+    compiled = run_case(lambda x, w, b, r: torch.relu(x @ w + b) + r, [x, w, b, r], atol=1e-5, rtol=1e-4,
+                        cache_dir=native_cache)
+    report = compiled.ember_native["report"]
+    assert (report["kernels"], report["externs"]) == (1, 1), report

@@ -1,0 +1,106 @@
+"""The IR layer on its own: index simplification, lowering to printable IR, the verifier, the
+decomposition table, loop merging, extern fallbacks."""
+import pytest
+import torch
+
+from ember.native import DECOMPOSITIONS, ir, lowering, scheduler
+from tests.native.harness import trace
+
+aten = torch.ops.aten
+v0, v1 = ir.sym("v0"), ir.sym("v1")
+
+
+def test_simplify_index_flatten_unflatten():
+    r = {v0: 10, v1: 7}
+    flat = 7 * v0 + v1
+    assert ir.simplify_index(ir.FloorDiv(flat, 7), r) == v0
+    assert ir.simplify_index(ir.IMod(flat, 7), r) == v1
+    assert ir.simplify_index(ir.FloorDiv(v1, 8), r) == 0
+    assert ir.simplify_index(ir.IMod(flat, 14), r) == ir.IMod(flat, 14)  # not provable: kept
+    assert ir.bounds(3 * v0 - v1 + 2, r) == (-4, 29)
+
+
+def test_expr_structural_equality_and_rename():
+    a = ir.load("buf0", 7 * v0 + v1, {}, torch.float32)
+    b = ir.load("buf0", 7 * v0 + v1, {}, torch.float32)
+    assert a == b and hash(a) == hash(b)
+    e = ir.op("add", a, ir.const(1.0, torch.float32))
+    renamed = ir.rename(e, {v0: v1, v1: v0})
+    assert renamed.args[0].attr[1] == 7 * v1 + v0
+    assert ir.opcount(e) == 1 and ir.loads_of(e) == [a]
+    assert ir.const(float("nan"), torch.float32) == ir.const(float("nan"), torch.float32)
+
+
+def _lower(fn, *inputs):
+    gm = trace(fn, list(inputs))
+    g, _ = lowering.lower(gm, list(inputs))
+    return g
+
+
+def test_lowering_prints_and_verifies():
+    g = _lower(lambda x: torch.softmax(x, -1), torch.randn(4, 6))
+    text = g.format()
+    assert "max over ranges [4, 6] reducing [1]" in text
+    assert "sum over ranges [4, 6] reducing [1]" in text
+    assert "exp(sub(load(arg0, 6*v0 + v1), load(buf0, v0)))" in text
+    ir.verify(g)
+
+
+def test_views_are_index_remaps_not_copies():
+    g = _lower(lambda x: (x.t() * 2).sum(0), torch.randn(4, 6))
+    computed = [n for n in g.nodes if isinstance(n, ir.ComputedNode)]
+    assert len(computed) == 1 and computed[0].is_reduction
+    assert "load(arg0, v0 + 6*v1)" in ir.format_expr(computed[0].body)  # x.t()[v0, v1] = x[v1, v0]
+
+
+def test_verifier_rejects_bad_ir():
+    g = _lower(lambda x: x + 1, torch.randn(4, 6))
+    node = g.nodes[0]
+    bad = ir.load("nowhere", v0, {}, torch.float32)
+    g.nodes[0] = ir.ComputedNode(node.name, node.layout, node.ranges, bad, node.store_index)
+    with pytest.raises(ir.IRError, match="unknown buffer"):
+        ir.verify(g)
+    oob = ir.load("arg0", 100 * v0, {}, torch.float32)
+    g.nodes[0] = ir.ComputedNode(node.name, node.layout, node.ranges, oob, node.store_index)
+    with pytest.raises(ir.IRError, match="out of bounds"):
+        ir.verify(g)
+
+
+def test_unlowered_op_becomes_extern():
+    g = _lower(lambda x: torch.cumsum(x, 0) + 1, torch.randn(4, 6))
+    ext = [n for n in g.nodes if isinstance(n, ir.ExternNode)]
+    assert [str(e.target) for e in ext] == ["aten.cumsum.default"]
+    assert "no lowering" in ext[0].reason
+    assert "extern aten.cumsum.default" in g.format()
+
+
+def test_matmul_is_extern_by_design():
+    g = _lower(lambda x, w: torch.relu(x @ w), torch.randn(4, 6), torch.randn(6, 3))
+    ext = [n for n in g.nodes if isinstance(n, ir.ExternNode)]
+    assert [str(e.target) for e in ext] == ["aten.mm.default"] and ext[0].reason == ""
+
+
+def test_decomposition_table():
+    assert aten._softmax.default in DECOMPOSITIONS
+    assert aten.native_layer_norm.default in DECOMPOSITIONS
+    assert aten.gelu.default in DECOMPOSITIONS
+    for kept in (aten.addmm.default, aten.mm.default, aten.convolution.default, aten.var_mean.correction):
+        assert kept not in DECOMPOSITIONS
+
+
+def test_merge_loops_flattens_contiguous_dims():
+    g = _lower(lambda x: x.exp() * 2, torch.randn(4, 6))
+    sched = scheduler.schedule(g)
+    (k,) = [s for s in sched.steps if isinstance(s, scheduler.Kernel)]
+    assert k.ranges == (24,)
+    g2 = _lower(lambda x, b: x + b, torch.randn(4, 6), torch.randn(6))  # the bias blocks merging
+    (k2,) = [s for s in scheduler.schedule(g2).steps if isinstance(s, scheduler.Kernel)]
+    assert k2.ranges == (4, 6)
+
+
+def test_scheduler_local_buffers_and_report():
+    g = _lower(lambda x: torch.softmax(x, -1), torch.randn(4, 6))
+    sched = scheduler.schedule(g)
+    (k,) = sched.steps
+    assert len(k.local) == 2 and k.writes == [g.outputs[0].name if isinstance(g.outputs, tuple) else g.outputs.name]
+    assert sched.report["bytes"] == 2 * 4 * 6 * 4
