@@ -1,6 +1,15 @@
-"""Shared pytest setup: a fixed torch seed per test; `gpu`-marked tests skip without CUDA."""
+"""Shared pytest setup: a fixed torch seed per test; `gpu`-marked tests skip without CUDA.
+
+Without a GPU, Triton kernels run in Triton's interpreter, which must be chosen before anything
+imports triton (the native backend's tests, or any test compiling through the default backend).
+"""
+import os
+
 import pytest
 import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(autouse=True)

@@ -24,11 +24,8 @@ from ember.aot.trace import trace_forward, trace_joint
 from ember.config import config
 from ember.diagnostics import logging as elog
 
-# The dumps go to a named artifact (EMBER_LOGS=aot_graphs). ember.diagnostics.logging declares its
-# artifacts in one table; this adds the autograd layer's entry to it at import time.
+# The dumps go to a named artifact (EMBER_LOGS=aot_graphs), declared in ember.diagnostics.logging.
 ARTIFACT = "aot_graphs"
-elog.ARTIFACTS.setdefault(ARTIFACT, "the ATen graphs of the autograd layer: forward/backward (with what the "
-                                    "partitioner saved or recomputed, and why), inference, input/output handling")
 
 _graph_ids = itertools.count()
 

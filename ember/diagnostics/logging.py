@@ -15,7 +15,10 @@ ARTIFACTS = {
     "recompiles": "each cache miss that recompiles, naming the first failing guard",
     "guards": "the generated guard code of each new cache entry",
     "graph_code": "the captured FX graph of each compile",
-    "output_code": "the generated entry function (guards, input loads, graph call, output rebuild)",
+    "output_code": "generated code: each entry function (guards, input loads, graph call, output rebuild), each "
+                   "graph-break function, and the native backend's wrapper and Triton kernels",
+    "aot_graphs": "the ATen graphs of the autograd layer: forward/backward (with what the partitioner saved or "
+                  "recomputed, and why), inference, input/output handling",
     "bytecode": "every bytecode instruction as the symbolic interpreter runs it (very verbose)",
 }
 

@@ -251,6 +251,12 @@ def _finish(root, output: OutputGraph, result, backend, t0, self_name, guard_fil
                       build_args, backend, conjuncts)
 
 
+_RANDOM_OPS = {"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout",
+               "rand", "rand_like", "randn", "randn_like", "randint", "randint_like", "randperm", "bernoulli",
+               "multinomial", "normal", "poisson", "rrelu", "gumbel_softmax", "uniform_", "normal_",
+               "bernoulli_", "exponential_", "geometric_", "log_normal_", "cauchy_", "random_"}
+
+
 def _is_impure(node: fx.Node) -> bool:
     if node.op in ("placeholder", "output") or node.meta.get("ember_returns_input"):
         return True
@@ -259,6 +265,8 @@ def _is_impure(node: fx.Node) -> bool:
         return t.endswith("_") and not t.endswith("__")
     name = getattr(t, "__name__", "")
     if name in ("setitem", "_set_grad_enabled", "_enter_autocast", "_exit_autocast"):
+        return True
+    if name in _RANDOM_OPS:  # an unused dropout still advances the generator: keep eager's random stream
         return True
     return name.endswith("_") and not name.endswith("__")
 
