@@ -545,9 +545,12 @@ class SetVariable(VariableTracker):
     def reconstruct(self, cg):
         if self.source is not None:
             return cg.load(self.source)
-        if not self.is_constant():
-            return "{" + ", ".join(cg.reconstruct(v) for v in self.items.values()) + "}"
-        return cg.const(self.as_constant())
+        if self.frozen and self.is_constant():
+            return cg.const(self.as_constant())
+        # a new set on every call: a shared constant would be mutated by the caller (set.add...)
+        items = ", ".join(cg.reconstruct(v) for v in self.items.values())
+        built = f"{{{items}}}" if items else "set()"
+        return f"frozenset({built})" if self.frozen else built
 
     def items_literal(self, cg) -> str:
         return "(" + "".join(f"{cg.reconstruct(v)}, " for v in self.items.values()) + ")"
