@@ -33,18 +33,11 @@ DEFAULT_OPTIONS = {
 }
 
 
-def _config_value(name, env, default=None):
-    try:
-        from ember.config import config
-        v = getattr(config, name, None)
-        if v is not None:
-            return v
-    except ImportError:
-        pass
-    raw = os.environ.get(env)
-    if raw is None:
-        return default
-    return raw.strip().lower() in ("1", "true", "yes", "on")
+def _force_triton() -> bool:
+    """``ember.config.native_force_triton`` (from EMBER_NATIVE_FORCE_TRITON when ember was imported)."""
+    from ember.config import config
+
+    return bool(config.native_force_triton)
 
 
 def _uses_cuda(gm, example_inputs) -> bool:
@@ -74,8 +67,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, *, force_triton
     ``cache_hit``, ``compile_s``, ``wrapper`` (source path) and ``reason`` when the graph runs as is.
     """
     example_inputs = list(example_inputs)
-    force = force_triton if force_triton is not None else _config_value("native_force_triton",
-                                                                         "EMBER_NATIVE_FORCE_TRITON", False)
+    force = force_triton if force_triton is not None else _force_triton()
     if not _uses_cuda(gm, example_inputs) and not force:
         return _as_is(gm, "CPU tensors run the ATen graph (no CPU code generator)")
     on_cpu = not _uses_cuda(gm, example_inputs)

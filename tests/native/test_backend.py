@@ -25,11 +25,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def test_cpu_tensors_run_the_graph_unless_forced(monkeypatch):
     x = torch.randn(5, 7)
     gm = trace(lambda x: torch.softmax(x, -1), [x])
-    monkeypatch.delenv("EMBER_NATIVE_FORCE_TRITON", raising=False)
+    from ember.config import config
+
+    monkeypatch.setattr(config, "native_force_triton", False)
     fn = compile_aten_graph(gm, [x])
     assert "CPU" in fn.ember_native["reason"]
     compare(fn(x), torch.softmax(x, -1))
-    monkeypatch.setenv("EMBER_NATIVE_FORCE_TRITON", "1")
+    monkeypatch.setattr(config, "native_force_triton", True)
     fn = compile_aten_graph(gm, [x], options={"cache": False})
     if DEVICE == "cpu":
         assert fn.ember_native["reason"] is None and fn.ember_native["report"]["kernels"] == 1

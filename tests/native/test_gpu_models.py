@@ -13,7 +13,9 @@ TOL = {torch.float32: dict(rtol=2e-3, atol=2e-3), torch.bfloat16: dict(rtol=5e-2
 def _gpt2():
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    m = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=64))
+    # dropout off: attention dropout inside SDPA does not yet draw eager's random stream (issue 5 note)
+    m = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=64,
+                                   resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
     return m, lambda: (torch.randint(0, 128, (2, 16), device="cuda"),), lambda out: out.logits
 
 
@@ -21,7 +23,7 @@ def _bert():
     from transformers import BertConfig, BertModel
 
     m = BertModel(BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128,
-                             vocab_size=128))
+                             vocab_size=128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
     return m, lambda: (torch.randint(0, 128, (2, 16), device="cuda"),), lambda out: out.last_hidden_state
 
 
@@ -76,13 +78,20 @@ def test_training_step_matches_eager(name, no_tf32):
     twin = copy.deepcopy(model)
     compiled = ember.compile(twin)
     args = inputs()
+    # a random projection of the output: pow(2).mean() of a LayerNorm output (BERT) is ~1 whatever
+    # the weights, so its gradients would be rounding noise
     torch.manual_seed(1)
-    loss_e = pick(model(*args)).float().pow(2).mean()
+    out_e = pick(model(*args)).float()
+    proj = torch.randn(out_e.shape, generator=torch.Generator().manual_seed(2)).to(out_e.device)
+    loss_e = (out_e * proj).sum()
     loss_e.backward()
     torch.manual_seed(1)
-    loss_c = pick(compiled(*args)).float().pow(2).mean()
+    loss_c = (pick(compiled(*args)).float() * proj).sum()
     loss_c.backward()
     torch.testing.assert_close(loss_c, loss_e, rtol=2e-3, atol=2e-3)
+    # some gradients are mathematically zero (attention key biases): judge every one against the
+    # model's largest gradient, so rounding noise around zero is not mistaken for a difference
+    scale = max(float(p.grad.abs().max()) for p in model.parameters() if p.grad is not None)
     for (n, p), q in zip(model.named_parameters(), twin.parameters()):
         if p.grad is not None:
-            torch.testing.assert_close(q.grad, p.grad, rtol=1e-3, atol=1e-4, msg=lambda m, n=n: f"{n}: {m}")
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-3, atol=1e-4 * scale, msg=lambda m, n=n: f"{n}: {m}")
