@@ -226,3 +226,17 @@ def test_inlining_depth_limit_is_a_clear_error(monkeypatch):
         c(torch.zeros(1))
     ok = ember.compile(lambda x: down(x, 5), fullgraph=True)
     assert torch.equal(ok(torch.zeros(1)), torch.full((1,), 5.0))
+
+
+def test_compiling_does_not_consume_the_random_stream():
+    """The first call compiles (tracing, the backend's own tracing) and must still draw exactly the
+    numbers eager draws after the same seed: same dropout mask, same torch.rand values."""
+    def f(x):
+        return torch.nn.functional.dropout(x, 0.5, True) + torch.rand(3)
+
+    for backend in ("eager", "aot_eager", "ember"):
+        torch.manual_seed(0)
+        expected = f(torch.ones(3))
+        torch.manual_seed(0)
+        actual = ember.compile(f, backend=backend)(torch.ones(3))
+        assert torch.equal(actual, expected), backend

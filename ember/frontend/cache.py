@@ -6,11 +6,14 @@ other than the default (``ember.set_stance``) takes ``_call_with_stance``, off t
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
 import warnings
 import weakref
 from typing import Any, Callable
+
+import torch
 
 from ember.config import config
 from ember.diagnostics import logging as elog
@@ -146,8 +149,9 @@ class FrameCache:
             self.recompile_reasons.append(reason)
             elog.artifact("recompiles", f"recompiling {self.root.name}: {reason}")
         try:
-            entry = compile_entry(self.root, args, kwargs, backend, self.guard_filter_fn,
-                                  None if self.fullgraph else self.break_context)
+            with _rng_untouched():
+                entry = compile_entry(self.root, args, kwargs, backend, self.guard_filter_fn,
+                                      None if self.fullgraph else self.break_context)
         except Unsupported as exc:
             if self.fullgraph:
                 raise CompileError(f"ember.compile(fullgraph=True) cannot capture {self.root.name} in one graph: {exc}") from exc
@@ -184,6 +188,20 @@ class FrameCache:
 
             reasons.append(explain_failure(entry.guards, evaluate) or "unknown guard failure")
         return reasons[0] if reasons else "no entries"
+
+
+@contextlib.contextmanager
+def _rng_untouched():
+    """Compiling (tracing, backends running example graphs) must not consume the random generators:
+    the compiled call then draws exactly the numbers eager would (dropout masks for the same seed)."""
+    cpu = torch.random.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    try:
+        yield
+    finally:
+        torch.random.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
 
 
 _NAME = re.compile(r"\b__\w+")
