@@ -3,13 +3,9 @@ and strings as arguments (recompiles on a new scalar), closures reading outer va
 function definitions, argument forwarding."""
 import torch
 
-from .harness import case
+from .harness import case, t
 
 OUTER_SCALE = 3.0
-
-
-def t(n):
-    return (torch.randn(n, 3),)
 
 
 @case(lambda n: (torch.randn(n, 3), torch.randn(n, 3), torch.randn(n, 3)))

@@ -2,7 +2,7 @@
 tensor values. Inputs alternate in sign across calls, so both branches are taken."""
 import torch
 
-from .harness import case
+from .harness import case, log_setup
 
 LOG = []
 
@@ -14,10 +14,6 @@ def alt(n, i):
 
 def alt2(n, i):
     return (torch.randn(n, 3) * 0.1 + (1.0 if i % 2 == 0 else -1.0), torch.randn(n, 3))
-
-
-def log_setup():
-    return {"LOG": []}
 
 
 @case(alt)

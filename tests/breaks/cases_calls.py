@@ -6,21 +6,9 @@ import torch
 
 import ember
 
-from .harness import case
+from .harness import case, t, alt, log_setup
 
 LOG = []
-
-
-def t(n):
-    return (torch.randn(n, 3),)
-
-
-def alt(n, i):
-    return (torch.randn(n, 3) * 0.1 + (1.0 if i % 2 == 0 else -1.0),)
-
-
-def log_setup():
-    return {"LOG": []}
 
 
 def _h_print(v):

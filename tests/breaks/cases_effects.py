@@ -8,7 +8,7 @@ import dataclasses
 
 import torch
 
-from .harness import case
+from .harness import case, t, alt
 
 LOG = []
 COUNTER = 0
@@ -37,14 +37,6 @@ class Result:
     value: torch.Tensor
     scale: float
     notes: list
-
-
-def t(n):
-    return (torch.randn(n, 3),)
-
-
-def alt(n, i):
-    return (torch.randn(n, 3) * 0.1 + (1.0 if i % 2 == 0 else -1.0),)
 
 
 def setup_all():

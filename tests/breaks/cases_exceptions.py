@@ -10,7 +10,7 @@ import torch
 
 import ember
 
-from .harness import case
+from .harness import case, t, alt
 
 LOG = []
 COUNT = 0
@@ -24,14 +24,6 @@ class DetailedError(ValueError):
     def __init__(self, msg, code):
         super().__init__(msg, code)
         self.code = code
-
-
-def t(n):
-    return (torch.randn(n, 3),)
-
-
-def alt(n, i):
-    return (torch.randn(n, 3) * 0.1 + (1.0 if i % 2 == 0 else -1.0),)
 
 
 def log_setup():

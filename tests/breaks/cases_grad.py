@@ -4,7 +4,7 @@ around or containing a break (grad mode inside, after the call, and outputs' req
 match eager), .backward() and autograd.grad inside the compiled function, manual SGD steps."""
 import torch
 
-from .harness import case
+from .harness import case, t
 
 
 def tg(n):
@@ -18,10 +18,6 @@ def tgw(n):
 def alt_g(n, i):
     x = torch.randn(n, 3) * 0.1 + (1.0 if i % 2 == 0 else -1.0)
     return (x.requires_grad_(), torch.randn(3, 3, requires_grad=True))
-
-
-def t(n):
-    return (torch.randn(n, 3),)
 
 
 @case(tgw)

@@ -7,14 +7,10 @@ import functools
 import torch
 from torch import nn
 
-from .harness import case, obj_case
+from .harness import case, obj_case, t
 
 SCALE = 1.0
 LOG = []
-
-
-def t(n):
-    return (torch.randn(n, 3),)
 
 
 def scale_setup():
@@ -76,7 +72,6 @@ def caller_grad_mode_alternates(x, w):
     return y.relu(), torch.is_grad_enabled()
 
 
-
 def _alternate_autocast(obj, i):
     torch.set_autocast_enabled("cpu", i % 2 == 1)
 
@@ -86,7 +81,6 @@ def caller_autocast_alternates(x, w):
     y = x @ w
     print("autocast", torch.is_autocast_enabled("cpu"), y.dtype)
     return y @ w
-
 
 
 def _alternate_default_dtype(obj, i):
@@ -99,7 +93,6 @@ def default_dtype_changes_between_calls(x):
     print("default dtype", torch.get_default_dtype())
     b = torch.zeros(2) + 1.5
     return x.double() + a, b
-
 
 
 @case(lambda n, i: (torch.randn(n, 3, dtype=torch.float64 if i == 3 else torch.float32),))

@@ -8,17 +8,9 @@ from torch import nn
 
 import ember
 
-from .harness import obj_case
+from .harness import obj_case, t, alt
 
 LOG = logging.getLogger("tests.breaks.modules")
-
-
-def t(n):
-    return (torch.randn(n, 3),)
-
-
-def alt(n, i):
-    return (torch.randn(n, 3) * 0.1 + (1.0 if i % 2 == 0 else -1.0),)
 
 
 def img(n):

@@ -5,7 +5,7 @@ import torch
 
 import ember
 
-from .harness import case
+from .harness import case, t
 
 LOG = []
 STATS = {}
@@ -18,10 +18,6 @@ class Holder:
     def __init__(self):
         self.value = 0
         self.items = []
-
-
-def t(n):
-    return (torch.randn(n, 3),)
 
 
 def setup():

@@ -5,13 +5,9 @@ import warnings
 
 import torch
 
-from .harness import case
+from .harness import case, t
 
 LOG = logging.getLogger("tests.breaks.print")
-
-
-def t(n):
-    return (torch.randn(n, 3),)
 
 
 def t2(n):

@@ -9,11 +9,7 @@ import zlib
 import numpy as np
 import torch
 
-from .harness import case
-
-
-def t(n):
-    return (torch.randn(n, 3),)
+from .harness import case, t
 
 
 def t2(n):

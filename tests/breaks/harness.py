@@ -777,3 +777,19 @@ def run_case(c: Case) -> None:
             _WORKER.clear()
     if problems:
         raise AssertionError(f"{c.name}:\n" + "\n".join(f"- {p}" for p in problems))
+
+
+# ---- input factories shared by the case files ---------------------------------------------------
+def t(n):
+    """One (n, 3) tensor."""
+    return (torch.randn(n, 3),)
+
+
+def alt(n, i):
+    """An (n, 3) tensor whose sign alternates with the call: both sides of a data-dependent branch run."""
+    return (torch.randn(n, 3) * 0.1 + (1.0 if i % 2 == 0 else -1.0),)
+
+
+def log_setup():
+    """State reset for cases that append to a module-level LOG list."""
+    return {"LOG": []}
