@@ -1,4 +1,4 @@
-"""ember's backends offered to plain PyTorch: ``torch.compile(model, backend="ember")``.
+"""ember's backends offered to plain PyTorch: its compiler accepts ``backend="ember"`` once ember is installed.
 
 pyproject.toml lists this module under the ``torch_dynamo_backends`` entry-point group, which
 torch.compile scans for backend names it does not know. torch's own frontend (Dynamo) then captures
