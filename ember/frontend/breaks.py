@@ -68,7 +68,7 @@ class BreakContext:
             region = R.plan_region(code, start, failing, list(nulls))
             name = f"__break_{code.co_name}_at_{R.bc.decode(code)[start].lineno}_{start}"
             bcode = R.build_continuation(code, start, stack_nulls=list(nulls), bound=list(bound), region=region,
-                                         resume_for=self.resume_for(fn), name=name)
+                                         resume_for=self.resume_for(fn), name=name, wrap_calls=self.compiled_callee)
             hit = R.make_function(fn, bcode)
             self._break_fns[key] = hit
             if elog.enabled("output_code"):
@@ -91,9 +91,14 @@ class BreakContext:
         return obj
 
     def _callee(self, obj):
+        from ember.frontend import trace_rules
+
         code = getattr(obj, "__code__", None)
         if code is not None and code.co_flags & (0x20 | 0x80 | 0x100 | 0x200):  # generators, coroutines
             return obj
+        if trace_rules.disabled_reason(obj) or trace_rules.forbidden_message(obj) or R.resume_info(obj) \
+                or trace_rules.is_allowed_in_graph(obj):
+            return obj  # the user's rules (ember.disable...) and our own continuations stay as they are
         hit = self._callees.get(obj)
         if hit is None:
             hit = self._make_cache(obj)

@@ -257,10 +257,12 @@ def _jump_if_false(label) -> bclib.Instr:
 
 
 def build_continuation(code: types.CodeType, start: int, *, stack_nulls: list, bound: list | None,
-                       region: Region | None, resume_for=None, name: str) -> types.CodeType:
+                       region: Region | None, resume_for=None, name: str, wrap_calls=None) -> types.CodeType:
     """A code object ``(__ember_stack, __ember_locals)`` that restores the frame and continues at
     ``start``. With ``region``, its exits call ``resume_for(exit_index)(stack, locals())`` instead
-    of running on. ``bound``: the locals to restore (None: whichever the dict holds)."""
+    of running on. ``bound``: the locals to restore (None: whichever the dict holds).
+    ``wrap_calls``: a function ``callable -> callable``; the callables the region calls pass
+    through it (to be compiled on their own, e.g. the layers an ``nn.Sequential`` loop calls)."""
     abstract = bclib.Bytecode.from_code(code)
     items = list(abstract)
     # the k-th real instruction of the abstract list is decoded instruction k
@@ -312,6 +314,8 @@ def build_continuation(code: types.CodeType, start: int, *, stack_nulls: list, b
             lab = exit_label(region.end + 1)
             items.insert(_identity_index(items, real[region.end]) + 1, bclib.Instr("JUMP_FORWARD", lab))
 
+    if region is not None and wrap_calls is not None:
+        _wrap_region_calls(items, real, decoded, code, region, wrap_calls)
     prologue = _prologue(code, stack_nulls, bound, start_label)
     resume_at = next(i for i, it in enumerate(items) if isinstance(it, bclib.Instr) and it.name == "RESUME")
     items[resume_at + 1:resume_at + 1] = prologue
@@ -332,6 +336,56 @@ def build_continuation(code: types.CodeType, start: int, *, stack_nulls: list, b
     exit_depth = max(region.exits.values(), default=0) if region is not None else 0
     stacksize = max(code.co_stacksize, len(stack_nulls) + 2, exit_depth + 6) + 2
     return out.to_code(stacksize=stacksize, compute_exception_stack_depths=False)
+
+
+_CALLABLE_CONTINUES = {"LOAD_ATTR", "LOAD_METHOD", "BINARY_SUBSCR", "LOAD_SUPER_ATTR"}
+
+
+def _wrap_tos(wrapper) -> list:
+    """[..., X] -> [..., wrapper(X)] (X is never NULL)."""
+    return [bclib.Instr("PUSH_NULL"), bclib.Instr("SWAP", 2), bclib.Instr("LOAD_CONST", wrapper),
+            bclib.Instr("SWAP", 2), *_call(1)]
+
+
+def _wrap_region_calls(items, real, decoded, code, region, wrapper) -> None:
+    """Rewrite the loads of called objects inside the region so each passes through ``wrapper``.
+
+    Only loads whose result is certainly the callable are rewritten: method loads (turned into a
+    plain attribute load, so the stack holds [NULL, bound method]), global function loads, a local
+    loaded right after PUSH_NULL and not used further (``layer(x)``), and CALL_FUNCTION_EX's callable.
+    Functions defined by this very code (lambdas, comprehensions) are left alone: each call would
+    otherwise compile a fresh function object."""
+    own_codes = {c for c in code.co_consts if isinstance(c, types.CodeType)}
+
+    def guarded(obj):
+        fn = getattr(obj, "__func__", obj)
+        if getattr(fn, "__code__", None) in own_codes:
+            return obj
+        return wrapper(obj)
+
+    for k in range(region.start, region.end + 1):
+        d, ins = decoded[k], real[k]
+        after = None
+        if d.opname == "LOAD_METHOD" or (d.opname in ("LOAD_ATTR", "LOAD_GLOBAL") and isinstance(ins.arg, tuple)
+                                          and ins.arg[0] and (d.opname == "LOAD_GLOBAL" or bc.PY >= (3, 12))):
+            name = ins.arg[1] if isinstance(ins.arg, tuple) else ins.arg
+            plain = "LOAD_GLOBAL" if d.opname == "LOAD_GLOBAL" else "LOAD_ATTR"
+            arg = (False, name) if (plain == "LOAD_GLOBAL" or bc.PY >= (3, 12)) else name
+            pos = _identity_index(items, ins)
+            items[pos:pos + 1] = [bclib.Instr(plain, arg, location=ins.location), *_wrap_tos(guarded),
+                                  bclib.Instr("PUSH_NULL"), bclib.Instr("SWAP", 2)]
+            continue
+        if d.opname in ("LOAD_FAST", "LOAD_DEREF") and k > region.start and decoded[k - 1].opname == "PUSH_NULL" \
+                and k + 1 < len(decoded) and decoded[k + 1].opname not in _CALLABLE_CONTINUES:
+            after = _wrap_tos(guarded)
+        elif d.opname == "CALL_FUNCTION_EX":
+            depth = 2 + (d.arg & 1)
+            pos = _identity_index(items, ins)
+            items[pos:pos] = [bclib.Instr("SWAP", depth), *_wrap_tos(guarded), bclib.Instr("SWAP", depth)]
+            continue
+        if after:
+            pos = _identity_index(items, ins)
+            items[pos + 1:pos + 1] = after
 
 
 def _identity_index(items, obj) -> int:
