@@ -109,15 +109,15 @@ class BreakContext:
 class BreakCall(VariableTracker):
     """The entry's return value at a break: ``__break_fn((stack...), {locals...})``."""
 
-    def __init__(self, fn, break_fn, stack: list, locals_: dict, wrap_callee_at: int | None, ctx: BreakContext):
+    def __init__(self, fn, break_fn, stack: list, locals_: dict, wrap_callee_at: int | None, ctx: BreakContext,
+                 contexts: list):
         self.fn = fn
         self.break_fn = break_fn
         self.stack = stack
         self.locals = locals_
         self.wrap_callee_at = wrap_callee_at
         self.ctx = ctx
-
-    contexts: list = []
+        self.contexts = contexts  # grad-mode / autocast contexts active at the break, outermost first
 
     def reconstruct(self, cg) -> str:
         for c in self.contexts:  # the native region runs under the same modes as the traced code
@@ -167,9 +167,7 @@ def break_call(frame, fn, start: int, exc: Unsupported, ctx: BreakContext, trace
     if exc.inner_depth > 1 and inst.opname in ("CALL", "CALL_FUNCTION_EX") and start == R.region_start(frame.code, exc.frame_index):
         wrap_at = _callable_position(frame.stack, inst)
     values = {**{n: frame.locals[n] for n in names if n not in cells}, **cells}
-    call = BreakCall(fn, fn_break, list(frame.stack), values, wrap_at, ctx)
-    call.contexts = contexts
-    return call
+    return BreakCall(fn, fn_break, list(frame.stack), values, wrap_at, ctx, contexts)
 
 
 def _callable_position(stack: list, inst) -> int | None:
