@@ -18,6 +18,17 @@ def _seed():
     yield
 
 
+@pytest.fixture(autouse=True)
+def _restore_global_torch_state():
+    """A failing test must not leak grad mode / autocast / default dtype into the next one."""
+    grad = torch.is_grad_enabled()
+    dtype = torch.get_default_dtype()
+    yield
+    torch.set_grad_enabled(grad)
+    torch.set_default_dtype(dtype)
+    torch.set_autocast_enabled("cpu", False)
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

@@ -8,7 +8,6 @@ why a call missed the cache (``x.shape[0] changed: 8 -> 16``).
 from __future__ import annotations
 
 import enum
-import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -116,19 +115,11 @@ class GuardSet:
 
 
 def _render(g: Guard, v: str | None, load, const) -> list[str]:
-    """The check as a list of conditions that must all hold."""
-    return _CONJ.split(_render_one(g, v, load, const)) if g.kind is GuardKind.TENSOR else [_render_one(g, v, load, const)]
-
-
-_CONJ = re.compile(r" and ")  # only split TENSOR checks, whose parts are ours and hold no string literals
-
-
-def _render_one(g: Guard, v: str | None, load, const) -> str:
-    k = g.kind
-    e = g.expected
-    if k is GuardKind.TENSOR:
-        m: TensorMeta = e
-        parts = [
+    """The check as a list of conditions that must all hold (a tensor check has one per property,
+    so ``skip_guard_eval_unsafe`` can keep only those that tell cache entries apart)."""
+    if g.kind is GuardKind.TENSOR:
+        m: TensorMeta = g.expected
+        return [
             f"type({v}) is {const(m.cls, 'type')}",
             f"{v}.dtype is {const(m.dtype, 'dtype')}",
             f"{v}.device == {const(m.device, 'dev')}",
@@ -136,7 +127,12 @@ def _render_one(g: Guard, v: str | None, load, const) -> str:
             f"{v}.stride() == {m.stride!r}",
             f"{v}.requires_grad is {m.requires_grad}",
         ]
-        return " and ".join(parts)
+    return [_render_one(g, v, load, const)]
+
+
+def _render_one(g: Guard, v: str | None, load, const) -> str:
+    k = g.kind
+    e = g.expected
     if k is GuardKind.CONST:
         if e is None or isinstance(e, bool):
             return f"{v} is {e!r}"
