@@ -17,6 +17,10 @@ from ember.control import is_exporting as is_exporting
 from ember.control import reset as reset
 from ember.control import set_stance as set_stance
 from ember.control import substitute_in_graph as substitute_in_graph
+from ember.frontend.dynamic import ConstraintViolation as ConstraintViolation
+from ember.frontend.dynamic import mark_dynamic as mark_dynamic
+from ember.frontend.dynamic import mark_static as mark_static
+from ember.frontend.dynamic import maybe_mark_dynamic as maybe_mark_dynamic
 from ember.frontend.errors import CompileError as CompileError
 from ember.frontend.errors import Unsupported as Unsupported
 from ember.frontend.guard_filter import GuardFilterEntry as GuardFilterEntry
@@ -34,5 +38,6 @@ __all__ = [
     "explain", "set_stance", "disable", "reset", "allow_in_graph", "substitute_in_graph", "is_compiling", "is_exporting",
     "GuardFilterEntry", "keep_tensor_guards_unsafe", "skip_all_guards_unsafe", "skip_guard_on_all_nn_modules_unsafe",
     "skip_guard_on_globals_unsafe", "skip_guard_on_inbuilt_nn_modules_unsafe",
+    "mark_dynamic", "maybe_mark_dynamic", "mark_static", "ConstraintViolation",
     "CompileError", "Unsupported", "testing", "__version__",
 ]

@@ -41,7 +41,9 @@ def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: 
     backend_fn = make_compiler(backend, mode, options)
     if disable:
         return model
-    cache_args = dict(backend=backend_fn, fullgraph=fullgraph, guard_filter_fn=guard_filter_fn,
+    if dynamic not in (None, True, False):
+        raise TypeError(f"dynamic must be None, True or False, got {dynamic!r}")
+    cache_args = dict(backend=backend_fn, fullgraph=fullgraph, guard_filter_fn=guard_filter_fn, dynamic=dynamic,
                       backend_for=lambda b: make_compiler(b, None, {}))
     if isinstance(model, torch.nn.Module):
         return OptimizedModule(model, cache_args)

@@ -88,9 +88,34 @@ class GraphMeta:
         return "\n".join(lines)
 
 
-def fakeify(args, fake_mode) -> list:
-    """Fake copies of the tensor inputs (keeping requires_grad and leaf-ness); other values as they are."""
-    return [fake_mode.from_tensor(a, static_shapes=True) if isinstance(a, torch.Tensor) else a for a in args]
+def fakeify(args, fake_mode, templates: list | None = None) -> list:
+    """Fake copies of the tensor inputs (keeping requires_grad and leaf-ness); other values as they are.
+
+    ``templates`` (dynamic shapes): the graph's placeholder fakes; where one has symbolic sizes the
+    copy gets the same symbols, so the traced graphs are valid for every size they allow."""
+    return [fake_input(a, fake_mode, templates[i] if templates else None) if isinstance(a, torch.Tensor) else a
+            for i, a in enumerate(args)]
+
+
+def fake_input(a: torch.Tensor, fake_mode, template=None) -> torch.Tensor:
+    if is_symbolic_tensor(template):
+        with fake_mode:
+            f = torch.empty_strided(template.shape, template.stride(), dtype=a.dtype, device=a.device)
+        return f.requires_grad_(a.requires_grad) if a.requires_grad else f
+    return fake_mode.from_tensor(a, static_shapes=True)
+
+
+def is_symbolic_tensor(t) -> bool:
+    if not isinstance(t, torch.Tensor):
+        return False
+    return any(isinstance(s, torch.SymInt) and s.node.expr.free_symbols for s in (*t.shape, *t.stride()))
+
+
+def symbolic_templates(gm: fx.GraphModule):
+    """(fake mode, placeholder fakes) when the captured graph has symbolic input sizes, else None."""
+    templates = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
+    sym = next((t for t in templates if is_symbolic_tensor(t)), None)
+    return (sym.fake_mode, templates) if sym is not None else None
 
 
 def base_of(t):
@@ -98,9 +123,9 @@ def base_of(t):
     return t._base if t._base is not None else t
 
 
-def collect(gm: fx.GraphModule, args: list, fake_mode) -> GraphMeta:
+def collect(gm: fx.GraphModule, args: list, fake_mode, templates: list | None = None) -> GraphMeta:
     grad_enabled = torch.is_grad_enabled()
-    fakes = fakeify(args, fake_mode)
+    fakes = fakeify(args, fake_mode, templates)
     try:
         with fake_mode, functionalize():
             f_args = [to_fun(a) for a in fakes]
@@ -176,6 +201,10 @@ def _classify_outputs(meta: GraphMeta, outs: list, f_args: list) -> None:
             result.append(OutputInfo(OutputKind.CONSTANT, value=o))
             continue
         view = (tuple(o.size()), tuple(o.stride()), o.storage_offset())
+        if any(isinstance(v, torch.SymInt) for v in (*view[0], *view[1], view[2])) and \
+                (id(o) not in input_ids):
+            # regenerating an aliased output needs its sizes at run time; not done yet
+            meta.unsupported = f"output {j} aliases another tensor and has symbolic sizes"
         if id(o) in input_ids:
             result.append(OutputInfo(OutputKind.INPUT, o.requires_grad, input_ids[id(o)]))
         elif (ref := StorageWeakRef(o.untyped_storage())) in input_storages:

@@ -86,8 +86,13 @@ class AOTCompiledGraph:
 
 def build_variant(gm: fx.GraphModule, args: list, opts: AOTOptions, name: str = "graph"):
     """Analyze, trace, partition and compile ``gm`` for the autograd situation of ``args``."""
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-    meta = analysis.collect(gm, args, fake_mode)
+    symbolic = analysis.symbolic_templates(gm)
+    if symbolic is not None:  # dynamic shapes: trace in the frontend's ShapeEnv, with its symbols
+        fake_mode, templates = symbolic
+        fake_mode.allow_non_fake_inputs = True
+    else:
+        fake_mode, templates = FakeTensorMode(allow_non_fake_inputs=True), None
+    meta = analysis.collect(gm, args, fake_mode, templates)
     wants_grads = torch.is_grad_enabled() and any(args[i].requires_grad for i in meta.tensor_indices)
     needs_autograd = any(meta.traced_requires_grad)
     if meta.unsupported is None and needs_autograd and not wants_grads:
@@ -95,7 +100,7 @@ def build_variant(gm: fx.GraphModule, args: list, opts: AOTOptions, name: str = 
     if meta.unsupported is not None:
         variant = EagerVariant(gm, meta.unsupported, meta)
     elif needs_autograd:
-        joint = trace_joint(gm, meta, args, fake_mode, opts.decompositions)
+        joint = trace_joint(gm, meta, args, fake_mode, opts.decompositions, templates)
         if elog.enabled(ARTIFACT):
             elog.artifact(ARTIFACT, _banner(name, "joint graph", meta) + _readable(joint.gm))
         fw, bw = opts.partition_fn(joint.gm, joint.primal_vals, num_fwd_outputs=joint.num_fw_outputs)
@@ -104,7 +109,7 @@ def build_variant(gm: fx.GraphModule, args: list, opts: AOTOptions, name: str = 
         compiled_bw = opts.bw_compiler(bw, bw_examples) or bw.forward
         variant = TrainingVariant(meta, joint, fw, bw, compiled_fw, compiled_bw)
     else:
-        graph = trace_forward(gm, meta, args, fake_mode, opts.decompositions)
+        graph = trace_forward(gm, meta, args, fake_mode, opts.decompositions, templates)
         compiled = opts.inference_compiler(graph, [args[i] for i in meta.tensor_indices]) or graph.forward
         variant = InferenceVariant(meta, graph, compiled)
     variant.meta = meta

@@ -16,7 +16,7 @@ import torch
 import torch.fx as fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from ember.aot.analysis import GraphMeta, base_of
+from ember.aot.analysis import GraphMeta, base_of, fake_input
 from ember.aot.functional import from_fun, functionalize, to_fun, to_fun_leaf
 
 
@@ -73,17 +73,18 @@ def _finish(gm: fx.GraphModule, name: str) -> fx.GraphModule:
     return gm
 
 
-def _fake_primals(args, meta: GraphMeta, fake_mode) -> list:
+def _fake_primals(args, meta: GraphMeta, fake_mode, templates=None) -> list:
     prims = []
     for i in meta.tensor_indices:
         a = args[i]
         # leaves, so autograd.grad can be taken with respect to them
-        f = fake_mode.from_tensor(a.detach(), static_shapes=True)
+        f = fake_input(a.detach(), fake_mode, templates[i] if templates else None)
         prims.append(f.requires_grad_(a.requires_grad) if a.requires_grad else f)
     return prims
 
 
-def trace_forward(gm, meta: GraphMeta, args: list, fake_mode, decompositions: dict) -> fx.GraphModule:
+def trace_forward(gm, meta: GraphMeta, args: list, fake_mode, decompositions: dict,
+                  templates: list | None = None) -> fx.GraphModule:
     """Inference graph: (tensor inputs...) -> (traced outputs...), functional ATen."""
     body = _user_body(gm, meta, args, clone_mutated=False)
 
@@ -93,12 +94,13 @@ def trace_forward(gm, meta: GraphMeta, args: list, fake_mode, decompositions: di
             return [from_fun(o) for o in outs]
 
     with _trace_state(meta.grad_enabled), fake_mode:
-        prims = _fake_primals(args, meta, fake_mode)
+        prims = _fake_primals(args, meta, fake_mode, templates)
         traced = make_fx(forward, decomposition_table=decompositions)(prims)
     return _finish(traced, "forward")
 
 
-def trace_joint(gm, meta: GraphMeta, args: list, fake_mode, decompositions: dict) -> JointGraph:
+def trace_joint(gm, meta: GraphMeta, args: list, fake_mode, decompositions: dict,
+                templates: list | None = None) -> JointGraph:
     """Joint graph: (primals..., tangents...) -> (traced outputs..., grads of inputs needing them...)."""
     body = _user_body(gm, meta, args, clone_mutated=True)
     diff = [k for k, rg in enumerate(meta.traced_requires_grad) if rg]
@@ -120,7 +122,7 @@ def trace_joint(gm, meta: GraphMeta, args: list, fake_mode, decompositions: dict
             return [from_fun(o) for o in outs] + [from_fun(g) for g in grads if g is not None]
 
     with _trace_state(True), fake_mode:
-        prims = _fake_primals(args, meta, fake_mode)
+        prims = _fake_primals(args, meta, fake_mode, templates)
         # contiguous tangents shaped like the differentiable outputs; the runtime makes incoming
         # gradients contiguous to match
         tangents = [torch.empty(shape, dtype=dtype, device=device)

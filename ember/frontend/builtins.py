@@ -22,6 +22,8 @@ from ember.frontend.variables.builder import wrap_const
 from ember.frontend.variables.containers import (
     BaseSequenceVariable, DictVariable, ListIteratorVariable, ListVariable, SetVariable, SizeVariable, TupleVariable,
 )
+from ember.frontend.variables import symbolic
+from ember.frontend.variables.symbolic import SymIntVariable
 from ember.frontend.variables.tensor import TensorVariable
 
 BINARY = {
@@ -68,6 +70,8 @@ def apply_operator(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> 
         if fn in _INPLACE_TO_BINARY and not isinstance(a, TensorVariable):
             fn = _INPLACE_TO_BINARY[fn]  # `n += t` with a Python number n rebinds: n = n + t
         return tx.output.call(tx, "call_function", fn, [a, b], {})
+    if isinstance(a, SymIntVariable) or isinstance(b, SymIntVariable):
+        return symbolic.binary(tx, fn, a, b)
     if a.is_constant() and b.is_constant() and not isinstance(a, (ListVariable, SetVariable)):
         return _fold(fn, a.as_constant(), b.as_constant())
     base = _INPLACE_TO_BINARY.get(fn, fn)
@@ -145,6 +149,9 @@ def identical(a: VariableTracker, b: VariableTracker) -> bool:
 
 
 def is_op(tx, a, b) -> bool:
+    if isinstance(a, SymIntVariable) or isinstance(b, SymIntVariable):
+        # `n is None` must not specialize n: an int is only ever itself
+        return a is b or (isinstance(a, SymIntVariable) and isinstance(b, SymIntVariable) and a.node is b.node)
     if a.is_constant() and b.is_constant() and not isinstance(a, (BaseSequenceVariable, SetVariable)) \
             and not isinstance(b, (BaseSequenceVariable, SetVariable)):
         return a.as_constant() is b.as_constant()
@@ -306,7 +313,8 @@ def call_builtin(tx, fn, args, kwargs):
         return h(tx, fn, *args, **kwargs)
     if fn in _BINARY_FUNCS and len(args) == 2 and not kwargs:
         return apply_operator(tx, fn, args[0], args[1])
-    if all(a.is_constant() for a in [*args, *kwargs.values()]) and _is_pure(fn):
+    if all(a.is_constant() or a.is_symbolic() for a in [*args, *kwargs.values()]) and _is_pure(fn):
+        # (symbolic sizes in containers are specialized here: guarded, never wrong)
         return _fold(fn, *[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()})
     if getattr(math, getattr(fn, "__name__", ""), None) is fn and any(isinstance(a, TensorVariable) for a in args):
         raise Unsupported(f"math.{fn.__name__}() of a tensor needs its data", hint=f"use torch.{fn.__name__} instead")
@@ -537,6 +545,8 @@ def _any_all(tx, fn, it):
 
 @handler(abs, operator.abs, operator.neg, operator.pos, operator.invert, operator.not_, round)
 def _unary(tx, fn, x, *rest):
+    if isinstance(x, SymIntVariable) and not rest:
+        return symbolic.unary(tx, fn, x)
     if isinstance(x, TensorVariable):
         if fn is operator.not_:
             return ConstantVariable(not x.truth(tx))

@@ -19,6 +19,7 @@ from ember.config import config
 from ember.diagnostics import logging as elog
 from ember.frontend.codegen import MISS
 from ember.frontend.convert import CacheEntry, RootSpec, compile_entry
+from ember.frontend.dynamic import FrameShapeState
 from ember.frontend import stance as _stance
 from ember.frontend.breaks import BreakContext
 from ember.frontend.codegen import build_entry
@@ -31,7 +32,8 @@ ALL_CACHES: "weakref.WeakSet[FrameCache]" = weakref.WeakSet()
 
 class FrameCache:
     def __init__(self, target, backend: Callable, fullgraph: bool, recompile_limit: int | None = None,
-                 guard_filter_fn: Callable | None = None, backend_for: Callable | None = None):
+                 guard_filter_fn: Callable | None = None, backend_for: Callable | None = None,
+                 dynamic: bool | None = None):
         self.root = RootSpec.of(target)
         self.target = target
         self.backend = backend
@@ -41,6 +43,8 @@ class FrameCache:
         # resolves set_stance(force_backend=...) names into compiler functions (the api layer's lookup)
         self.backend_for = backend_for
         self.entries: list[CacheEntry] = []
+        self.dynamic = dynamic
+        self.shapes = FrameShapeState(dynamic)  # sizes seen at earlier compiles (automatic dynamic)
         self.forced_entries: dict = {}  # force_backend -> its own entry list: never mixed with ours
         self.recompile_reasons: list[str] = []
         self.compile_count = 0
@@ -50,7 +54,7 @@ class FrameCache:
         self._light: tuple | None = None  # (entries snapshot, light fns) for skip_guard_eval_unsafe
         # resume functions and callees compiled at this callable's graph breaks: same settings
         self.break_context = BreakContext(
-            lambda fn: FrameCache(fn, backend, False, recompile_limit, guard_filter_fn, backend_for))
+            lambda fn: FrameCache(fn, backend, False, recompile_limit, guard_filter_fn, backend_for, dynamic))
         ALL_CACHES.add(self)
 
     # the hot path -------------------------------------------------------------------------
@@ -71,6 +75,7 @@ class FrameCache:
         self.fallback_reason = None
         self._limit_warned = False
         self._light = None
+        self.shapes = FrameShapeState(self.dynamic)
 
     # the stance path ----------------------------------------------------------------------
     def _call_with_stance(self, args, kwargs):
@@ -151,7 +156,7 @@ class FrameCache:
         try:
             with _rng_untouched():
                 entry = compile_entry(self.root, args, kwargs, backend, self.guard_filter_fn,
-                                      None if self.fullgraph else self.break_context)
+                                      None if self.fullgraph else self.break_context, self.shapes)
         except Unsupported as exc:
             if self.fullgraph:
                 raise CompileError(f"ember.compile(fullgraph=True) cannot capture {self.root.name} in one graph: {exc}") from exc

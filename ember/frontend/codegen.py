@@ -92,6 +92,10 @@ class EntryCodegen:
         self._temps[source] = name
         return name
 
+    def reset_temps(self) -> None:
+        """Forget which sources have temps (the next lines go to a section that runs before them)."""
+        self._temps = {}
+
     # ---- outputs ----
     def tensor(self, vt) -> str:
         if vt.source is not None:

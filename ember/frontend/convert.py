@@ -19,7 +19,8 @@ from ember.diagnostics import logging as elog
 from ember.frontend.codegen import EntryCodegen, build_entry, render_signature
 from ember.frontend import guard_filter
 from ember.frontend.errors import Unsupported
-from ember.frontend.guards import GuardSet, global_state
+from ember.frontend.dynamic import SHAPE_GUARD_GLOBALS, FrameShapeState
+from ember.frontend.guards import GuardKind, GuardSet, global_state
 from ember.frontend import resume
 from ember.frontend.breaks import BreakContext, BreakRecord, break_call, frame_function, log_break, resume_frame_state
 from ember.frontend.interpreter import BreakHere, CellVariable, InstructionTranslator, Tracer
@@ -99,19 +100,20 @@ class CacheEntry:
 
 
 def compile_entry(root: RootSpec, args: tuple, kwargs: dict, backend: Callable,
-                  guard_filter_fn: Callable | None = None, ctx: BreakContext | None = None) -> CacheEntry:
+                  guard_filter_fn: Callable | None = None, ctx: BreakContext | None = None,
+                  shapes: FrameShapeState | None = None) -> CacheEntry:
     """Trace and compile one cache entry. With a break context (fullgraph=False), an unsupported
     instruction of the compiled frame becomes a graph break: the frame is traced again up to the
     break, and the entry ends by calling the break function (see breaks.py / resume.py)."""
     try:
-        return _compile(root, args, kwargs, backend, guard_filter_fn, None)
+        return _compile(root, args, kwargs, backend, guard_filter_fn, None, shapes)
     except Unsupported as exc:
         fn = frame_function(root) if ctx is not None else None
         if fn is None or exc.frame_index is None or exc.frame_code is not fn.__code__:
             raise
         start = resume.region_start(fn.__code__, exc.frame_index)
         try:
-            entry = _compile(root, args, kwargs, backend, guard_filter_fn, (start, exc, fn, ctx))
+            entry = _compile(root, args, kwargs, backend, guard_filter_fn, (start, exc, fn, ctx), shapes)
         except (Unsupported, resume.CannotResume) as why:
             elog.artifact("graph_breaks", f"cannot resume after the break at {exc.location} ({why}); "
                                           f"running {root.name} eagerly")
@@ -129,11 +131,12 @@ def compile_entry(root: RootSpec, args: tuple, kwargs: dict, backend: Callable,
         return entry
 
 
-def _compile(root: RootSpec, args: tuple, kwargs: dict, backend: Callable, guard_filter_fn, plan) -> CacheEntry:
+def _compile(root: RootSpec, args: tuple, kwargs: dict, backend: Callable, guard_filter_fn, plan,
+             shapes: FrameShapeState | None = None) -> CacheEntry:
     t0 = time.perf_counter()
     info = resume.resume_info(root.fn)
     fn_globals = info.fn.__globals__ if info is not None else getattr(root.fn, "__globals__", {})
-    output = OutputGraph(root_globals=fn_globals)
+    output = OutputGraph(root_globals=fn_globals, shapes=shapes)
     tracer = Tracer(output)
     if plan is not None:
         tracer.break_at = plan[0]
@@ -202,16 +205,7 @@ def _root_callable(tracer, root: RootSpec, self_name: str | None):
 def _finish(root, output: OutputGraph, result, backend, t0, self_name, guard_filter_fn, local_values) -> CacheEntry:
     entry_id = next(_entry_ids)
     cg = EntryCodegen(output.namespace)
-    if guard_filter_fn is not None:
-        def evaluate(src):
-            return eval(src.expr(), cg.ns, local_values)  # noqa: S307 - our own source expressions
-
-        output.guards.keep_only(guard_filter.apply(output.guards, guard_filter_fn, evaluate))
-    # 1. guards, each after the loads it needs; then the graph inputs (already loaded as temps)
-    guard_section = cg.lines
-    conjuncts = output.guards.check_lines(cg.load, cg.const, guard_section)
-    input_exprs = [cg.load(src) for src, _, _ in output.inputs]
-    # 2. the return value (decides graph outputs)
+    # 1. the return value (decides the graph outputs), rendered after the call
     cg.lines = body = []
     return_expr = cg.reconstruct(result)
     body.extend(output.side_effects.codegen(cg))
@@ -231,6 +225,22 @@ def _finish(root, output: OutputGraph, result, backend, t0, self_name, guard_fil
         if compiled is None:
             compiled = gm.forward
         cg.ns["__graph"] = compiled
+    # 2. guards, each after the loads it needs, then the graph inputs. Rendered after the backend ran:
+    # a backend that traces the graph may add assumptions about symbolic sizes (the SHAPE guard).
+    shape_plan = output.shape_guard()
+    if shape_plan is not None:
+        output.guards.add(None, GuardKind.SHAPE, shape_plan)
+        cg.ns.update(SHAPE_GUARD_GLOBALS)
+    if guard_filter_fn is not None:
+        def evaluate(src):
+            return eval(src.expr(), cg.ns, local_values)  # noqa: S307 - our own source expressions
+
+        output.guards.keep_only(guard_filter.apply(output.guards, guard_filter_fn, evaluate))
+    cg.lines = guard_section = []
+    cg.reset_temps()  # the body's temps are defined after the call: the guards load their own
+    conjuncts = output.guards.check_lines(cg.load, cg.const, guard_section)
+    input_exprs = [cg.load(src) for src, _, _ in output.inputs]
+    if gm is not None:
         call_line = f"__out = __graph({', '.join(input_exprs)})"
     cg.ns["__global_state"] = global_state
     cg.ns["__new_object"] = new_object

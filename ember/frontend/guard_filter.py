@@ -25,6 +25,7 @@ TORCH_GUARD_TYPES = {
     GuardKind.NO_HOOKS: "NN_MODULE_HOOKS",
     GuardKind.ALIAS: "OBJECT_ALIASING",
     GuardKind.GLOBAL_STATE: "GLOBAL_STATE",
+    GuardKind.SHAPE: "SHAPE_ENV",
 }
 
 
@@ -53,6 +54,8 @@ def make_entries(guards, evaluate: Callable) -> list[GuardFilterEntry]:
     entries = []
     for g in guards:
         name, value, has_value, is_global, in_mod, in_builtin = "global state", None, False, False, False, False
+        if g.kind is GuardKind.SHAPE:
+            name = "symbolic sizes"
         if g.source is not None:
             name = g.source.name()
             is_global = g.source.is_global()

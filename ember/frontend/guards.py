@@ -26,10 +26,14 @@ class GuardKind(enum.Enum):
     NO_HOOKS = "module has no hooks"
     ALIAS = "two inputs are the same object"
     GLOBAL_STATE = "grad mode, autocast state and default dtype"
+    SHAPE = "relations between symbolic sizes (dynamic shapes)"
 
 
 @dataclass(frozen=True)
 class TensorMeta:
+    """What a tensor guard checks. With dynamic shapes, ``shape``/``stride`` hold None where the
+    position is symbolic: the SHAPE guard checks those (bindings and relations)."""
+
     cls: type
     dtype: torch.dtype
     device: torch.device
@@ -105,6 +109,13 @@ class GuardSet:
         (``skip_guard_eval_unsafe`` keeps only the conjuncts that tell cache entries apart)."""
         conjuncts = {}
         for g in self:
+            if g.kind is GuardKind.SHAPE:  # binds the symbols (plain lines), then checks relations
+                conds = g.expected.render(load, lines)
+                if conds:
+                    conjuncts[len(lines)] = conds
+                    lines.append(f"if not ({' and '.join(conds)}):  # symbolic sizes: SHAPE")
+                    lines.append("    return __MISS")
+                continue
             v = load(g.source) if g.source is not None else None
             conds = _render(g, v, load, const)
             label = g.source.name() if g.source is not None else "global state"
@@ -119,14 +130,15 @@ def _render(g: Guard, v: str | None, load, const) -> list[str]:
     so ``skip_guard_eval_unsafe`` can keep only those that tell cache entries apart)."""
     if g.kind is GuardKind.TENSOR:
         m: TensorMeta = g.expected
-        return [
-            f"type({v}) is {const(m.cls, 'type')}",
-            f"{v}.dtype is {const(m.dtype, 'dtype')}",
-            f"{v}.device == {const(m.device, 'dev')}",
-            f"{v}.shape == {m.shape!r}",
-            f"{v}.stride() == {m.stride!r}",
-            f"{v}.requires_grad is {m.requires_grad}",
-        ]
+        head = [f"type({v}) is {const(m.cls, 'type')}", f"{v}.dtype is {const(m.dtype, 'dtype')}",
+                f"{v}.device == {const(m.device, 'dev')}"]
+        if None not in m.shape and None not in m.stride:
+            sizes = [f"{v}.shape == {m.shape!r}", f"{v}.stride() == {m.stride!r}"]
+        else:  # dynamic: the static positions here, the symbolic ones in the SHAPE guard
+            sizes = [f"{v}.dim() == {len(m.shape)}"]
+            sizes += [f"{v}.size({i}) == {n}" for i, n in enumerate(m.shape) if n is not None]
+            sizes += [f"{v}.stride({i}) == {n}" for i, n in enumerate(m.stride) if n is not None]
+        return head + sizes + [f"{v}.requires_grad is {m.requires_grad}"]
     return [_render_one(g, v, load, const)]
 
 
@@ -175,6 +187,11 @@ def explain_failure(guards: GuardSet, evaluate: Callable[[Source], Any]) -> str 
                     if old != new:
                         return f"{name} changed: {old} -> {new}"
                 continue
+            if g.kind is GuardKind.SHAPE:
+                msg = g.expected.explain(evaluate)
+                if msg:
+                    return msg
+                continue
             val = evaluate(g.source)
         except Exception as exc:  # the path no longer resolves
             return f"{g.source.name()} could not be read ({type(exc).__name__}: {exc})"
@@ -199,10 +216,10 @@ def _explain_one(g: Guard, val, evaluate) -> str | None:
         if val.dim() != len(m.shape):
             return f"{n}.dim() changed: {len(m.shape)} -> {val.dim()} (shape {list(m.shape)} -> {list(val.shape)})"
         for i, (a, b) in enumerate(zip(m.shape, val.shape)):
-            if a != b:
+            if a is not None and a != b:
                 return f"{n}.shape[{i}] changed: {a} -> {b}"
         for i, (a, b) in enumerate(zip(m.stride, val.stride())):
-            if a != b:
+            if a is not None and a != b:
                 return f"{n}.stride()[{i}] changed: {a} -> {b}"
         if val.requires_grad != m.requires_grad:
             return f"{n}.requires_grad changed: {m.requires_grad} -> {val.requires_grad}"

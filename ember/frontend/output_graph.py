@@ -10,11 +10,17 @@ import operator
 import re
 from typing import Any
 
+import sympy
 import torch
 import torch.fx as fx
+from torch.fx.experimental.symbolic_shapes import DimDynamic
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils import _pytree as pytree
 
+from ember.frontend.dynamic import (
+    Binding, ConstraintViolation, FrameShapeState, ShapeGuardPlan, dim_source, free_symbols, is_static_source,
+    is_symbolic, new_shape_env, symbolic_context,
+)
 from ember.frontend.errors import Unsupported
 from ember.frontend.guards import GuardKind, GuardSet, TensorMeta, global_state
 from ember.frontend.sources import Source
@@ -41,10 +47,18 @@ def _sanitize(name: str) -> str:
 
 
 class OutputGraph:
-    def __init__(self, root_globals: dict | None = None) -> None:
+    def __init__(self, root_globals: dict | None = None, shapes: FrameShapeState | None = None) -> None:
         self.root_globals = root_globals
         self.graph = fx.Graph()
-        self.fake_mode = FakeTensorMode(static_shapes=True)
+        # one ShapeEnv per trace: it holds the symbols of dynamic dimensions and what tracing assumed
+        # of them (with no dynamic input it stays empty and every shape is a plain int)
+        self.shapes = shapes if shapes is not None else FrameShapeState(False)
+        self.shape_env = new_shape_env()
+        self.fake_mode = FakeTensorMode(shape_env=self.shape_env)
+        self.sym_bindings: list[Binding] = []
+        self._sym_ties: list = []
+        self._sym_bounds: dict = {}  # symbol -> (min, max) from mark_dynamic
+        self._marked: list = []      # (source name, dim, symbol expr, bounds): checked after tracing
         self.guards = GuardSet()
         self.guards.add(None, GuardKind.GLOBAL_STATE, global_state())
         # graph inputs, in placeholder order: (source, real value, placeholder node)
@@ -90,7 +104,83 @@ class OutputGraph:
             if existing.source != source:
                 self.guards.add(source, GuardKind.ALIAS, None, other=existing.source)
             return existing
-        self.guards.add(source, GuardKind.TENSOR, TensorMeta.of(value))
+        dims = self.shapes.tensor_dims(source.name(), value, is_static_source(source, value))
+        if dims:
+            fake = self.fake_mode.from_tensor(value, symbolic_context=symbolic_context(value.dim(), dims),
+                                              source=dim_source(source.name()))
+            meta = self._bind_sizes(source, value, fake, dims)
+        else:
+            fake = self.fake_mode.from_tensor(value, static_shapes=True)
+            meta = TensorMeta.of(value)
+        self.guards.add(source, GuardKind.TENSOR, meta)
+        node = self._placeholder(source)
+        node.meta["example_value"] = fake
+        self.inputs.append((source, value, node))
+        vt = TensorVariable(node, fake, source=source)
+        self._input_vt_by_id[id(value)] = vt
+        return vt
+
+    def add_symint_input(self, value: int, source: Source):
+        """An int argument traced as a symbol (dynamic=True, or it changed since the last compile);
+        None when the ShapeEnv keeps it a constant (0 and 1 are specialized)."""
+        from ember.frontend.variables.symbolic import SymIntVariable
+
+        sym = self.shape_env.create_unspecified_symint_and_symbol(value, dim_source(source.name()), DimDynamic.DYNAMIC)
+        if not is_symbolic(sym):
+            return None
+        self.guards.add(source, GuardKind.TYPE, int)
+        self.sym_bindings.append(Binding(source, "int", 0, sym.node.expr))
+        node = self._placeholder(source)
+        node.meta["example_value"] = sym
+        self.inputs.append((source, value, node))
+        return SymIntVariable(node, sym, source=source)
+
+    def _bind_sizes(self, source: Source, value: torch.Tensor, fake, dims: dict) -> TensorMeta:
+        """Record where each new symbol is read from; static positions stay in the tensor guard."""
+        bound = {b.symbol for b in self.sym_bindings}
+        shape, stride = [], []
+        for kind, vals, out in (("size", fake.shape, shape), ("stride", fake.stride(), stride)):
+            for i, v in enumerate(vals):
+                if not is_symbolic(v):
+                    out.append(int(v))
+                    continue
+                out.append(None)
+                expr = v.node.expr
+                if isinstance(expr, sympy.Symbol) and expr not in bound:
+                    bound.add(expr)
+                    self.sym_bindings.append(Binding(source, kind, i, expr))
+                else:
+                    self._sym_ties.append((source, kind, i, expr))
+        for d, bounds in dims.items():
+            expr = fake.shape[d].node.expr if is_symbolic(fake.shape[d]) else None
+            if bounds is not None or d in getattr(value, "_ember_dynamic_dims", {}):
+                self._marked.append((f"{source.name()}.size({d})", d, expr, bounds))
+                if bounds is not None and isinstance(expr, sympy.Symbol):
+                    self._sym_bounds[expr] = bounds
+        return TensorMeta(type(value), value.dtype, value.device, tuple(shape), tuple(stride), value.requires_grad)
+
+    def shape_guard(self) -> ShapeGuardPlan | None:
+        """After the backend compiled the graph: check mark_dynamic constraints, then the SHAPE guard."""
+        if not self.sym_bindings:
+            return None
+        env = self.shape_env
+        for label, _dim, expr, bounds in self._marked:
+            lo, hi = bounds if bounds is not None else (None, None)
+            now = env.replacements.get(expr, expr) if expr is not None else None
+            if now is None or not free_symbols(now):
+                raise ConstraintViolation(
+                    f"{label} was marked dynamic, but the compiled program only works for one size of it"
+                    f"{'' if now is None else f' ({now})'}; remove the mark_dynamic call, or change the code "
+                    "that depends on the exact size (EMBER_LOGS=guards shows the guards)")
+            rng = env.var_to_range.get(now) if isinstance(now, sympy.Symbol) else None
+            if rng is not None and ((lo is not None and rng.lower > max(lo, 2)) or
+                                    (hi is not None and rng.upper < hi)):
+                raise ConstraintViolation(
+                    f"{label} was marked dynamic in [{lo}, {hi}], but the compiled program only works for "
+                    f"sizes in [{rng.lower}, {rng.upper}]; narrow the bounds or change the code")
+        return ShapeGuardPlan(env, self.sym_bindings, self._sym_ties, self._sym_bounds)
+
+    def _placeholder(self, source: Source) -> fx.Node:
         name = _sanitize(source.name())
         base, k = name, 1
         while name in self._placeholder_names:
@@ -108,13 +198,8 @@ class OutputGraph:
             else:
                 with self.graph.inserting_before(first):
                     node = self.graph.placeholder(name)
-        fake = self.fake_mode.from_tensor(value, static_shapes=True)
-        node.meta["example_value"] = fake
         node.meta["source"] = source.name()
-        self.inputs.append((source, value, node))
-        vt = TensorVariable(node, fake, source=source)
-        self._input_vt_by_id[id(value)] = vt
-        return vt
+        return node
 
     # ---- operations ------------------------------------------------------------------------
     def call(self, tx, kind: str, target, args: list, kwargs: dict):
@@ -174,6 +259,10 @@ class OutputGraph:
             return TupleVariable(items)
         if isinstance(result, torch.Tensor):
             raise Unsupported(f"an operation returned a real tensor while tracing ({node.target})")
+        if isinstance(result, torch.SymInt):  # x.numel(), torch.sym_max(...) of symbolic sizes
+            from ember.frontend.variables.symbolic import wrap_sym
+
+            return wrap_sym(None, node, result)
         if not mutating and not node.users:
             self.graph.erase_node(node)
         return wrap_const(result)

@@ -13,7 +13,7 @@ TOL = {torch.float32: dict(rtol=2e-3, atol=2e-3), torch.bfloat16: dict(rtol=5e-2
 def _gpt2():
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    # dropout off: attention dropout inside SDPA does not yet draw eager's random stream (issue 5 note)
+    # dropout off here: these tests compare kernels; tests/aot/test_aot_gpu_dropout.py checks dropout streams
     m = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=64,
                                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
     return m, lambda: (torch.randint(0, 128, (2, 16), device="cuda"),), lambda out: out.logits

@@ -29,6 +29,10 @@ class VariableTracker:
     def as_constant(self) -> Any:
         raise Unsupported(f"{self.describe()} is not a Python constant here")
 
+    def is_symbolic(self) -> bool:
+        """Holds a symbolic size somewhere (dynamic shapes): its constant value would specialize it."""
+        return False
+
     # -- as an argument of a graph operation --
     def as_node_arg(self) -> Any:
         if self.is_constant():

@@ -17,6 +17,7 @@ import torch
 
 from ember.frontend import trace_rules
 from ember.frontend.errors import Unsupported
+from ember.frontend.dynamic import is_argument_source
 from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ItemSource, Source
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
@@ -33,6 +34,11 @@ def wrap_const(value) -> VariableTracker:
     """A tracker for a value made while tracing (e.g. a constant-folded result)."""
     from ember.frontend.variables import containers as C
 
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        # a symbolic value reached with no graph node for it: specialize (guarded, never wrong)
+        return ConstantVariable({torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[type(value)](value))
+    if isinstance(value, torch.Size) and not all(type(v) is int for v in value):
+        return ConstantVariable(torch.Size(int(v) for v in value))
     if isinstance(value, _CONST_TYPES) or isinstance(value, torch.Size):
         return ConstantVariable(value)
     if type(value) is tuple:
@@ -76,6 +82,10 @@ def _wrap(tx, value, source: Source) -> VariableTracker:
     if value is None or isinstance(value, bool):
         guards.add(source, GuardKind.CONST, value)
         return ConstantVariable(value, source)
+    if type(value) is int and is_argument_source(source) and tx.output.shapes.int_dynamic(source.name(), value):
+        vt = tx.output.add_symint_input(value, source)
+        if vt is not None:
+            return vt
     if type(value) in (int, float, str, bytes, complex):
         guards.add(source, GuardKind.CONST, value)
         return ConstantVariable(value, source)

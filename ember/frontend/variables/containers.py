@@ -38,7 +38,10 @@ class BaseSequenceVariable(VariableTracker):
         return bool(self.items)
 
     def is_constant(self) -> bool:
-        return all(i.is_constant() for i in self.items)
+        return all(i.is_constant() for i in self.items) and not self.is_symbolic()
+
+    def is_symbolic(self) -> bool:
+        return any(i.is_symbolic() for i in self.items)
 
     def as_constant(self):
         return self.py_type(i.as_constant() for i in self.items)

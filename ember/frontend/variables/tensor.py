@@ -6,7 +6,7 @@ import operator
 import torch
 
 from ember.frontend.errors import Unsupported
-from ember.frontend.variables.base import VariableTracker
+from ember.frontend.variables.base import ConstantVariable, VariableTracker
 
 # Properties answered from the fake tensor's metadata (guards on the inputs make them constants).
 _META_PROPS = {
@@ -54,6 +54,8 @@ class TensorVariable(VariableTracker):
     def getattr(self, tx, name: str) -> VariableTracker:
         from ember.frontend.variables.builder import wrap_const
 
+        if name == "shape":
+            return self.sizes(tx, "size")
         if name in _META_PROPS:
             return wrap_const(getattr(self.fake, name))
         if name in _TENSOR_PROPS:
@@ -76,6 +78,18 @@ class TensorVariable(VariableTracker):
     def call_method(self, tx, name: str, args: list, kwargs: dict) -> VariableTracker:
         return TensorMethodVariable(self, name).call(tx, args, kwargs)
 
+    def sizes(self, tx, kind: str) -> VariableTracker:
+        """``x.shape`` / ``x.size()`` / ``x.stride()``: constants where static, symbolic ints where not."""
+        from ember.frontend.variables.containers import SizeVariable, TupleVariable
+        from ember.frontend.variables.symbolic import size_item
+
+        items = [size_item(tx, self, kind, d) for d in range(self.fake.dim())]
+        if all(isinstance(i, ConstantVariable) for i in items):
+            from ember.frontend.variables.builder import wrap_const
+
+            return wrap_const(getattr(self.fake, kind)())
+        return SizeVariable(items) if kind == "size" else TupleVariable(items)
+
     def reconstruct(self, cg) -> str:
         return cg.tensor(self)
 
@@ -93,10 +107,12 @@ class TensorMethodVariable(VariableTracker):
     def call(self, tx, args, kwargs):
         name = self.name
         if name in ("size", "stride") and not kwargs:
-            from ember.frontend.variables.builder import wrap_const
+            from ember.frontend.variables.symbolic import size_item
 
-            vals = getattr(self.tensor.fake, name)(*[a.as_constant() for a in args])
-            return wrap_const(vals)
+            if not args:
+                return self.tensor.sizes(tx, name)
+            dim = args[0].as_constant()
+            return size_item(tx, self.tensor, name, dim % max(self.tensor.fake.dim(), 1))
         if name == "requires_grad_" and self.tensor.source is not None:
             raise Unsupported("Tensor.requires_grad_() on an input inside a compiled function")
         if name in ("__bool__", "__len__"):
@@ -108,6 +124,4 @@ class TensorMethodVariable(VariableTracker):
 
 
 def _c(v):
-    from ember.frontend.variables.base import ConstantVariable
-
     return ConstantVariable(v)
