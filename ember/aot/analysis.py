@@ -10,12 +10,14 @@ base. The graph itself then returns, in this order ("traced outputs"):
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.fx as fx
+from torch._dispatch.python import enable_python_dispatcher
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from ember.aot.functional import Mutation, functionalize, mutation_of, to_fun
@@ -105,6 +107,12 @@ def fake_input(a: torch.Tensor, fake_mode, template=None) -> torch.Tensor:
     return fake_mode.from_tensor(a, static_shapes=True)
 
 
+def symbolic_dispatch(templates):
+    """Python (SymInt-aware) implementations of composite ops while tracing symbolic sizes, as the
+    frontend does: a C++ composite reading plain sizes would specialize the symbols."""
+    return enable_python_dispatcher() if templates else contextlib.nullcontext()
+
+
 def is_symbolic_tensor(t) -> bool:
     if not isinstance(t, torch.Tensor):
         return False
@@ -127,7 +135,7 @@ def collect(gm: fx.GraphModule, args: list, fake_mode, templates: list | None = 
     grad_enabled = torch.is_grad_enabled()
     fakes = fakeify(args, fake_mode, templates)
     try:
-        with fake_mode, functionalize():
+        with fake_mode, functionalize(), symbolic_dispatch(templates):
             f_args = [to_fun(a) for a in fakes]
             outs = gm(*f_args)
     finally:

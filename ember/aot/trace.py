@@ -16,7 +16,7 @@ import torch
 import torch.fx as fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from ember.aot.analysis import GraphMeta, base_of, fake_input
+from ember.aot.analysis import GraphMeta, base_of, fake_input, symbolic_dispatch
 from ember.aot.functional import from_fun, functionalize, to_fun, to_fun_leaf
 
 
@@ -93,7 +93,7 @@ def trace_forward(gm, meta: GraphMeta, args: list, fake_mode, decompositions: di
             outs = body([to_fun(p) for p in primals])
             return [from_fun(o) for o in outs]
 
-    with _trace_state(meta.grad_enabled), fake_mode:
+    with _trace_state(meta.grad_enabled), fake_mode, symbolic_dispatch(templates):
         prims = _fake_primals(args, meta, fake_mode, templates)
         traced = make_fx(forward, decomposition_table=decompositions)(prims)
     return _finish(traced, "forward")
@@ -121,7 +121,7 @@ def trace_joint(gm, meta: GraphMeta, args: list, fake_mode, decompositions: dict
             grad_pos[:] = [k for k, g in zip(wrt, grads) if g is not None]
             return [from_fun(o) for o in outs] + [from_fun(g) for g in grads if g is not None]
 
-    with _trace_state(True), fake_mode:
+    with _trace_state(True), fake_mode, symbolic_dispatch(templates):
         prims = _fake_primals(args, meta, fake_mode, templates)
         # contiguous tangents shaped like the differentiable outputs; the runtime makes incoming
         # gradients contiguous to match

@@ -6,6 +6,7 @@ on real data and never touches real tensors.
 """
 from __future__ import annotations
 
+import contextlib
 import operator
 import re
 from typing import Any
@@ -14,6 +15,7 @@ import sympy
 import torch
 import torch.fx as fx
 from torch.fx.experimental.symbolic_shapes import DimDynamic
+from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils import _pytree as pytree
 
@@ -180,6 +182,11 @@ class OutputGraph:
                     f"sizes in [{rng.lower}, {rng.upper}]; narrow the bounds or change the code")
         return ShapeGuardPlan(env, self.sym_bindings, self._sym_ties, self._sym_bounds)
 
+    def symbolic_dispatch(self):
+        """With symbolic sizes, composite ops decompose through their Python (SymInt-aware)
+        implementations: some C++ composites read plain sizes and would specialize every symbol."""
+        return enable_python_dispatcher() if self.sym_bindings else contextlib.nullcontext()
+
     def _placeholder(self, source: Source) -> fx.Node:
         name = _sanitize(source.name())
         base, k = name, 1
@@ -216,7 +223,7 @@ class OutputGraph:
         node = self.graph.create_node(kind, target, tuple(node_args[0]), node_args[1])
         node.meta["stack_trace"] = tx.user_location() if tx is not None else ""
         try:
-            with self.fake_mode:
+            with self.fake_mode, self.symbolic_dispatch():
                 if kind == "call_method":
                     self_arg, *rest = fake_args[0]
                     result = getattr(self_arg, target)(*rest, **fake_args[1])

@@ -1,0 +1,28 @@
+"""Launch configurations are powers of two for every size: real Triton rejects ``tl.arange`` over
+anything else, and the interpreter used for the CPU tests does not check it."""
+import types
+
+import pytest
+
+from ember.native.triton_emit import choose_config
+
+SIZES = [1, 3, 7, 23, 100, 376 * 128, 47 * 768 * 8, 1104 * 128, 65537, 3 * 50257]
+
+
+def _pow2(n):
+    return n is None or (n > 0 and n & (n - 1) == 0)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_pointwise_blocks_are_powers_of_two(n):
+    k = types.SimpleNamespace(is_reduction=False, numel=n)
+    assert _pow2(choose_config(k, {}, True).XBLOCK)
+
+
+@pytest.mark.parametrize("inner", [True, False])
+@pytest.mark.parametrize("xn", [1, 5, 47, 3000])
+@pytest.mark.parametrize("rn", [2, 23, 768, 5000, 50257])
+def test_reduction_blocks_are_powers_of_two(xn, rn, inner):
+    k = types.SimpleNamespace(is_reduction=True, xnumel=xn, rnumel=rn)
+    c = choose_config(k, {}, inner)
+    assert _pow2(c.XBLOCK) and _pow2(c.RBLOCK), c
