@@ -1,4 +1,5 @@
-"""Command line: `ember --version`, `ember backends`, `ember config`, `ember run script.py [args...]`.
+"""Command line: `ember --version`, `ember backends`, `ember config`, `ember run script.py [args...]`,
+`ember bench [options]` (timings of eager vs ember; see ember/bench/).
 
 `ember run` executes a script as `__main__` with `torch.compile` routed to `ember.compile` (and
 torch.compiler's set_stance, disable, reset, allow_in_graph, substitute_in_graph, list_backends to
@@ -81,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     sub.add_parser("backends", help="list the available backends, with tags and aliases")
     sub.add_parser("config", help="show ember.config: each field, its EMBER_* variable and current value")
+    from ember.bench import add_arguments as bench_arguments
+
+    bench_arguments(sub.add_parser("bench", help="time workloads eager vs ember (and torch.compile from a checkout)"))
     return p
 
 
@@ -98,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         return _backends()
     if ns.command == "config":
         return _config()
+    if ns.command == "bench":
+        from ember.bench import main as bench
+
+        return bench(ns)
     p.print_help()
     return 2
 

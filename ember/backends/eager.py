@@ -2,16 +2,37 @@
 so code written for torch.compile runs unchanged) is the default: ember's autograd layer
 (ember/aot) traces each graph to ATen with its backward, and the native code generator
 (ember/native) turns the ATen graphs into fused Triton kernels on CUDA (CPU tensors run the ATen
-graph as it is)."""
+graph as it is).
+
+Modes of the ``ember`` backend, as torch.compile names them:
+
+- ``default``: the above;
+- ``reduce-overhead``: each compiled forward, backward and inference graph replays as a CUDA graph
+  (``ember/cudagraphs``), which removes the per-call Python and launch costs;
+- ``max-autotune-no-cudagraphs``: kernels are tuned on the device at compile time
+  (``ember/native/autotune.py``: block sizes and warps per kernel, cuBLAS against a Triton matmul);
+- ``max-autotune``: both.
+
+On CPU tensors neither applies (no CUDA graphs, nothing to tune): the graph compiles with the
+default settings and a warning says so.
+"""
 from __future__ import annotations
 
+import functools
 import warnings
+
+import torch
 
 from ember.backends.registry import register_alias, register_backend
 
-_MODES_NOT_YET = {"reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"}
-_warned_modes: set = set()
-_native = None
+# mode -> (CUDA graphs, autotuning)
+MODES = {
+    None: (False, False), "default": (False, False),
+    "reduce-overhead": (True, False),
+    "max-autotune": (True, True),
+    "max-autotune-no-cudagraphs": (False, True),
+}
+_native: dict = {}
 
 
 @register_backend(name="eager", tags=("debug",), options={})
@@ -19,25 +40,40 @@ def eager(gm, example_inputs):
     return gm.forward
 
 
-def _native_backend():
-    global _native
-    if _native is None:  # imported on first use: the ATen tracing and codegen stack is heavy
+def _native_backend(cudagraphs: bool = False, autotune: bool = False):
+    key = (cudagraphs, autotune)
+    if key not in _native:  # imported on first use: the ATen tracing and codegen stack is heavy
         from ember.aot import aot_autograd
         from ember.native import DECOMPOSITIONS, compile_aten_graph
 
-        _native = aot_autograd(fw_compiler=compile_aten_graph, bw_compiler=compile_aten_graph,
-                               decompositions=DECOMPOSITIONS)
-    return _native
+        compiler = compile_aten_graph
+        if autotune:
+            compiler = functools.partial(compile_aten_graph, options={"autotune": True})
+            compiler.__name__ = "compile_aten_graph_autotuned"
+        if cudagraphs:
+            from ember.cudagraphs import wrap_compiler
+            compiler = wrap_compiler(compiler)
+        _native[key] = aot_autograd(fw_compiler=compiler, bw_compiler=compiler, decompositions=DECOMPOSITIONS)
+    return _native[key]
+
+
+def _on_cuda(gm, example_inputs) -> bool:
+    if any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs):
+        return True
+    return any(isinstance(v, torch.Tensor) and v.device.type == "cuda"
+               for v in (n.meta.get("val") for n in gm.graph.nodes))
 
 
 @register_backend(name="ember", options={})
 def ember_default(gm, example_inputs, mode=None, options=None):
-    if mode in _MODES_NOT_YET and mode not in _warned_modes:
-        # correct results, just not the mode's extra speed: say so once instead of pretending
-        _warned_modes.add(mode)
-        warnings.warn(f"ember: mode={mode!r} is accepted but not implemented yet by the 'ember' backend; "
-                      "graphs compile with the default settings", stacklevel=2)
-    return _native_backend()(gm, example_inputs)
+    cudagraphs, autotune = MODES.get(mode, (False, False))
+    if (cudagraphs or autotune) and not _on_cuda(gm, example_inputs):
+        # correct results, just not the mode's extra speed: say so instead of pretending
+        what = " and ".join(w for w, on in (("CUDA graphs", cudagraphs), ("kernel autotuning", autotune)) if on)
+        warnings.warn(f"ember: mode={mode!r} has no effect on CPU tensors ({what} need CUDA tensors); "
+                      "the graph compiles with the default settings", stacklevel=2)
+        cudagraphs = autotune = False
+    return _native_backend(cudagraphs, autotune)(gm, example_inputs)
 
 
 register_alias("inductor", "ember")

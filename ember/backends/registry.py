@@ -158,3 +158,5 @@ def validate_options(spec: BackendSpec, options: dict) -> dict:
 
 from ember.backends import eager  # noqa: E402,F401  (registers the built-in backends)
 from ember.backends import aot_eager  # noqa: E402,F401
+from ember.backends import openvino  # noqa: E402,F401  (openvino, openvino_ts; imports openvino lazily)
+from ember.backends import cudagraphs  # noqa: E402,F401

@@ -19,6 +19,7 @@ ARTIFACTS = {
                    "graph-break function, and the native backend's wrapper and Triton kernels",
     "aot_graphs": "the ATen graphs of the autograd layer: forward/backward (with what the partitioner saved or "
                   "recomputed, and why), inference, input/output handling",
+    "openvino": "the openvino backends: partitions, ops kept in PyTorch and why, conversion, cache, fallbacks",
     "bytecode": "every bytecode instruction as the symbolic interpreter runs it (very verbose)",
 }
 

@@ -18,18 +18,20 @@ import time
 
 import torch
 
+from ember.native.specialize import PerShapeGraph, has_symbolic_inputs
 from ember.native import cache
 from ember.native.lowering import Unsupported
 
 DEFAULT_OPTIONS = {
     "max_xblock": 4096,          # caps on block sizes (tests lower them to exercise tails and loops)
-    "max_rblock": 4096,
-    "persistent_rnumel": 4096,   # row reductions up to this many elements keep the row in registers
+    "max_rblock": 8192,
+    "persistent_rnumel": 8192,   # row reductions up to this many elements keep the row in registers
     "single_program_numel": 1 << 16,  # a kernel this small may run as one program (reduce across rows)
     "fusion": True,              # False: one kernel per realized node (for comparisons)
     "verify": True,              # run ir.verify on the lowered graph
     "cache": True,               # read and write the on-disk graph cache
     "guard_inputs": True,        # check input sizes/strides per call (else run the graph as it is)
+    "autotune": False,           # time launch configs and cuBLAS vs a Triton matmul on the device (autotune.py)
 }
 
 
@@ -81,6 +83,8 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, *, force_triton
         # the interpreter is chosen when triton is imported (make_fx in fake mode imports it)
         return _as_is(gm, "Triton on CPU tensors needs TRITON_INTERPRET=1 before triton is imported")
     opts = dict(DEFAULT_OPTIONS, **(options or {}))
+    if has_symbolic_inputs(gm):  # dynamic shapes: kernels for each concrete size met (specialize.py)
+        return PerShapeGraph(gm, lambda g, args: compile_aten_graph(g, args, force_triton=force, options=options))
     try:
         return _compile(gm, example_inputs, opts)
     except Unsupported as e:
@@ -144,10 +148,15 @@ def _generate(gm, example_inputs, opts, key, base):
             kernel_srcs.append(text)
         name, path = by_source[ek.source]
         kernels[id(step)] = (name, ek, path)
+    overrides = {}
+    if opts.get("autotune"):  # max-autotune: launch configs and matmul choices timed on the device
+        from ember.native import autotune
+        overrides = autotune.tune(sched, kernels, g.buffers(), opts, L.device)
     r = sched.report
     header = (f"graph {key[:16]}: {r['kernels']} Triton kernels, {r['externs']} extern calls, "
               f"{r['bytes']} bytes moved ({r['kernel_bytes']} by kernels)")
-    src = wrapper.WrapperCodegen(sched, kernels, L.int_inputs, header, opts.get("guard_inputs", True)).generate()
+    src = wrapper.WrapperCodegen(sched, kernels, L.int_inputs, header, opts.get("guard_inputs", True),
+                                 extern_overrides=overrides).generate()
     info = {"report": r, "kernels": sorted({p for _, p in by_source.values()}),
             "constants": [b.target for b in g.inputs if b.constant is not None],
             "device": str(L.device)}

@@ -20,32 +20,41 @@ def fixed_layout(t, size, stride):
     return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)
 
 
+def _hook_set(hook) -> bool:
+    """Triton 3.6 keeps launch hooks in a ``HookChain`` that exists even when empty (older versions
+    used None): only a chain with hooks in it needs the normal launch path."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
 class Launch:
     """``kernel[grid](*args, **meta)`` for one launch site, with Triton's per-call work done once.
 
     ``JITFunction.run`` binds arguments, computes the specialization key and looks the compiled
     kernel up on every call (~15-20 us of CPU). Shapes are static here, so after the first call we
-    keep the compiled kernel and call its launcher directly. The one thing that can still change is
-    pointer alignment (Triton specializes on 16-byte divisibility): it is checked per call and a
-    mismatch takes the normal path. Under the interpreter, or when launch hooks (profilers) are set
-    at the first call, every call takes the normal path.
+    keep the compiled kernel and call its launcher directly, with everything but the arguments and
+    the current stream packed into one tuple. The one thing that can still change is pointer
+    alignment (Triton specializes on 16-byte divisibility): it is checked per call for the pointers
+    that may move (``fresh`` lists the positions of buffers the wrapper itself allocated, which are
+    always aligned), and a mismatch takes the normal path. Under the interpreter, or when launch hooks
+    (profilers) are set at the first call, every call takes the normal path.
     """
-    __slots__ = ("fn", "grid", "meta", "consts", "fast", "aligned", "ptrs", "stream", "device")
+    __slots__ = ("fn", "grid", "meta", "fresh", "fast")
 
-    def __init__(self, fn, grid, meta):
+    def __init__(self, fn, grid, meta, fresh=()):
         self.fn, self.grid, self.meta = fn, tuple(grid) + (1,) * (3 - len(grid)), meta
+        self.fresh = frozenset(fresh)
         self.fast = None
 
     def __call__(self, *args):
         fast = self.fast
-        if fast is not None:
-            for i, a in zip(self.ptrs, self.aligned):
-                if (args[i].data_ptr() % 16 == 0) != a:
-                    return self._slow(args)
-            g = self.grid
-            fast[0](g[0], g[1], g[2], self.stream(self.device), fast[1], fast[2], None, None, None, *args, *self.consts)
-            return None
-        return self._first(args)
+        if fast is None:
+            return self._first(args)
+        run, g0, g1, g2, stream, device, function, packed, checks, consts = fast
+        for i, aligned in checks:
+            if ((args[i].data_ptr() & 15) == 0) is not aligned:
+                return self._slow(args)
+        run(g0, g1, g2, stream(device), function, packed, None, None, None, *args, *consts)
+        return None
 
     def _slow(self, args):
         return self.fn[self.grid](*args, **self.meta)
@@ -55,16 +64,17 @@ class Launch:
         try:
             from triton import knobs
             from triton.runtime import driver
-            if (kernel is None or not hasattr(kernel, "packed_metadata") or knobs.runtime.launch_enter_hook is not None
-                    or knobs.runtime.launch_exit_hook is not None):
+            if (kernel is None or not hasattr(kernel, "packed_metadata") or _hook_set(knobs.runtime.launch_enter_hook)
+                    or _hook_set(knobs.runtime.launch_exit_hook)):
                 return None
             names = self.fn.arg_names
-            self.consts = tuple(self.meta[n] for n in names[len(args):])
-            self.ptrs = tuple(i for i, a in enumerate(args) if hasattr(a, "data_ptr"))
-            self.aligned = tuple(args[i].data_ptr() % 16 == 0 for i in self.ptrs)
-            self.device = driver.active.get_current_device()
-            self.stream = driver.active.get_current_stream
-            self.fast = (kernel.run, kernel.function, kernel.packed_metadata)
+            consts = tuple(self.meta[n] for n in names[len(args):])
+            checks = tuple((i, (a.data_ptr() & 15) == 0) for i, a in enumerate(args)
+                           if hasattr(a, "data_ptr") and i not in self.fresh)
+            active = driver.active
+            g = self.grid
+            self.fast = (kernel.run, g[0], g[1], g[2], active.get_current_stream, active.get_current_device(),
+                         kernel.function, kernel.packed_metadata, checks, consts)
         except Exception:  # any surprise in Triton's internals: keep the normal path
             self.fast = None
         return None

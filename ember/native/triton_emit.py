@@ -58,6 +58,11 @@ def compute_dtype(dt):
     return torch.float32 if dt in LOW_PRECISION else dt
 
 
+def prev_pow2(n: int) -> int:
+    """The largest power of two <= n (1 for n < 1)."""
+    return 1 << (max(n, 1).bit_length() - 1)
+
+
 def next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
 
@@ -68,6 +73,7 @@ class LaunchConfig:
     RBLOCK: int | None
     num_warps: int
     persistent: bool
+    num_stages: int | None = None  # None: Triton's default (only looped reductions pipeline loads)
 
 
 @dataclasses.dataclass
@@ -88,13 +94,15 @@ def choose_config(k: Kernel, options: dict, inner_reduction: bool) -> LaunchConf
     max_r = options.get("max_rblock", 4096)
     if not k.is_reduction:
         n = k.numel
-        xb = min(next_pow2(n), max(256, min(n // 128, 1024)), max_x)
+        # powers of two only: tl.arange needs them (the interpreter does not check, real Triton does)
+        xb = min(next_pow2(n), max(256, prev_pow2(min(n // 128, 1024))), max_x)
         return LaunchConfig(xb, None, 4 if xb >= 512 else (2 if xb >= 128 else 1), False)
     xn, rn = k.xnumel, k.rnumel
-    # Persistent: whole rows in registers, one read of the input. Up to 4096 elements for rows along
-    # the contiguous dim (measured on H100: softmax 8192x4096 fp32 94 us vs 109 us looped); for
-    # reductions across rows only small ones, as the tile must stay wide along x to coalesce.
-    limit = options.get("persistent_rnumel", 4096) if inner_reduction else 64
+    # Persistent: whole rows in registers, one read of the input. Up to 8192 elements for rows along
+    # the contiguous dim (measured on H100: softmax 8192x4096 fp32 94 us vs 109 us looped; the Triton
+    # fused-softmax tutorial keeps rows whole too); for reductions across rows only small ones, as
+    # the tile must stay wide along x to coalesce.
+    limit = options.get("persistent_rnumel", 8192) if inner_reduction else 64
     if next_pow2(rn) <= min(limit, max_r):
         rb = next_pow2(rn)
         cap = 128 if inner_reduction else 64
@@ -112,7 +120,8 @@ def choose_config(k: Kernel, options: dict, inner_reduction: bool) -> LaunchConf
         xb = min(xb, max_x)
         persistent = False
     elems = xb * rb
-    warps = 8 if elems >= 2048 else 4 if elems >= 512 else 2 if elems >= 128 else 1
+    # 8-16 elements per thread: 16-byte vector loads, few registers; a whole 8K+ row gets 16 warps
+    warps = 16 if persistent and elems >= 8192 else 8 if elems >= 2048 else 4 if elems >= 512 else 2 if elems >= 128 else 1
     return LaunchConfig(xb, rb, warps, persistent)
 
 

@@ -56,10 +56,13 @@ def _op_global(target) -> tuple[str, str]:
 
 
 class WrapperCodegen:
-    def __init__(self, sched: Schedule, kernels: dict, int_inputs: dict, header: str = "", guard_inputs=True):
-        """kernels: id(Kernel) -> (python name, EmittedKernel, module path)."""
+    def __init__(self, sched: Schedule, kernels: dict, int_inputs: dict, header: str = "", guard_inputs=True,
+                 extern_overrides: dict | None = None):
+        """kernels: id(Kernel) -> (python name, EmittedKernel, module path). extern_overrides:
+        extern node name -> expression of a callable replacing its ATen op (autotune's MMTemplate)."""
         self.sched, self.kernels, self.int_inputs, self.header = sched, kernels, int_inputs, header
         self.guard_inputs = guard_inputs
+        self.extern_overrides = extern_overrides or {}
         self.g = sched.graph
         self.layouts = self.g.buffers()
         self.inputs = {b.name for b in self.g.inputs}
@@ -126,7 +129,7 @@ class WrapperCodegen:
                 for buf in step.writes:
                     self._alloc(buf, pool, allocated)
                 if step.numel > 0:
-                    B.append(f"{self._launcher(step, name, ek)}({', '.join(self._launch_args(step, ek))})")
+                    B.append(f"{self._launcher(step, name, ek, allocated)}({', '.join(self._launch_args(step, ek))})")
             else:
                 self._extern(step)
             for buf, last in sched.last_use.items():
@@ -145,16 +148,20 @@ class WrapperCodegen:
     def _launch_args(self, step, ek):
         return list(ek.args) + ([] if step.single else [str(ek.xnumel)])
 
-    def _launcher(self, step, name, ek) -> str:
-        """A module-level Launch for this launch site: grid and block sizes are constants."""
+    def _launcher(self, step, name, ek, allocated=()) -> str:
+        """A module-level Launch for this launch site: grid and block sizes are constants; buffers
+        this wrapper allocates are aligned, so only the others' alignment is checked per call."""
         grid = 1 if step.single else max(1, -(-ek.xnumel // ek.config.XBLOCK))
         meta = {"XBLOCK": ek.config.XBLOCK, "num_warps": ek.config.num_warps}
+        if ek.config.num_stages is not None:
+            meta["num_stages"] = ek.config.num_stages
         if step.single:
             meta["xnumel"] = ek.xnumel
         if step.is_reduction:
             meta.update(rnumel=ek.rnumel, RBLOCK=ek.config.RBLOCK)
         launch = f"launch{len(self.launches)}"
-        self.launches.append(f"{launch} = Launch({name}, ({grid},), {meta!r})")
+        fresh = tuple(j for j, b in enumerate(ek.args) if b in allocated)
+        self.launches.append(f"{launch} = Launch({name}, ({grid},), {meta!r}, fresh={fresh!r})")
         return launch
 
     def _alloc(self, buf, pool, allocated):
@@ -174,6 +181,8 @@ class WrapperCodegen:
 
     def _extern(self, e: ir.ExternNode):
         gname, expr = _op_global(e.target)
+        if e.name in self.extern_overrides:
+            gname, expr = f"template_{e.name}", self.extern_overrides[e.name]
         self.globals[gname] = expr
         args = [self.arg(a) for a in e.args] + [f"{k}={self.arg(v)}" for k, v in e.kwargs.items()]
         ops = ", ".join(sorted({o for o, _ in e.origins}))
@@ -212,6 +221,8 @@ class WrapperCodegen:
         lines += [f"# {l}" for l in self.header.splitlines()]
         lines += ["import torch", "from ember.native.runtime import Launch, fixed_layout, load_kernel", "",
                   "empty_strided = torch.empty_strided", "as_strided = torch.as_strided"]
+        if self.extern_overrides:
+            lines.insert(-3, "from ember.native.autotune import MMTemplate")
         for name, expr in self.globals.items():
             lines.append(f"{name} = {expr}")
         for name, path in sorted({(name, path) for name, _, path in self.kernels.values()}):

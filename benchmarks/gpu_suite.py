@@ -1,0 +1,540 @@
+"""The GPU suite: ten workloads, each run as eager, ember and torch.compile, against the peer numbers
+of docs ``peers-h100.md`` (same workloads and timing method as the peer harness ``peer_bench.py``).
+
+    python benchmarks/gpu_suite.py                          # all ten, mode default (~8 min on an H100)
+    python benchmarks/gpu_suite.py --mode reduce-overhead   # or max-autotune, max-autotune-no-cudagraphs
+    python benchmarks/gpu_suite.py --workloads softmax,gpt2_infer --timeout 300
+    python benchmarks/gpu_suite.py --quick --device cpu     # tiny shapes: a smoke test of the harness
+
+Workloads: overhead (x*2+1 on 16 floats), mlp (3 Linear+GELU, batch 32), ln_gelu (layer_norm+gelu
+8192x4096 bf16), softmax (8192x8192 fp32), gpt2_infer (124M, b8x512 bf16), gpt2_train (autocast
+bf16, fused AdamW), bert_infer (base, b16x256 bf16), resnet50_infer (b64 bf16 channels_last),
+resnet50_train (autocast bf16, SGD), vit_infer (timm vit_base_patch16_224, b64 bf16).
+
+Method. Every (workload, compiler) runs in its own process with fresh caches, so the first call is
+a true cold compile: ember gets a new ``EMBER_CACHE_DIR`` and ``TRITON_CACHE_DIR``, torch.compile a
+new ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR``. A second ember process then reuses the
+first one's caches: its first call is the warm compile. Steady time: a Python loop of N calls between
+two CUDA events, median of 5 loops (CPU-side overhead counts, as it does for users). Error: max
+absolute difference from eager in the same process (training: the first step's loss, from an
+identical twin model, both first steps after the same seed). Processes run ``--jobs`` at a time;
+only one at a time holds the GPU-timing lock, so compiles overlap but timed loops never do.
+
+With CUDA graphs (reduce-overhead, max-autotune) the capture happens at the second call, so it is
+not part of the compile time shown. ``--budget`` bounds the whole run (processes that would start
+too late are skipped), and the JSON is rewritten after every process, so a run that is cut short
+still leaves its results.
+
+Writes ``benchmarks/results/gpu_suite-<device>[-<mode>].json`` and prints a markdown table with
+geometric-mean speedups. Exits 1 if an ember run failed or differs from eager beyond tolerance.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import datetime
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+WORKLOADS = ("overhead", "mlp", "ln_gelu", "softmax", "gpt2_infer", "gpt2_train", "bert_infer",
+             "resnet50_infer", "resnet50_train", "vit_infer")
+COMPILERS = ("eager", "ember", "ember-warm", "torch")
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# rough cost order (longest first), so parallel jobs finish together
+ORDER = ("resnet50_train", "gpt2_train", "bert_infer", "gpt2_infer", "resnet50_infer", "vit_infer", "softmax",
+         "ln_gelu", "mlp", "overhead")
+# relative error (max |out - eager| / max |eager|) above which a result is flagged
+TOL = {"overhead": 1e-5, "mlp": 1e-3, "softmax": 1e-4}
+TOL_DEFAULT = 5e-2  # bf16 workloads
+
+
+# ------------------------------------------------------------------------------------------ workloads
+
+def make(wl: str, dev: str, quick: bool):
+    """(build(compiler) -> step, inputs, bytes moved or None), as peer_bench.py defines them
+    (``quick``: tiny shapes for a smoke run)."""
+    import torch
+
+    if wl == "overhead":
+        x = torch.randn(16, device=dev)
+
+        def f(x):
+            return x * 2 + 1
+        return (lambda c: c(f)), (x,), None
+    if wl == "mlp":
+        d0, d1, b = (64, 128, 4) if quick else (512, 1024, 32)
+        m = torch.nn.Sequential(torch.nn.Linear(d0, d1), torch.nn.GELU(), torch.nn.Linear(d1, d1), torch.nn.GELU(),
+                                torch.nn.Linear(d1, 10)).to(dev).eval()
+        x = torch.randn(b, d0, device=dev)
+
+        def build(c):
+            cm = c(m)
+            return lambda x: cm(x)
+        return build, (x,), None
+    if wl == "ln_gelu":
+        r, n = (64, 256) if quick else (8192, 4096)
+        x = torch.randn(r, n, device=dev, dtype=torch.bfloat16)
+        w = torch.randn(n, device=dev, dtype=torch.bfloat16)
+        b = torch.randn(n, device=dev, dtype=torch.bfloat16)
+
+        def f(x, w, b):
+            return torch.nn.functional.gelu(torch.nn.functional.layer_norm(x, (n,), w, b))
+        return (lambda c: c(f)), (x, w, b), 2 * x.numel() * 2
+    if wl == "softmax":
+        n = 256 if quick else 8192
+        x = torch.randn(n, n, device=dev, dtype=torch.float32)
+
+        def f(x):
+            return torch.softmax(x * 0.125, dim=-1)
+        return (lambda c: c(f)), (x,), 2 * x.numel() * 4
+    if wl.startswith("gpt2"):
+        from transformers import GPT2Config, GPT2LMHeadModel
+        if quick:
+            cfg = GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=64)
+            shape = (2, 16)
+        else:
+            cfg = GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024)
+            shape = (8, 512)
+        cfg._attn_implementation = "sdpa"
+        m = GPT2LMHeadModel(cfg).to(dev)
+        ids = torch.randint(0, cfg.vocab_size, shape, device=dev)
+        if wl == "gpt2_infer":
+            m = m.eval().to(torch.bfloat16)
+
+            def build(c):
+                cm = c(m)
+
+                def step(ids):
+                    with torch.no_grad():
+                        return cm(ids).logits
+                return step
+            return build, (ids,), None
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-4, fused=dev.startswith("cuda"))
+
+        def build(c):
+            cm = c(m)
+
+            def step(ids):
+                with torch.autocast(dev.split(":")[0], dtype=torch.bfloat16):
+                    loss = cm(ids, labels=ids).loss
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                return loss.detach()
+            return step
+        return build, (ids,), None
+    if wl.startswith("resnet50"):
+        import torchvision
+        m = (torchvision.models.resnet18(num_classes=10) if quick else torchvision.models.resnet50()).to(dev)
+        m = m.to(memory_format=torch.channels_last)
+        x = torch.randn(*((2, 3, 32, 32) if quick else (64, 3, 224, 224)), device=dev).to(memory_format=torch.channels_last)
+        if wl == "resnet50_infer":
+            m = m.eval().to(torch.bfloat16)
+            x = x.to(torch.bfloat16)
+
+            def build(c):
+                cm = c(m)
+
+                def step(x):
+                    with torch.no_grad():
+                        return cm(x)
+                return step
+            return build, (x,), None
+        opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+
+        def build(c):
+            cm = c(m)
+
+            def step(x):
+                with torch.autocast(dev.split(":")[0], dtype=torch.bfloat16):
+                    loss = cm(x).float().logsumexp(-1).mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                return loss.detach()
+            return step
+        return build, (x,), None
+    if wl == "vit_infer":
+        import timm
+        kw = dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4) if quick else {}
+        m = timm.create_model("vit_base_patch16_224", pretrained=False, **kw).to(dev).eval().to(torch.bfloat16)
+        x = torch.randn(2 if quick else 64, 3, 32 if quick else 224, 32 if quick else 224, device=dev, dtype=torch.bfloat16)
+
+        def build(c):
+            cm = c(m)
+
+            def step(x):
+                with torch.no_grad():
+                    return cm(x)
+            return step
+        return build, (x,), None
+    if wl == "bert_infer":
+        from transformers import BertConfig, BertModel
+        if quick:
+            cfg = BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128,
+                             vocab_size=128)
+            shape = (2, 16)
+        else:
+            cfg, shape = BertConfig(), (16, 256)
+        cfg._attn_implementation = "sdpa"
+        m = BertModel(cfg).to(dev).eval().to(torch.bfloat16)
+        ids = torch.randint(0, cfg.vocab_size, shape, device=dev)
+
+        def build(c):
+            cm = c(m)
+
+            def step(ids):
+                with torch.no_grad():
+                    return cm(ids).last_hidden_state
+            return step
+        return build, (ids,), None
+    raise SystemExit(f"unknown workload {wl}")
+
+
+def compiler_fn(compiler: str, mode: str):
+    import torch
+    m = None if mode == "default" else mode
+    if compiler == "eager":
+        return lambda f: f
+    if compiler.startswith("ember"):
+        import ember
+        return lambda f: ember.compile(f, mode=m)
+    if compiler == "torch":
+        return lambda f: torch.compile(f, mode=m)
+    raise SystemExit(f"unknown compiler {compiler}")
+
+
+# --------------------------------------------------------------------------------- one measured process
+
+@contextlib.contextmanager
+def gpu_lock(path: str | None):
+    """Only one process times at a time (compiles of the others may overlap)."""
+    if not path:
+        yield
+        return
+    import fcntl
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def measure(wl: str, compiler: str, mode: str, dev: str, quick: bool, timing: bool, lock: str | None) -> dict:
+    import torch
+
+    cuda = dev.startswith("cuda")
+    if not cuda:  # one intra-op thread: on a small shared machine, thread contention swamps the timings
+        torch.set_num_threads(1)
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    training = wl.endswith("_train")
+    torch.manual_seed(0)
+    build, inputs, nbytes = make(wl, dev, quick)
+    if training:  # the reference: the first step of an identical twin, run eagerly
+        torch.manual_seed(0)
+        twin_build, twin_inputs, _ = make(wl, dev, quick)
+        torch.manual_seed(1)  # the same dropout masks for both first steps (if the compiler draws like eager)
+        ref = twin_build(lambda f: f)(*twin_inputs)
+        del twin_build, twin_inputs
+    else:
+        with torch.no_grad():
+            ref = build(lambda f: f)(*inputs)
+    sync()
+    step = build(compiler_fn(compiler, mode))
+    torch.manual_seed(1)
+    t0 = time.perf_counter()
+    out = step(*inputs)
+    sync()
+    first = time.perf_counter() - t0
+    diff = (out.float() - ref.float()).abs().max().item()
+    scale = ref.float().abs().max().item() or 1.0
+    rec = dict(workload=wl, compiler=compiler, mode=mode, status="ok", first_call_s=round(first, 3),
+               max_abs_err=diff, rel_err=diff / scale)
+    del out
+    if timing:
+        for _ in range(5):
+            step(*inputs)
+        sync()
+        iters = (50 if wl in ("overhead", "mlp") else 10) if quick else (200 if wl in ("overhead", "mlp") else 30)
+        loops = 3 if quick else 5
+        times = []
+        with gpu_lock(lock):
+            for _ in range(loops):
+                if cuda:
+                    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    s.record()
+                    for _ in range(iters):
+                        step(*inputs)
+                    e.record()
+                    e.synchronize()
+                    times.append(s.elapsed_time(e) / iters)
+                else:
+                    t = time.perf_counter()
+                    for _ in range(iters):
+                        step(*inputs)
+                    times.append((time.perf_counter() - t) * 1e3 / iters)
+        ms = statistics.median(times)
+        rec.update(ms=round(ms, 4), ms_loops=[round(t, 4) for t in times], iters=iters)
+        if nbytes:
+            rec["GBps"] = round(nbytes / (ms * 1e-3) / 1e9, 1)
+    if compiler.startswith("ember"):
+        rec["ember"] = ember_stats()
+    return rec
+
+
+def ember_stats() -> dict:
+    out = {}
+    try:
+        import ember.cudagraphs as cg
+        s = cg.stats()
+        out["cudagraphs"] = {k: (len(v) if isinstance(v, list) else v) for k, v in s.items()}
+        out["cudagraphs_disabled"] = s["disabled"][:5]
+    except Exception:  # noqa: BLE001 - stats are informative only
+        pass
+    return out
+
+
+# ------------------------------------------------------------------------------------------ the driver
+
+def run_child(wl, compiler, args, env, timing=True) -> dict:
+    base = dict(workload=wl, compiler=compiler, mode=args.mode)
+    left = args.deadline - time.perf_counter()
+    if left < 30:  # the whole run must end in time (a killed run would leave no results)
+        return dict(base, status="skipped", error=f"out of the --budget of {args.budget:.0f} s")
+    timeout = min(args.timeout, left)
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", wl, compiler, "--mode", args.mode,
+           "--device", args.device]
+    if args.quick:
+        cmd.append("--quick")
+    if not timing:
+        cmd.append("--no-timing")
+    if args.lock:
+        cmd += ["--lock", args.lock]
+    t0 = time.perf_counter()
+    # a session of its own: on timeout the whole group goes (torch.compile's compile workers too)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return dict(base, status="failed", error=f"timed out after {timeout:.0f} s")
+    wall = round(time.perf_counter() - t0, 1)
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("RESULT "):
+            return dict(json.loads(line[7:]), process_s=wall)
+    err = [l for l in stderr.strip().splitlines() if l.strip()] or ["no output"]
+    missing = re.search(r"No module named '([\w.]+)'", stderr)
+    status = "skipped" if missing else "failed"
+    return dict(base, status=status, error=f"exit {proc.returncode}: {err[-1][:400]}", process_s=wall)
+
+
+def run_workload(wl, args, compilers, log) -> list:
+    out = []
+    tmp = tempfile.mkdtemp(prefix=f"gpu_suite_{wl}_")
+    try:
+        def env_for(kind):
+            env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+            if kind == "torch":
+                env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "inductor")
+                env["TRITON_CACHE_DIR"] = os.path.join(tmp, "triton-torch")
+            else:  # ember cold and warm share these: the warm run finds what the cold one wrote
+                env["EMBER_CACHE_DIR"] = os.path.join(tmp, "ember")
+                env["TRITON_CACHE_DIR"] = os.path.join(tmp, "triton-ember")
+            return env
+        for c in compilers:
+            if c == "ember-warm" and not any(r["compiler"] == "ember" and r["status"] == "ok" for r in out):
+                rec = dict(workload=wl, compiler=c, mode=args.mode, status="skipped", error="no cold ember run")
+            else:
+                rec = run_child(wl, c, args, env_for(c), timing=(c != "ember-warm"))
+            log(rec)
+            out.append(rec)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def summarize(results: list, workloads) -> tuple[list, dict]:
+    by = {(r["workload"], r["compiler"]): r for r in results}
+    rows = []
+    for wl in workloads:
+        e, m, w, t = (by.get((wl, c), {}) for c in ("eager", "ember", "ember-warm", "torch"))
+        row = dict(workload=wl, eager_ms=e.get("ms"), ember_ms=m.get("ms"), torch_ms=t.get("ms"),
+                   ember_cold_s=m.get("first_call_s"), ember_warm_s=w.get("first_call_s"),
+                   torch_cold_s=t.get("first_call_s"), ember_err=m.get("max_abs_err"), torch_err=t.get("max_abs_err"),
+                   ember_rel_err=m.get("rel_err"), eager_GBps=e.get("GBps"), ember_GBps=m.get("GBps"),
+                   torch_GBps=t.get("GBps"), ember_status=m.get("status", "missing"),
+                   torch_status=t.get("status", "missing"))
+        for c in ("ember", "torch"):
+            if row["eager_ms"] and row[f"{c}_ms"]:
+                row[f"{c}_speedup"] = round(row["eager_ms"] / row[f"{c}_ms"], 3)
+        tol = TOL.get(wl, TOL_DEFAULT)
+        row["ember_check"] = ("FAIL: " + (m.get("error") or "no result")) if m.get("status") != "ok" else (
+            "ok" if (m.get("rel_err") or 0) <= tol else f"FAIL: rel err {m['rel_err']:.3g} > {tol}")
+        if m.get("status") == "skipped":
+            row["ember_check"] = "skipped: " + m.get("error", "")
+        graphs = (m.get("ember") or {}).get("cudagraphs")
+        if graphs is not None and m.get("mode") in ("reduce-overhead", "max-autotune"):
+            row["ember_cudagraphs"] = graphs
+            if row["ember_check"] == "ok":  # timed with graphs, or why not
+                row["ember_check"] = (f"ok, {graphs['replays']} graph replays" if graphs["replays"] else
+                                      f"ok, but no graph replayed ({graphs['skipped']} skipped, "
+                                      f"{graphs['disabled']} disabled)")
+        rows.append(row)
+
+    def geo(vals):
+        vals = [v for v in vals if v]
+        return round(math.exp(sum(math.log(v) for v in vals) / len(vals)), 3) if vals else None
+    both = [r for r in rows if r.get("ember_speedup") and r.get("torch_speedup")]
+    geomean = dict(ember=geo(r.get("ember_speedup") for r in rows), torch=geo(r.get("torch_speedup") for r in rows),
+                   ember_common=geo(r["ember_speedup"] for r in both), torch_common=geo(r["torch_speedup"] for r in both),
+                   common_workloads=len(both))
+    return rows, geomean
+
+
+def _f(v, fmt="{:.4g}"):
+    return "—" if v is None else fmt.format(v)
+
+
+def markdown(rows, geomean, mode) -> str:
+    lines = ["| workload | eager ms | ember ms (speedup) | torch.compile ms (speedup) | ember compile s cold / warm "
+             "| torch.compile compile s | ember max err | GB/s eager / ember / torch | check |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        def ms(c):
+            if r[f"{c}_ms"] is None:
+                return r[f"{c}_status"]
+            return f"{r[f'{c}_ms']:.4g} ({r.get(f'{c}_speedup', 0):.2f}x)" if r.get(f"{c}_speedup") else f"{r[f'{c}_ms']:.4g}"
+        gbps = "—" if r["eager_GBps"] is None else " / ".join(_f(r[k], "{:.0f}") for k in ("eager_GBps", "ember_GBps", "torch_GBps"))
+        lines.append(f"| {r['workload']} | {_f(r['eager_ms'])} | {ms('ember')} | {ms('torch')} | "
+                     f"{_f(r['ember_cold_s'], '{:.1f}')} / {_f(r['ember_warm_s'], '{:.1f}')} | {_f(r['torch_cold_s'], '{:.1f}')} | "
+                     f"{_f(r['ember_err'], '{:.3g}')} | {gbps} | {r['ember_check']} |")
+    lines.append("")
+    lines.append(f"Geomean speedup over eager (mode {mode}): ember {_f(geomean['ember'], '{:.3f}')}x, "
+                 f"torch.compile {_f(geomean['torch'], '{:.3f}')}x; on the {geomean['common_workloads']} workloads "
+                 f"both ran: ember {_f(geomean['ember_common'], '{:.3f}')}x, torch.compile "
+                 f"{_f(geomean['torch_common'], '{:.3f}')}x.")
+    return "\n".join(lines)
+
+
+def write_report(out, results, workloads, args, jobs, label, wall) -> dict:
+    import torch
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    rows, geomean = summarize(results, workloads)
+    table = markdown(rows, geomean, args.mode)
+    report = dict(benchmark="gpu_suite", date=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+                  device=label, device_name=torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+                  mode=args.mode, quick=args.quick, jobs=jobs, timeout_s=args.timeout, budget_s=args.budget,
+                  python=platform.python_version(), torch=torch.__version__, triton=triton_version,
+                  platform=platform.platform(), wall_s=round(wall, 1),
+                  method="own process per (workload, compiler), fresh caches (ember-warm reuses ember's); "
+                         "CUDA events around N calls, median of 5 loops; error vs eager in the same process",
+                  geomean=geomean, rows=rows, results=results, markdown=table)
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    tmp = out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(report, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, out)
+    return report
+
+
+def device_label(device: str) -> str:
+    import torch
+    if device.startswith("cuda"):
+        return re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name(torch.device(device)).lower()).strip("-")
+    return "cpu"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--mode", default="default", choices=MODES)
+    p.add_argument("--workloads", default=",".join(WORKLOADS))
+    p.add_argument("--compilers", default=",".join(COMPILERS), help="subset of " + ",".join(COMPILERS))
+    p.add_argument("--device", default=None, help="cuda (default when available) or cpu")
+    p.add_argument("--quick", action="store_true", help="tiny shapes and few iterations (a smoke test)")
+    p.add_argument("--timeout", type=float, default=240, help="seconds per process")
+    p.add_argument("--budget", type=float, default=540,
+                   help="seconds for the whole run: processes that would start later are skipped, and the last "
+                        "ones get only the time left (results are written after every process)")
+    p.add_argument("--jobs", type=int, default=None, help="processes at a time (default 4 on cuda, 1 on cpu)")
+    p.add_argument("--out", default=None)
+    p.add_argument("--child", nargs=2, metavar=("WORKLOAD", "COMPILER"), help=argparse.SUPPRESS)
+    p.add_argument("--no-timing", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--lock", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+
+    import torch
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.child:
+        rec = measure(*args.child, args.mode, args.device, args.quick, not args.no_timing, args.lock)
+        print("RESULT " + json.dumps(rec), flush=True)
+        return 0
+
+    workloads = [w for w in args.workloads.split(",") if w]
+    unknown = set(workloads) - set(WORKLOADS)
+    if unknown:
+        p.error(f"unknown workloads {sorted(unknown)}; choose from {','.join(WORKLOADS)}")
+    compilers = [c for c in COMPILERS if c in args.compilers.split(",")]
+    jobs = args.jobs or (4 if args.device.startswith("cuda") else 1)
+    lock_dir = tempfile.mkdtemp(prefix="gpu_suite_lock_")
+    args.lock = os.path.join(lock_dir, "gpu.lock") if jobs > 1 else None
+    t0 = time.perf_counter()
+    args.deadline = t0 + args.budget
+    label = device_label(args.device)
+    suffix = "" if args.mode == "default" else f"-{args.mode}"
+    out = args.out or os.path.join(HERE, "results", f"gpu_suite-{label}{suffix}.json")
+    results, done = [], threading.Lock()
+
+    def log(rec):
+        what = (f"{rec.get('ms', '-')} ms, first call {rec.get('first_call_s', '-')} s, err {rec.get('max_abs_err', '-')}"
+                if rec["status"] == "ok" else f"{rec['status']}: {rec.get('error', '')}")
+        print(f"[{time.perf_counter() - t0:6.1f}s] {rec['workload']:<15} {rec['compiler']:<11} {what}", flush=True)
+        with done:  # results so far reach the disk at once: an interrupted run still leaves them
+            results.append(rec)
+            report = write_report(out, results, workloads, args, jobs, label, time.perf_counter() - t0)
+        return report
+
+    order = sorted(workloads, key=lambda w: ORDER.index(w))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        list(pool.map(lambda w: run_workload(w, args, compilers, log), order))
+    shutil.rmtree(lock_dir, ignore_errors=True)
+    report = write_report(out, results, workloads, args, jobs, label, time.perf_counter() - t0)
+    rows = report["rows"]
+    print("\n" + report["markdown"])
+    print(f"\nwrote {os.path.relpath(out, ROOT)} in {report['wall_s']:.0f} s")
+    failed = [r["workload"] for r in rows if r["ember_check"].startswith("FAIL")]
+    if failed:
+        print(f"ember FAILED on: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

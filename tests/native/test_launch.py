@@ -1,0 +1,170 @@
+"""The wrapper's launch path: after the first call a launch site calls Triton's compiled launcher
+directly (no argument binding, no cache lookup), checks alignment only of pointers that may move,
+and the whole generated wrapper costs a few microseconds of Python per call. CPU tests drive
+``Launch`` with a stand-in driver and compiled kernel; the GPU test times the real thing."""
+import re
+import time
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from ember.native import compile_aten_graph  # noqa: E402
+from ember.native.cache import load_module  # noqa: E402
+from ember.native.runtime import Launch  # noqa: E402
+from tests.native.harness import DEVICE, trace  # noqa: E402
+
+
+class _Compiled:
+    """What ``JITFunction[grid](...)`` returns on a GPU: a kernel with a raw launcher."""
+
+    def __init__(self):
+        self.calls = []
+        self.function, self.packed_metadata = "fn-handle", "packed"
+        self.run = lambda *a: self.calls.append(a)
+
+
+class _Jit:
+    arg_names = ["in_ptr0", "out_ptr0", "xnumel", "XBLOCK"]
+
+    def __init__(self):
+        self.kernel, self.slow = _Compiled(), 0
+
+    def __getitem__(self, grid):
+        def launch(*args, **meta):
+            self.slow += 1
+            return self.kernel
+        return launch
+
+
+class _Driver:
+    def get_current_device(self):
+        return 3
+
+    def get_current_stream(self, device):
+        return 1000 + device
+
+
+@pytest.fixture
+def fake_driver():
+    from triton.runtime import driver
+    old = driver._active
+    driver.set_active(_Driver())
+    yield
+    driver._active = old
+
+
+class _Ptr:
+    def __init__(self, addr):
+        self.addr = addr
+
+    def data_ptr(self):
+        return self.addr
+
+
+def test_fast_path_after_the_first_call(fake_driver):
+    jit = _Jit()
+    launch = Launch(jit, (4,), {"XBLOCK": 256, "num_warps": 4}, fresh=(1,))
+    x, out = _Ptr(4096), _Ptr(8192)
+    launch(x, out, 1000)
+    assert jit.slow == 1 and jit.kernel.calls == []
+    launch(x, out, 1000)
+    launch(_Ptr(4096 + 32), _Ptr(7), 1000)  # moved but still aligned input; output never checked
+    assert jit.slow == 1
+    first = jit.kernel.calls[0]
+    assert first[:8] == (4, 1, 1, 1003, "fn-handle", "packed", None, None)
+    assert first[8:] == (None, x, out, 1000, 256)  # hooks, args, then the constexprs
+    launch(_Ptr(4096 + 4), out, 1000)  # an input that lost 16-byte alignment: the normal path
+    assert jit.slow == 2 and len(jit.kernel.calls) == 2
+
+
+def test_interpreter_or_hooks_keep_the_normal_path(fake_driver, monkeypatch):
+    from triton import knobs
+    jit = _Jit()
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda *a: None)
+    launch = Launch(jit, (1,), {"XBLOCK": 16, "num_warps": 1})
+    for _ in range(3):
+        launch(_Ptr(0), _Ptr(0), 16)
+    assert jit.slow == 3 and launch.fast is None
+
+
+def _compiled_tiny(native_cache):
+    x = torch.randn(16, device=DEVICE)
+    gm = trace(lambda x: x * 2 + 1, [x])
+    fn = compile_aten_graph(gm, [x], force_triton=True, options={"cache_dir": native_cache})
+    return fn, x
+
+
+def test_wrapper_marks_its_own_buffers_fresh(native_cache):
+    fn, x = _compiled_tiny(native_cache)
+    src = open(fn.ember_native["wrapper"]).read()
+    assert re.search(r"launch0 = Launch\(\w+, \(1,\), \{.*\}, fresh=\(1,\)\)", src), src
+
+
+def test_wrapper_python_cost_per_call(native_cache, capsys):
+    """The generated wrapper with launches stubbed out: what ember's Python adds around the kernels."""
+    fn, x = _compiled_tiny(native_cache)
+    mod = load_module(fn.ember_native["wrapper"])
+    stubbed = 0
+    for v in vars(mod).values():
+        if isinstance(v, Launch):
+            v.fast = (lambda *a: None, 1, 1, 1, lambda d: 0, 0, None, None, ((0, True),), (16,))
+            stubbed += 1
+    assert stubbed == 1
+    for _ in range(200):
+        fn(x)
+    n = 5000
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        for _ in range(n):
+            fn(x)
+        best = min(best, (time.perf_counter() - t) / n * 1e6)
+    with capsys.disabled():
+        print(f"\n[ember] generated wrapper, launch stubbed: {best:.2f} us per call")
+    assert best < 100  # a loose bound (shared CI machines); the number is what matters
+
+
+def _per_call_us(fn, x, n=3000):
+    for _ in range(100):
+        fn(x)
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        for _ in range(n):
+            fn(x)
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t) / n * 1e6)
+    return best
+
+
+@pytest.mark.gpu
+def test_gpu_launches_take_the_fast_path(native_cache):
+    fn, x = _compiled_tiny(native_cache)
+    for _ in range(3):
+        torch.testing.assert_close(fn(x), x * 2 + 1)
+    launches = [v for v in vars(load_module(fn.ember_native["wrapper"])).values() if isinstance(v, Launch)]
+    assert launches and all(v.fast is not None for v in launches)
+    base = torch.randn(17, device="cuda")
+    odd = base[1:]  # 4 bytes past an aligned address: the kernel specialized on alignment must not run
+    torch.testing.assert_close(fn(odd), odd * 2 + 1)
+    torch.testing.assert_close(fn(x), x * 2 + 1)
+
+
+@pytest.mark.gpu
+def test_gpu_tiny_call_within_10us_of_eager(capsys):
+    import types
+
+    import ember
+
+    def f(x):
+        return x * 2 + 1
+    compiled = ember.compile(types.FunctionType(f.__code__.replace(), f.__globals__, "f_compiled"))
+    x = torch.randn(16, device="cuda")
+    torch.testing.assert_close(compiled(x), f(x))
+    eager_us, ember_us = _per_call_us(f, x), _per_call_us(compiled, x)
+    with capsys.disabled():
+        print(f"\n[ember] x*2+1 on 16 floats: eager {eager_us:.1f} us, ember {ember_us:.1f} us per call")
+    assert ember_us <= eager_us + 10
