@@ -13,6 +13,16 @@ if _ROOT not in sys.path:
     sys.path.append(_ROOT)
 
 
+def require_openvino():
+    """Skip the calling module unless OpenVINO's runtime and PyTorch frontend import cleanly (a
+    partial or mismatched install raises errors other than ImportError)."""
+    try:
+        import openvino  # noqa: F401
+        from openvino.frontend.pytorch.fx_decoder import TorchFXPythonDecoder  # noqa: F401
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"openvino is not usable here: {type(exc).__name__}: {exc}", allow_module_level=True)
+
+
 @pytest.fixture(autouse=True)
 def _no_openvino_env(monkeypatch):
     """Tests decide the backend's options themselves: clear the user's OPENVINO_TORCH_* defaults."""

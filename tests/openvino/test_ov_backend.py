@@ -8,7 +8,9 @@ import textwrap
 
 import pytest
 
-pytest.importorskip("openvino")
+from tests.openvino.conftest import require_openvino  # noqa: E402
+
+require_openvino()
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402

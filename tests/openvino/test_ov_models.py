@@ -2,7 +2,9 @@
 Hugging Face GPT-2 and BERT (small configs, built locally), a PT2E int8-quantized CNN, and training."""
 import pytest
 
-pytest.importorskip("openvino")
+from tests.openvino.conftest import require_openvino  # noqa: E402
+
+require_openvino()
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402

@@ -6,7 +6,9 @@ have run inside an OpenVINO partition; ``None`` only checks results (the op may 
 """
 import pytest
 
-pytest.importorskip("openvino")
+from tests.openvino.conftest import require_openvino  # noqa: E402
+
+require_openvino()
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
