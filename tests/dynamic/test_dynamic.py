@@ -199,7 +199,8 @@ def test_parameters_stay_static_under_dynamic_true():
         x = torch.randn(n, 4)
         torch.testing.assert_close(c(x), lin(x))
     src = c._ember_cache.entries[0].source
-    assert "self._parameters['weight'].shape == (3, 4)" in src.replace('"', "'") or "(3, 4)" in src
+    assert "== (3, 4)" in src                    # the weight's shape is checked as a constant
+X
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "ember"])
