@@ -19,7 +19,7 @@ class Config:
     recompile_limit: int = field(default=8, metadata={"doc": "cache entries per compiled function before further misses run eagerly"})
     inline_depth_limit: int = field(default=48, metadata={"doc": "deepest chain of inlined user calls before tracing gives up"})
     instruction_limit: int = field(default=2_000_000, metadata={"doc": "bytecode instructions one trace may interpret (guards against endless loops)"})
-    logs: str = field(default="", metadata={"doc": "comma list of log artifacts: graph_breaks, recompiles, guards, graph_code, output_code, aot_graphs, bytecode (or all)"})
+    logs: str = field(default="", metadata={"doc": "comma list of log artifacts: graph_breaks, recompiles, guards, graph_code, output_code, aot_graphs, openvino, bytecode (or all)"})
     verify: bool = field(default=False, metadata={"doc": "run torch.fx Graph.lint() on every captured graph"})
     native_force_triton: bool = field(default=False, metadata={"doc": "run the native backend's Triton kernels on CPU tensors too (needs TRITON_INTERPRET=1 before triton is imported; for tests)"})
     cache_dir: str = field(default=os.path.join(os.path.expanduser("~"), ".cache", "ember"), metadata={"doc": "on-disk cache for compiled artifacts"})
