@@ -195,10 +195,6 @@ def is_symbolic(value) -> bool:
     return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)) and bool(free_symbols(value))
 
 
-def is_symbolic_tensor(t) -> bool:
-    return isinstance(t, torch.Tensor) and any(is_symbolic(s) for s in (*t.shape, *t.stride()))
-
-
 def py_name(sym: sympy.Symbol) -> str:
     return f"__sym_{sym.name}"
 
