@@ -50,6 +50,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+from _proc import exclusive_lock  # noqa: E402
 WORKLOADS = ("overhead", "mlp", "ln_gelu", "softmax", "gpt2_infer", "gpt2_train", "bert_infer",
              "resnet50_infer", "resnet50_train", "vit_infer")
 COMPILERS = ("eager", "ember", "ember-warm", "torch")
@@ -220,19 +223,6 @@ def compiler_fn(compiler: str, mode: str):
 
 # --------------------------------------------------------------------------------- one measured process
 
-@contextlib.contextmanager
-def gpu_lock(path: str | None):
-    """Only one process times at a time (compiles of the others may overlap)."""
-    if not path:
-        yield
-        return
-    import fcntl
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def measure(wl: str, compiler: str, mode: str, dev: str, quick: bool, timing: bool, lock: str | None) -> dict:
@@ -279,7 +269,7 @@ def measure(wl: str, compiler: str, mode: str, dev: str, quick: bool, timing: bo
         iters = (50 if wl in ("overhead", "mlp") else 10) if quick else (200 if wl in ("overhead", "mlp") else 30)
         loops = 3 if quick else 5
         times = []
-        with gpu_lock(lock):
+        with exclusive_lock(lock):
             for _ in range(loops):
                 if cuda:
                     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -47,26 +47,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]  # zoo_models, and ember from a checkout without installing
 
 import zoo_models  # noqa: E402
+from _proc import exclusive_lock  # noqa: E402
 
 TIMING = {"full": (3, 20), "quick": (1, 5)}   # (warm-up calls, timed calls)
 
 
 # ------------------------------------------------------------------------------------------ one model (child)
 
-@contextlib.contextmanager
-def timing_lock(path: str | None):
-    """Exclusive while timing, so parallel jobs never share the accelerator during a measurement."""
-    if not path:
-        yield
-        return
-    import fcntl
-
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _emit(record: dict) -> None:
@@ -108,7 +95,7 @@ def measure_model(name: str, args) -> None:
             compiled = ember.compile(model, backend=args.backend)
             out_a, rec["compile_s"] = first_call(lambda: compiled(*a_args, **a_kw), args.device)
             ok_a, err_a, why_a = compare(ref_a, out_a, rtol, atol)
-            with timing_lock(args.lock):
+            with exclusive_lock(args.lock):
                 t = median_ms({"eager": eager, "ember": lambda: compiled(*a_args, **a_kw)}, args.device, warmup, iters)
             rec.update(eager_ms=t["eager"]["ms"], compiled_ms=t["ember"]["ms"],
                        speedup=t["eager"]["ms"] / t["ember"]["ms"])
@@ -122,7 +109,7 @@ def measure_model(name: str, args) -> None:
             rec.update(status="error", error=f"{type(exc).__name__}: {exc}"[:2000],
                        traceback=traceback.format_exc()[-4000:])
         if "eager_ms" not in rec:  # ember failed before it was timed
-            with timing_lock(args.lock):
+            with exclusive_lock(args.lock):
                 rec["eager_ms"] = median_ms({"eager": eager}, args.device, warmup, iters)["eager"]["ms"]
         _emit(rec)
         if not args.no_peer:
@@ -168,7 +155,7 @@ def _measure_peer(model, a_args, a_kw, ref, eager, args, warmup, iters, rtol, at
         compiled = torch.compile(model)
         out, rec["compile_s"] = first_call(lambda: compiled(*a_args, **a_kw), args.device)
         ok, err, why = compare(ref, out, rtol, atol)
-        with timing_lock(args.lock):  # eager again, in turns with the peer (see ember/bench/measure.py)
+        with exclusive_lock(args.lock):  # eager again, in turns with the peer (see ember/bench/measure.py)
             t = median_ms({"eager": eager, "peer": lambda: compiled(*a_args, **a_kw)}, args.device, warmup, iters)
         breaks = counters["graph_break"]
         rec.update(eager_ms=t["eager"]["ms"], ms=t["peer"]["ms"], speedup=t["eager"]["ms"] / t["peer"]["ms"],
