@@ -31,6 +31,12 @@ vs eager is measured on one call after timing.
 Model caching: convnet6 at batch 1 is also compiled with model_caching=True twice in fresh processes
 sharing one new cache directory, to compare the first call's latency cold vs warm.
 
+Dynamic lengths: encoder_layer at batch 1 over 8 sequence lengths (16..128), one process per variant:
+eager, ember (default dynamic=None: static first, then one dynamic compile), ember_static
+(dynamic=False: one compile per length) and OpenVINO's torch.compile with aot_autograd. Reported: the
+first pass over the lengths (compiles included), the median call of later passes, and ember's frontend
+compile count. `--dynamic-only` runs just this row (written to openvino-dynamic-cpu.json).
+
 Writes benchmarks/results/openvino-cpu.json.
 """
 from __future__ import annotations
@@ -52,6 +58,8 @@ ROOT = os.path.dirname(HERE)
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
 MODELS = ("convnet6", "resnet18", "encoder_layer", "bert_small")
 VARIANTS = ("eager", "ember", "ov_torch", "ov_torch_aot")
+DYNAMIC_VARIANTS = ("eager", "ember", "ember_static", "ov_torch_aot")
+LENGTHS = (16, 24, 40, 56, 72, 96, 112, 128)
 
 
 # ------------------------------------------------------------------------------------------ models
@@ -124,10 +132,10 @@ def compile_variant(variant: str, model, threads: int | None):
         torch.set_num_threads(threads)
     if variant == "eager":
         return model
-    if variant == "ember":
+    if variant in ("ember", "ember_static"):
         sys.path.insert(0, ROOT)
         import ember
-        return ember.compile(model, backend="openvino")
+        return ember.compile(model, backend="openvino", dynamic=False if variant == "ember_static" else None)
     import openvino.torch  # noqa: F401  (registers OpenVINO's own torch.compile backend)
     opts = {"aot_autograd": True} if variant == "ov_torch_aot" else {}
     if threads:
@@ -204,6 +212,54 @@ def measure_cache(cache_dir: str) -> dict:
     return {"first_call_s": round(first, 4), "backend_s": round(sum(spent), 4), "second_call_ms": round(second * 1e3, 3)}
 
 
+def measure_dynamic(variant: str, threads: int | None) -> dict:
+    """encoder_layer at batch 1 over LENGTHS: the first pass (compiles included), then later passes."""
+    import torch
+    model, _ = build_model("encoder_layer", 1)
+    inputs = [torch.randn(1, n, 256) for n in LENGTHS]
+    with torch.no_grad():
+        compiled = compile_variant(variant, model, threads)
+        t0 = time.perf_counter()
+        for x in inputs:
+            compiled(x)
+        first_pass = time.perf_counter() - t0
+        times = {n: [] for n in LENGTHS}
+        for _ in range(10):
+            for n, x in zip(LENGTHS, inputs):
+                t = time.perf_counter()
+                compiled(x)
+                times[n].append(time.perf_counter() - t)
+        err = max(float((compiled(x) - model(x)).abs().max() / model(x).abs().max()) for x in inputs)
+    cache = getattr(compiled, "_ember_cache", None)
+    return {"variant": variant, "first_pass_s": round(first_pass, 4),
+            "ms": {n: round(statistics.median(t) * 1e3, 4) for n, t in times.items()},
+            "frontend_compiles": cache.compile_count if cache is not None else None,
+            "max_rel_err": err, "load_1min": round(os.getloadavg()[0], 2)}
+
+
+def run_dynamic(threads: str) -> dict:
+    results = {}
+    for variant in DYNAMIC_VARIANTS:
+        results[variant] = _child(["--dynamic-probe", variant, threads])
+        res = results[variant]
+        shown = f"first pass {res['first_pass_s']:.2f}s" if "first_pass_s" in res else f"FAILED: {res['error'][:100]}"
+        print(f"dynamic lengths, threads={threads}, {variant}: {shown}", flush=True)
+    return results
+
+
+def print_dynamic(results: dict) -> None:
+    print(f"\nencoder_layer b1 over sequence lengths {', '.join(map(str, LENGTHS))}:")
+    print("| variant | first pass (compiles included) | median call, length 16 / 56 / 128 | frontend compiles |")
+    print("|---|---|---|---|")
+    for variant, r in results.items():
+        if "first_pass_s" not in r:
+            print(f"| {variant} | failed | | |")
+            continue
+        ms = r["ms"]
+        calls = " / ".join(f"{ms[n]:.2f}" if n in ms else "-" for n in ("16", "56", "128"))
+        print(f"| {variant} | {r['first_pass_s']:.2f} s | {calls} ms | {r['frontend_compiles'] or '-'} |")
+
+
 # ------------------------------------------------------------------------------------------ driver
 
 def _child(args: list[str], timeout: float = 900) -> dict:
@@ -248,6 +304,9 @@ def main() -> None:
     p.add_argument("--out", default=os.path.join(HERE, "results", "openvino-cpu.json"))
     p.add_argument("--one", nargs=4, metavar=("MODEL", "BATCH", "VARIANT", "THREADS"), help=argparse.SUPPRESS)
     p.add_argument("--cache-probe", metavar="DIR", help=argparse.SUPPRESS)
+    p.add_argument("--dynamic-probe", nargs=2, metavar=("VARIANT", "THREADS"), help=argparse.SUPPRESS)
+    p.add_argument("--dynamic-only", action="store_true",
+                   help="run only the dynamic-lengths row (writes results/openvino-dynamic-cpu.json)")
     p.add_argument("--min-s", type=float, default=2.0, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
@@ -256,6 +315,21 @@ def main() -> None:
         return
     if args.cache_probe:
         print(json.dumps(measure_cache(args.cache_probe)))
+        return
+    if args.dynamic_probe:
+        threads = None if args.dynamic_probe[1] == "default" else int(args.dynamic_probe[1])
+        print(json.dumps(measure_dynamic(args.dynamic_probe[0], threads)))
+        return
+    if args.dynamic_only:
+        threads = args.threads.split(",")[0]
+        dynamic = run_dynamic(threads)
+        out = os.path.join(HERE, "results", "openvino-dynamic-cpu.json")
+        with open(out, "w") as f:
+            json.dump({"benchmark": "benchmarks/openvino.py --dynamic-only", "threads": threads,
+                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                       "machine": _machine(), "lengths": LENGTHS, "results": dynamic}, f, indent=1)
+        print_dynamic(dynamic)
+        print(f"\nwrote {out}")
         return
 
     repeats = args.repeats or (1 if args.quick else 3)
@@ -275,6 +349,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cache["cold"] = _child(["--cache-probe", tmp])
         cache["warm"] = _child(["--cache-probe", tmp])
+    dynamic = run_dynamic(args.threads.split(",")[-1])
 
     results = []
     for (threads, model, batch, variant), reps in runs.items():
@@ -311,11 +386,13 @@ def main() -> None:
                          "after": [round(v, 2) for v in os.getloadavg()]},
         "results": results,
         "model_caching_convnet6_b1": cache,
+        "dynamic_lengths_encoder_layer_b1": dynamic,
     }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
     print_table(results, cache)
+    print_dynamic(dynamic)
     print(f"\nwrote {args.out}")
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 from torch._dispatch.python import enable_python_dispatcher
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from ember.aot.functional import Mutation, functionalize, mutation_of, to_fun
@@ -36,6 +37,7 @@ class InputInfo:
     is_tensor: bool
     requires_grad: bool = False
     mutation: Mutation = Mutation()
+    is_symint: bool = False  # an int traced as a symbol (dynamic shapes): an input of the traced graphs
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,11 @@ class GraphMeta:
         return [i for i, info in enumerate(self.inputs) if info.is_tensor]
 
     @property
+    def graph_inputs(self) -> list[int]:
+        """The inputs the traced graphs take, in order: tensors and symbolic ints (others are baked in)."""
+        return [i for i, info in enumerate(self.inputs) if info.is_tensor or info.is_symint]
+
+    @property
     def num_traced_outputs(self) -> int:
         return len(self.mutated) + len(self.plain) + len(self.base_reps)
 
@@ -95,7 +102,8 @@ def fakeify(args, fake_mode, templates: list | None = None) -> list:
 
     ``templates`` (dynamic shapes): the graph's placeholder fakes; where one has symbolic sizes the
     copy gets the same symbols, so the traced graphs are valid for every size they allow."""
-    return [fake_input(a, fake_mode, templates[i] if templates else None) if isinstance(a, torch.Tensor) else a
+    return [fake_input(a, fake_mode, templates[i] if templates else None) if isinstance(a, torch.Tensor)
+            else templates[i] if templates and is_symint(templates[i]) else a
             for i, a in enumerate(args)]
 
 
@@ -119,11 +127,18 @@ def is_symbolic_tensor(t) -> bool:
     return any(isinstance(s, torch.SymInt) and s.node.expr.free_symbols for s in (*t.shape, *t.stride()))
 
 
+def is_symint(value) -> bool:
+    """An int input the frontend traced as a symbol."""
+    return isinstance(value, torch.SymInt) and bool(value.node.expr.free_symbols)
+
+
 def symbolic_templates(gm: fx.GraphModule):
-    """(fake mode, placeholder fakes) when the captured graph has symbolic input sizes, else None."""
+    """(fake mode, placeholder fakes) when the captured graph has symbolic input sizes or ints, else None."""
     templates = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
-    sym = next((t for t in templates if is_symbolic_tensor(t)), None)
-    return (sym.fake_mode, templates) if sym is not None else None
+    if not any(is_symbolic_tensor(t) or is_symint(t) for t in templates):
+        return None
+    mode = next((t.fake_mode for t in templates if isinstance(t, FakeTensor)), None)
+    return (mode, templates) if mode is not None else None
 
 
 def base_of(t):
@@ -144,7 +159,7 @@ def collect(gm: fx.GraphModule, args: list, fake_mode, templates: list | None = 
     inputs, mutated = [], []
     for i, (arg, f_arg) in enumerate(zip(fakes, f_args)):
         if not isinstance(arg, torch.Tensor):
-            inputs.append(InputInfo(False))
+            inputs.append(InputInfo(False, is_symint=is_symint(arg)))
             continue
         mut = mutation_of(f_arg, arg)
         inputs.append(InputInfo(True, arg.requires_grad, mut))
@@ -210,8 +225,9 @@ def _classify_outputs(meta: GraphMeta, outs: list, f_args: list) -> None:
             continue
         view = (tuple(o.size()), tuple(o.stride()), o.storage_offset())
         if any(isinstance(v, torch.SymInt) for v in (*view[0], *view[1], view[2])) and \
-                (id(o) not in input_ids):
-            # regenerating an aliased output needs its sizes at run time; not done yet
+                id(o) not in input_ids and (j in shared or StorageWeakRef(o.untyped_storage()) in input_storages):
+            # regenerating an aliased output needs its sizes at run time; not done yet (a fresh
+            # output with symbolic sizes is fine: the traced graph computes it)
             meta.unsupported = f"output {j} aliases another tensor and has symbolic sizes"
         if id(o) in input_ids:
             result.append(OutputInfo(OutputKind.INPUT, o.requires_grad, input_ids[id(o)]))

@@ -26,6 +26,11 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.fx as fx
+try:  # torch >= 2.13
+    from torch.fx.experimental.symbolic_shapes import optimization_hint
+except ImportError:  # pragma: no cover - torch 2.11 (the H100 machine)
+    def optimization_hint(x):
+        return x.node.hint if isinstance(x, torch.SymInt) else int(x)
 
 from ember.aot.maxflow import INF, INF_CUT, FlowGraph, min_cut
 from ember.aot.ops import is_random_op, recompute_rule
@@ -138,7 +143,8 @@ def _nbytes(node: fx.Node) -> float:
         return INF if node.meta.get("ember_mutated_input") else 0.0
     v = _val(node)
     if isinstance(v, torch.Tensor):
-        return float(v.numel() * v.element_size())
+        # symbolic sizes: the size hint (int() would add a guard, specializing the graph to one size)
+        return float(optimization_hint(v.numel()) * v.element_size())
     return INF  # tuples and other non-tensors cannot be saved as such; their elements can
 
 

@@ -49,7 +49,10 @@ class AOTCompiledGraph:
         self.name = f"{type(gm).__name__}#{self.id}"
         self._tidx = [i for i, a in enumerate(example_inputs) if isinstance(a, torch.Tensor)]
         # non-tensor inputs are baked into the traced graphs, so they are part of the variant key
-        self._cidx = [i for i, a in enumerate(example_inputs) if not isinstance(a, torch.Tensor)]
+        # (except ints traced as symbols: those are graph inputs)
+        symbolic = analysis.symbolic_templates(gm)
+        symints = {i for i, t in enumerate(symbolic[1]) if analysis.is_symint(t)} if symbolic else set()
+        self._cidx = [i for i, a in enumerate(example_inputs) if not isinstance(a, torch.Tensor) and i not in symints]
         self.variants: dict = {}
         self._variant(self._key(example_inputs), list(example_inputs))
 
@@ -104,13 +107,13 @@ def build_variant(gm: fx.GraphModule, args: list, opts: AOTOptions, name: str = 
         if elog.enabled(ARTIFACT):
             elog.artifact(ARTIFACT, _banner(name, "joint graph", meta) + _readable(joint.gm))
         fw, bw = opts.partition_fn(joint.gm, joint.primal_vals, num_fwd_outputs=joint.num_fw_outputs)
-        compiled_fw = opts.fw_compiler(fw, [args[i] for i in meta.tensor_indices]) or fw.forward
+        compiled_fw = opts.fw_compiler(fw, [args[i] for i in meta.graph_inputs]) or fw.forward
         bw_examples = [n.meta.get("val") for n in bw.graph.nodes if n.op == "placeholder"]
         compiled_bw = opts.bw_compiler(bw, bw_examples) or bw.forward
         variant = TrainingVariant(meta, joint, fw, bw, compiled_fw, compiled_bw)
     else:
         graph = trace_forward(gm, meta, args, fake_mode, opts.decompositions, templates)
-        compiled = opts.inference_compiler(graph, [args[i] for i in meta.tensor_indices]) or graph.forward
+        compiled = opts.inference_compiler(graph, [args[i] for i in meta.graph_inputs]) or graph.forward
         variant = InferenceVariant(meta, graph, compiled)
     variant.meta = meta
     if config.verify:  # EMBER_VERIFY=1: check every graph this layer built

@@ -5,7 +5,7 @@ Both traces run the captured graph on functional wrappers of fake inputs (see ``
 return the traced outputs described in ``analysis.py``. The joint trace then calls
 ``torch.autograd.grad`` on the differentiable ones, so autograd's own backward formulas are recorded
 (decomposed by the same table) after the forward. Placeholders are named ``primals_<k>`` and
-``tangents_<k>``, only tensor inputs become placeholders, and non-tensor inputs are baked in.
+``tangents_<k>``; tensor inputs and ints traced as symbols become placeholders, other values are baked in.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _trace_state(grad_enabled: bool):
 
 def _user_body(gm, meta: GraphMeta, consts: list, clone_mutated: bool):
     """The captured graph as a function of its tensor inputs, returning the traced outputs."""
-    tensor_idx = meta.tensor_indices
+    tensor_idx = meta.graph_inputs
 
     def body(tensors):
         args = list(consts)
@@ -75,8 +75,11 @@ def _finish(gm: fx.GraphModule, name: str) -> fx.GraphModule:
 
 def _fake_primals(args, meta: GraphMeta, fake_mode, templates=None) -> list:
     prims = []
-    for i in meta.tensor_indices:
+    for i in meta.graph_inputs:
         a = args[i]
+        if not isinstance(a, torch.Tensor):
+            prims.append(templates[i])  # an int traced as a symbol: the graph takes the SymInt
+            continue
         # leaves, so autograd.grad can be taken with respect to them
         f = fake_input(a.detach(), fake_mode, templates[i] if templates else None)
         prims.append(f.requires_grad_(a.requires_grad) if a.requires_grad else f)
@@ -108,9 +111,9 @@ def trace_joint(gm, meta: GraphMeta, args: list, fake_mode, decompositions: dict
 
     def joint(primals, tangents):
         with functionalize():
-            f_prims = [to_fun_leaf(p) for p in primals]
+            f_prims = [to_fun_leaf(p) if isinstance(p, torch.Tensor) else p for p in primals]
             outs = body(f_prims)
-            wrt = [k for k, p in enumerate(f_prims) if p.requires_grad]
+            wrt = [k for k, p in enumerate(f_prims) if isinstance(p, torch.Tensor) and p.requires_grad]
             # An autocast region around the compiled call covers its forward only: eager's backward
             # runs later, outside it (the runtime likewise runs the backward graph with autocast off).
             with torch._C._DisableAutocast():
@@ -129,7 +132,7 @@ def trace_joint(gm, meta: GraphMeta, args: list, fake_mode, decompositions: dict
                     for shape, dtype, device in (meta.traced_specs[k] for k in diff)]
         traced = make_fx(joint, decomposition_table=decompositions)(prims, tangents)
     joint_gm = _finish(traced, "joint")
-    mutated_tensor_pos = {meta.tensor_indices.index(i) for i in meta.mutated}
+    mutated_tensor_pos = {meta.graph_inputs.index(i) for i in meta.mutated}
     for k, node in enumerate(n for n in joint_gm.graph.nodes if n.op == "placeholder" and n.name.startswith("primals")):
         # read by the partitioner: the runtime overwrites mutated inputs, so they must not be saved
         node.meta["ember_mutated_input"] = k in mutated_tensor_pos

@@ -18,6 +18,7 @@ from torch.fx.experimental.symbolic_shapes import DimDynamic
 from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils import _pytree as pytree
+from torch.utils._sympy.numbers import int_oo
 
 from ember.frontend.dynamic import (
     Binding, ConstraintViolation, FrameShapeState, ShapeGuardPlan, dim_source, free_symbols, is_static_source,
@@ -159,6 +160,9 @@ class OutputGraph:
                 self._marked.append((f"{source.name()}.size({d})", d, expr, bounds))
                 if bounds is not None and isinstance(expr, sympy.Symbol):
                     self._sym_bounds[expr] = bounds
+                    # the ShapeEnv's range too: backends read it (openvino bounds its dynamic dimensions)
+                    self.shape_env.constrain_symbol_range(expr, -int_oo if bounds[0] is None else bounds[0],
+                                                          int_oo if bounds[1] is None else bounds[1])
         return TensorMeta(type(value), value.dtype, value.device, tuple(shape), tuple(stride), value.requires_grad)
 
     def shape_guard(self) -> ShapeGuardPlan | None:

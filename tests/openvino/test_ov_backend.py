@@ -154,7 +154,7 @@ def test_op_without_a_conversion_rule_is_split_out(reports):
 def test_conversion_failure_falls_back_to_native(monkeypatch, reports):
     from ember.backends.openvino import convert
 
-    def broken(sub):
+    def broken(sub, signature):
         raise RuntimeError("simulated conversion failure")
 
     monkeypatch.setattr(convert, "to_ov_model", broken)

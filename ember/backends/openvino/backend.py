@@ -14,6 +14,10 @@ the same version counter, as when it was baked (a few attribute reads per weight
 (``load_state_dict``, an optimizer step under ``no_grad``) changes the version: the graph is rebuilt
 with the new values, and after ``MAX_REFREEZES`` rebuilds it stops freezing for good. Writes through
 ``.data`` bypass version counters, as they do for autograd: use ``with torch.no_grad(): p.copy_(v)``.
+
+Dynamic shapes. A captured graph with symbolic sizes (or ints traced as symbols) is traced to ATen
+graphs with the same symbols; their partitions become OpenVINO models with dynamic dimensions, compiled
+once for every size (shapes.py), and the size arithmetic between them runs in Python (partition.py).
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from ember.aot import aot_autograd
 from ember.backends.openvino import decompositions, fastpath, partition
 from ember.backends.openvino.convert import core
 from ember.backends.openvino.options import OVOptions, check_against_runtime, resolve
+from ember.backends.openvino.shapes import graph_input_positions
 
 MAX_REFREEZES = 2
 _ATTRIBUTE_SOURCE = re.compile(r"\.[A-Za-z_]\w*$")  # "self.conv.weight", "self[0].running_mean"
@@ -48,17 +53,15 @@ def openvino_backend(gm: fx.GraphModule, example_inputs: list, options: dict | N
 
 
 def weight_positions(gm: fx.GraphModule, example_inputs: list) -> set[int]:
-    """Positions, among the tensor inputs (the ATen graphs' placeholders), of parameters and buffers:
-    inputs that are ``nn.Parameter`` objects or are read from a module attribute."""
-    positions, rank = set(), 0
+    """Positions, among the ATen graphs' placeholders, of parameters and buffers: inputs that are
+    ``nn.Parameter`` objects or are read from a module attribute."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    for node, value in zip(placeholders, example_inputs):
-        if not isinstance(value, torch.Tensor):
-            continue
-        source = str(node.meta.get("source", ""))
-        if isinstance(value, torch.nn.Parameter) or _ATTRIBUTE_SOURCE.search(source):
+    positions = set()
+    for rank, i in enumerate(graph_input_positions(gm, example_inputs)):
+        value, source = example_inputs[i], str(placeholders[i].meta.get("source", ""))
+        if isinstance(value, torch.nn.Parameter) or (isinstance(value, torch.Tensor)
+                                                     and _ATTRIBUTE_SOURCE.search(source)):
             positions.add(rank)
-        rank += 1
     return positions
 
 

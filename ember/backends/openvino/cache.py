@@ -7,9 +7,10 @@ Layout under ``cache_dir``::
     ember_openvino/blobs/                   OpenVINO's own cache of compiled blobs (its CACHE_DIR property)
 
 A partition's key hashes everything its OpenVINO model depends on: the partition's code, the shapes
-and dtypes of its inputs, the bytes of every constant baked into it (frozen weights), the options that
-change conversion or compilation, the versions of OpenVINO and torch, and the source of this package
-(editing the converter invalidates old entries). Files are written under a temporary name and renamed,
+and dtypes of its inputs (symbolic sizes by canonical name, ``d0, d1 ...``, and range), the bytes of
+every constant baked into it (frozen weights), the options that change conversion or compilation, the
+versions of OpenVINO and torch, and the source of this package (editing the converter invalidates old
+entries). Files are written under a temporary name and renamed,
 so a concurrent reader sees a whole file or none.
 """
 from __future__ import annotations
@@ -65,10 +66,11 @@ def _graph_text(gm: fx.GraphModule) -> str:
     return gm.code + "\n#constants " + h.hexdigest()
 
 
-def partition_key(sub: fx.GraphModule, inputs: list, opts, ov_version: str) -> str:
+def partition_key(sub: fx.GraphModule, inputs: str, opts, ov_version: str) -> str:
+    """``inputs``: the partition's input signature as text (``shapes.Signature.key_text``)."""
     h = hashlib.sha256()
     for part in (FORMAT, ov_version, torch.__version__, _package_source_hash(), opts.cache_fingerprint(),
-                 repr(inputs), _graph_text(sub)):
+                 inputs, _graph_text(sub)):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()

@@ -17,6 +17,7 @@ import torch.fx as fx
 
 from ember.backends.openvino import cache
 from ember.backends.openvino.options import OVOptions
+from ember.backends.openvino.shapes import Signature
 from ember.backends.openvino.threads import compile_config
 from ember.backends.openvino.support import unconvertible_ops
 
@@ -52,12 +53,19 @@ def openvino_version() -> str:
     return ov.get_version()
 
 
-def bake_constants(sub: fx.GraphModule, constants: dict[int, torch.Tensor]) -> fx.GraphModule:
+def bake_constants(sub: fx.GraphModule, constants: dict[int, torch.Tensor | int]) -> fx.GraphModule:
     """Turn the placeholders at the given positions into ``get_attr`` constants (tensors detached: the
-    decoder shares their memory and must not see autograd state)."""
+    decoder shares their memory and must not see autograd state), or into literals (ints: sizes that
+    tracing found static, read by ``aten.sym_size`` all the same)."""
     placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
     for k, value in sorted(constants.items()):
         node = placeholders[k]
+        if not isinstance(value, torch.Tensor):
+            for user in list(node.users):
+                user.args, user.kwargs = fx.node.map_aggregate((user.args, user.kwargs),
+                                                               lambda a: value if a is node else a)
+            sub.graph.erase_node(node)
+            continue
         name = f"ov_const_{k}"
         sub.register_buffer(name, value.detach())
         with sub.graph.inserting_before(node):
@@ -69,30 +77,26 @@ def bake_constants(sub: fx.GraphModule, constants: dict[int, torch.Tensor]) -> f
     return sub
 
 
-def input_specs(sub: fx.GraphModule) -> list[tuple[tuple, torch.dtype]]:
-    """(shape, dtype) of each remaining placeholder, read from the traced metadata."""
-    specs = []
-    for node in sub.graph.nodes:
-        if node.op == "placeholder":
-            val = node.meta["val"]
-            specs.append((tuple(int(d) for d in val.shape), val.dtype))
-    return specs
+def signature(sub: fx.GraphModule) -> Signature:
+    """What the partition takes (its remaining placeholders) and returns, read from the traced metadata
+    without guarding on symbolic sizes (an ``int()`` would specialize them)."""
+    nodes = list(sub.graph.nodes)
+    out = next(n for n in reversed(nodes) if n.op == "output")
+    return Signature.of([n.meta["val"] for n in nodes if n.op == "placeholder"],
+                        [a.meta["val"] for a in out.args[0]])
 
 
-def output_specs(sub: fx.GraphModule) -> list[tuple[tuple, torch.dtype]]:
-    out = next(n for n in reversed(sub.graph.nodes) if n.op == "output")
-    return [(tuple(int(d) for d in a.meta["val"].shape), a.meta["val"].dtype) for a in out.args[0]]
-
-
-def to_ov_model(sub: fx.GraphModule):
+def to_ov_model(sub: fx.GraphModule, sig: Signature):
     """Convert with the FX decoder; ``UnconvertibleOps`` when the converter names ops it cannot handle."""
     _, FrontEndManager, TorchFXPythonDecoder = _import_openvino()
-    specs = input_specs(sub)
     frontend = FrontEndManager().load_by_framework("pytorch")
     # The decoder must stay referenced while the frontend works on it: a temporary fails with
     # "pure virtual function called" (OpenVINO keeps a raw pointer to it).
-    decoder = TorchFXPythonDecoder(sub, input_shapes=[torch.Size(s) for s, _ in specs],
-                                   input_types=[d for _, d in specs])
+    if sig.dynamic:
+        shapes = sig.partial_shapes()
+    else:
+        shapes = [torch.Size(s.shape) for s in sig.inputs]
+    decoder = TorchFXPythonDecoder(sub, input_shapes=shapes, input_types=[s.dtype for s in sig.inputs])
     try:
         model = frontend.convert(frontend.load(decoder))
     except Exception as exc:  # noqa: BLE001 - OpConversionFailure is not importable by a stable name
@@ -105,15 +109,16 @@ def to_ov_model(sub: fx.GraphModule):
 
 
 def compile_partition(sub: fx.GraphModule, opts: OVOptions, log) -> tuple:
-    """(compiled model, input specs, output specs, cache key or None, cache hit) for one partition
-    whose constants are already baked in (``bake_constants``)."""
+    """(compiled model, signature, cache key or None, cache hit) for one partition whose constants
+    are already baked in (``bake_constants``). With symbolic sizes the model has dynamic dimensions
+    and is compiled once for all of them (shapes.py)."""
     t0 = time.perf_counter()
-    ins, outs = input_specs(sub), output_specs(sub)
-    key = cache.partition_key(sub, ins, opts, openvino_version()) if opts.model_caching else None
+    sig = signature(sub)
+    key = cache.partition_key(sub, sig.key_text(), opts, openvino_version()) if opts.model_caching else None
     model = cache.load_model(core(), opts.cache_dir, key) if key else None
     hit = model is not None
     if model is None:
-        model = to_ov_model(sub)
+        model = to_ov_model(sub, sig)
         if key:
             cache.save_model(model, opts.cache_dir, key)
     config = compile_config(opts)
@@ -121,10 +126,11 @@ def compile_partition(sub: fx.GraphModule, opts: OVOptions, log) -> tuple:
         config["CACHE_DIR"] = cache.blob_dir(opts.cache_dir)  # OpenVINO's own cache of compiled blobs
     compiled = core().compile_model(model, opts.device, config)
     _note_precision(compiled, opts)
-    if len(compiled.outputs) != len(outs):
-        raise RuntimeError(f"OpenVINO model has {len(compiled.outputs)} outputs, the partition {len(outs)}")
-    log(f"{'loaded from the cache' if hit else 'converted'}, compiled in {time.perf_counter() - t0:.3f}s")
-    return compiled, ins, outs, key, hit
+    if len(compiled.outputs) != len(sig.outputs):
+        raise RuntimeError(f"OpenVINO model has {len(compiled.outputs)} outputs, the partition {len(sig.outputs)}")
+    dynamic = f" with dynamic inputs {sig.dynamic_inputs()}" if sig.dynamic else ""
+    log(f"{'loaded from the cache' if hit else 'converted'}{dynamic}, compiled in {time.perf_counter() - t0:.3f}s")
+    return compiled, sig, key, hit
 
 
 _precision_noted = False

@@ -10,7 +10,10 @@ The simplest kind, the only one recorded: an inference call (no gradient needed,
 ATen graph became exactly one OpenVINO partition with nothing around it, and which neither mutates
 nor aliases its inputs (aot_autograd's analysis says so). Anything else falls back to the full path
 (aot_autograd + partitioning, with per-partition caching), as does a replayed graph at a call that
-needs gradients, runs under autocast, or sees a weight changed since it was frozen.
+needs gradients, runs under autocast, or sees a weight changed since it was frozen. A graph with
+symbolic sizes is keyed and recorded by its symbols (canonical names and ranges, shapes.py), so a later
+process replays it whatever size its first call has; one whose partition takes ints (sizes computed
+in Python) is not recorded.
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ from ember.backends.openvino import cache
 from ember.backends.openvino.convert import core, openvino_version
 from ember.backends.openvino.partition import log
 from ember.backends.openvino.runtime import OVPartition
+from ember.backends.openvino.shapes import Signature, graph_input_positions
+from ember.backends.openvino.support import is_symbolic
 from ember.backends.openvino.threads import compile_config
 
 
@@ -34,16 +39,25 @@ def _plain_call(example_inputs) -> bool:
 
 def graph_key(gm: fx.GraphModule, example_inputs: list, opts, frozen: list[int]) -> str:
     """Hash of the captured graph, its inputs' metadata, the frozen weights' bytes, the options and
-    the versions involved."""
+    the versions involved. A graph with symbolic sizes is keyed by them (canonical names and ranges),
+    not by the sizes of the call that compiled it."""
+    templates = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
+    dynamic = any(is_symbolic(t) for t in templates)
     h = hashlib.blake2b(digest_size=32)
     for part in (cache.FORMAT, "graph", openvino_version(), torch.__version__, cache._package_source_hash(),
                  opts.cache_fingerprint(), gm.code):
         h.update(part.encode() + b"\0")
     for i, a in enumerate(example_inputs):
         if isinstance(a, torch.Tensor):
-            h.update(f"{i}:{tuple(a.shape)}:{a.dtype}:{a.requires_grad}:{i in frozen};".encode())
+            shape = "symbolic" if dynamic else tuple(a.shape)
+            h.update(f"{i}:{shape}:{a.dtype}:{a.requires_grad}:{i in frozen};".encode())
+        elif dynamic and isinstance(templates[i], torch.SymInt):
+            h.update(f"{i}:symbolic int;".encode())
         else:
             h.update(f"{i}:{type(a).__name__}:{a!r};".encode())
+    if dynamic:
+        symbolic = [t for t in templates if isinstance(t, (torch.Tensor, torch.SymInt))]
+        h.update(Signature.of(symbolic, []).key_text().encode())
     for i in frozen:
         cache.tensor_digest(example_inputs[i], h)
     return h.hexdigest()
@@ -53,7 +67,7 @@ def compile_with_cache(gm: fx.GraphModule, example_inputs: list, opts, weights: 
     """The compiled graph, from a whole-graph record when one exists (else built and maybe recorded)."""
     if not _plain_call(example_inputs):
         return aot(gm, example_inputs)
-    tensor_pos = [i for i, a in enumerate(example_inputs) if isinstance(a, torch.Tensor)]
+    tensor_pos = graph_input_positions(gm, example_inputs)  # captured position of each ATen input
     frozen = sorted(tensor_pos[r] for r in weights)
     key = graph_key(gm, example_inputs, opts, frozen)
     record = cache.load_record(opts.cache_dir, key)
@@ -86,20 +100,15 @@ def _record_for(compiled, tensor_pos: list[int]) -> dict | None:
     inputs, outputs = form
     part = built.partitions[0]
     frozen = [pos for pos, _, _ in variant.compiled.frozen]
-    if set(inputs) & set(frozen):
+    if set(inputs) & set(frozen) or any(spec.is_int for spec in part["signature"].inputs):
         return None
     return {
         "ir": part["cache_key"],
         "inputs": [tensor_pos[k] for k in inputs],     # captured-graph input positions fed to OpenVINO
         "outputs": outputs,                            # partition output behind each graph output
         "frozen": [tensor_pos[k] for k in frozen],     # captured-graph positions baked as constants
-        "in_specs": [[list(s), str(d)] for s, d in part["in_specs"]],
-        "out_specs": [[list(s), str(d)] for s, d in part["out_specs"]],
+        "signature": part["signature"].to_json(),      # shapes, symbolic ones by canonical name
     }
-
-
-def _dtype(name: str) -> torch.dtype:
-    return getattr(torch, name.split(".")[-1])
 
 
 class ReplayedGraph:
@@ -113,14 +122,13 @@ class ReplayedGraph:
             raise ValueError("it does not match the graph's inputs")
         config = compile_config(opts)
         config.setdefault("CACHE_DIR", cache.blob_dir(opts.cache_dir))
+        sig = Signature.from_json(record["signature"])
+        args = [example_inputs[i] for i in record["inputs"]]
+        if not sig.accepts(args):
+            raise ValueError(f"the inputs ({', '.join(f'{tuple(a.shape)} {a.dtype}' for a in args)}) do not fit "
+                             f"the record's ({', '.join(s.text() for s in sig.inputs)})")
         compiled = core().compile_model(model, opts.device, config)
-        in_specs = [(tuple(s), _dtype(d)) for s, d in record["in_specs"]]
-        out_specs = [(tuple(s), _dtype(d)) for s, d in record["out_specs"]]
-        for i, (shape, dtype) in zip(record["inputs"], in_specs):
-            if tuple(example_inputs[i].shape) != shape or example_inputs[i].dtype != dtype:
-                raise ValueError(f"input {i} is {tuple(example_inputs[i].shape)} {example_inputs[i].dtype}, "
-                                 f"the record says {shape} {dtype}")
-        self.runner = OVPartition("replayed", compiled, in_specs, out_specs)
+        self.runner = OVPartition("replayed", compiled, sig)
         self.gm, self.aot, self.full = gm, aot, None
         self.inputs, self.outputs = record["inputs"], record["outputs"]
         self.frozen = [(i, example_inputs[i], example_inputs[i]._version) for i in record["frozen"]]

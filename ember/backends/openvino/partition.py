@@ -1,6 +1,7 @@
 """Split an ATen graph into OpenVINO partitions and PyTorch ops, and build the runnable result.
 
-    copy graph -> propose partitions (support.py rules) -> fuse each into a submodule
+    copy graph -> sizes from the inputs (dynamic shapes) -> propose partitions (support.py rules)
+               -> fuse each into a submodule
                -> per partition: bake constants, convert + compile (convert.py), or fall back
                -> the parent graph calls OVPartition modules between its remaining PyTorch ops
 
@@ -19,15 +20,18 @@ import itertools
 import operator
 from dataclasses import dataclass, field
 
+import sympy
 import torch
 import torch.fx as fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
+from torch.utils._sympy.functions import FloorDiv
 
 from ember.backends.openvino import support
 from ember.backends.openvino.convert import UnconvertibleOps, bake_constants, compile_partition
 from ember.backends.openvino.options import OVOptions
 from ember.backends.openvino.runtime import OVPartition
+from ember.backends.openvino.shapes import spec_of, static_int
 from ember.backends.openvino.threads import single_threaded_torch, user_controls_threads
 from ember.diagnostics import logging as elog
 
@@ -67,6 +71,87 @@ def native(sub: fx.GraphModule):
     return compile_aten_graph(sub, [n.meta.get("val") for n in sub.graph.nodes if n.op == "placeholder"])
 
 
+# sympy operations of size expressions -> the Python operators that compute them on ints
+_SIZE_OPS = {sympy.Add: operator.add, sympy.Mul: operator.mul, FloorDiv: operator.floordiv}
+
+
+def read_sizes_from_inputs(gm: fx.GraphModule) -> None:
+    """Dynamic shapes: compute every size from the graph's inputs, each expression once.
+
+    Size arithmetic runs in Python between partitions. A size read off an intermediate tensor
+    (``sym_size(t, 1)`` = ``s0 + 1``) would wait for the partition computing ``t`` while feeding ops
+    of that same partition, and the partitioner would have to cut the partition in two. So each size
+    node becomes the same expression over sizes read off the inputs (``sym_size(x, 1) + 1``); when the
+    expression has operations ``_SIZE_OPS`` does not know, the node stays as it is."""
+    sources = _SizeSources(gm)
+    for node in list(gm.graph.nodes):
+        if not (support.is_size_arithmetic(node) and isinstance(node.meta["val"], torch.SymInt)):
+            continue
+        expr = node.meta["val"].node.expr
+        if isinstance(sources.known.get(expr), fx.Node):
+            computed = sources.known[expr]
+        elif node.target is torch.ops.aten.sym_size.int and node.args[0].op == "placeholder":
+            computed = None  # already read off an input
+        else:
+            computed = sources.compute(expr, before=node)
+        if computed is None or computed is node:
+            sources.known[expr] = node  # the first node of its expression: later ones reuse it
+            continue
+        node.replace_all_uses_with(computed)
+        gm.graph.erase_node(node)
+    if sources.emitted:
+        gm.graph.eliminate_dead_code()  # partial computations of expressions that could not be finished
+
+
+class _SizeSources:
+    """Where each size expression is computed: a node earlier in the graph, or (placeholder, dim)."""
+
+    def __init__(self, gm: fx.GraphModule):
+        self.graph = gm.graph
+        self.known: dict = {}
+        self.emitted = False
+        for node in gm.graph.nodes:
+            val = node.meta.get("val") if node.op == "placeholder" else None
+            if isinstance(val, torch.SymInt):
+                self.known.setdefault(val.node.expr, node)
+            elif isinstance(val, torch.Tensor):
+                for d, size in enumerate(val.shape):
+                    if isinstance(size, torch.SymInt):
+                        self.known.setdefault(size.node.expr, (node, d))
+
+    def compute(self, expr, before: fx.Node):
+        """A node (or int) computing ``expr`` from the inputs, inserted before ``before``; or None."""
+        if expr.is_number:
+            return int(expr)
+        found = self.known.get(expr)
+        if isinstance(found, fx.Node):
+            return found
+        if isinstance(found, tuple):
+            placeholder, dim = found
+            return self._emit(torch.ops.aten.sym_size.int, found, placeholder.meta["val"].shape[dim], expr, before)
+        op = _SIZE_OPS.get(type(expr))
+        terms = [self.compute(a, before) for a in expr.args] if op is not None else [None]
+        if any(t is None for t in terms):
+            return None
+        acc = terms[0]
+        for k, term in enumerate(terms[1:], 2):
+            value = op(_value(acc), _value(term))
+            acc = self._emit(op, (acc, term), value, expr.func(*expr.args[:k]) if k < len(terms) else expr, before)
+        return acc
+
+    def _emit(self, target, args: tuple, value, expr, before: fx.Node) -> fx.Node:
+        with self.graph.inserting_before(before):
+            node = self.graph.call_function(target, args)
+        node.meta["val"] = value
+        self.known[expr] = node
+        self.emitted = True
+        return node
+
+
+def _value(arg):
+    return arg.meta["val"] if isinstance(arg, fx.Node) else arg
+
+
 def propose(gm: fx.GraphModule, opts: OVOptions) -> tuple[list, dict]:
     rules = support.Support(opts)
     partitioner = CapabilityBasedPartitioner(
@@ -87,12 +172,14 @@ class Built:
     threads_limited: bool = False    # PyTorch runs on one thread during calls (threads.py)
 
     def report(self, name: str, reasons: dict) -> dict:
-        torch_targets = sorted({str(n.target) for n in self.module.graph.nodes if n.op == "call_function"
-                                and n.target is not operator.getitem})
+        calls = [n for n in self.module.graph.nodes if n.op == "call_function" and n.target is not operator.getitem]
         return {"graph": name, "fully_converted": self.fully_converted,
-                "partitions": [{k: v for k, v in p.items() if k not in ("in_specs", "out_specs")}
-                               for p in self.partitions],
-                "native_partitions": list(self.native), "torch_ops": torch_targets,
+                "dynamic_inputs": {n.name: spec_of(n.meta["val"]).text() for n in self.module.graph.nodes
+                                   if n.op == "placeholder" and support.is_symbolic(n.meta.get("val"))},
+                "partitions": [{k: v for k, v in p.items() if k != "signature"} for p in self.partitions],
+                "native_partitions": list(self.native),
+                "torch_ops": sorted({str(n.target) for n in calls if not support.is_size_arithmetic(n)}),
+                "size_ops": sorted({str(n.target) for n in calls if support.is_size_arithmetic(n)}),
                 "kept_in_pytorch": dict(reasons), "threads_limited": self.threads_limited}
 
     @property
@@ -147,6 +234,7 @@ def build(gm: fx.GraphModule, example_inputs: list, frozen: set[int], opts: OVOp
     name = name or f"graph{next(_graph_ids)}"
     for attempt in range(MAX_ATTEMPTS):
         work = copy_graph_module(gm)
+        read_sizes_from_inputs(work)
         partitions, reasons = propose(work, opts)
         if not partitions:
             log(f"{name}: nothing to run in OpenVINO; the graph runs in PyTorch"
@@ -180,16 +268,19 @@ def _compile_partitions(work: fx.GraphModule, example_inputs: list, frozen: set[
                 constants[k] = getattr(work, arg.target)   # a constant make_fx lifted out of the graph
             elif arg.op == "placeholder" and placeholders[arg] in frozen:
                 constants[k] = example_inputs[placeholders[arg]]
+            elif static_int(arg.meta.get("val")) is not None:
+                constants[k] = static_int(arg.meta["val"])  # a size read with sym_size, found static
             else:
                 kept.append(arg)
         sub = bake_constants(sub, constants)
         label = f"{name}.{node.target}"
         reason = None
         try:
-            compiled, ins, outs, key, hit = compile_partition(sub, opts, lambda msg: log(f"{label}: {msg}"))
-            runner = OVPartition(label, compiled, ins, outs, sub, native)
+            compiled, sig, key, hit = compile_partition(sub, opts, lambda msg: log(f"{label}: {msg}"))
+            runner = OVPartition(label, compiled, sig, sub, native)
             report.append({"name": label, "ops": _targets(sub), "cache_key": key, "cache_hit": hit,
-                           "in_specs": ins, "out_specs": outs, "constants": len(constants)})
+                           "signature": sig, "constants": len(constants),
+                           "dynamic_inputs": sig.dynamic_inputs(), "symbol_ranges": sig.symbol_ranges()})
         except UnconvertibleOps as exc:
             if exc.names & set(_targets(sub)):
                 raise  # ops of this graph: partition again without them
@@ -213,7 +304,7 @@ def _targets(gm: fx.GraphModule) -> list[str]:
 
 def _torch_op_count(gm: fx.GraphModule) -> int:
     return sum(1 for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem
-               and _qualified(n.target) not in support.NON_COMPUTE_OPS)
+               and _qualified(n.target) not in support.NON_COMPUTE_OPS and not support.is_size_arithmetic(n))
 
 
 def _qualified(target) -> str:

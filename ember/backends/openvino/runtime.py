@@ -1,19 +1,23 @@
 """Running one compiled partition: tensors in, fresh tensors out, PyTorch if OpenVINO fails.
 
 Inputs are handed to OpenVINO without a copy (``ov.Tensor(..., shared_memory=True)`` over the torch
-tensor's memory; OpenVINO only reads them during ``infer``).
+tensor's memory; OpenVINO only reads them during ``infer``). Int inputs (sizes, under dynamic shapes)
+are written into a 0-d array that OpenVINO reads in place.
 
 Outputs are written by OpenVINO straight into torch tensors we allocate and hand out, so no copy is
 made either. Unlike OpenVINO's own integration, an output is never written again once it is handed
 out: each output has a small pool of buffers, and a buffer is reused only when nothing outside the pool
 holds its storage any more (checked with the storage's reference count: the caller's tensor, or any
 view of it, keeps it busy). The usual loop ``y = model(x)`` alternates between two buffers; results
-kept around make the pool allocate new ones instead.
+kept around make the pool allocate new ones instead. Under dynamic shapes each call's output sizes
+are worked out from its input sizes first (``shapes.Signature.output_shapes``); an output whose sizes
+cannot be (rare) is copied out of OpenVINO's own buffer instead.
 """
 from __future__ import annotations
 
 import torch
 
+from ember.backends.openvino.shapes import Signature, Spec
 from ember.diagnostics import logging as elog
 
 POOL_SIZE = 3
@@ -24,52 +28,87 @@ def _storage_refs(t: torch.Tensor) -> int:
 
 
 class _OutputPool:
-    """Buffers for one output of one infer request."""
+    """Buffers for one output of one infer request. Under dynamic shapes a call may need another size:
+    a buffer is reused only for its own size, and an idle buffer of another size makes room."""
 
-    def __init__(self, ov, shape: tuple, dtype: torch.dtype):
-        self.ov, self.shape, self.dtype = ov, shape, dtype
+    def __init__(self, ov, dtype: torch.dtype):
+        self.ov, self.dtype = ov, dtype
         self.buffers: list[tuple[torch.Tensor, object, int]] = []  # (tensor, ov.Tensor over it, idle refcount)
 
-    def take(self):
+    def take(self, shape: tuple):
         """(ov.Tensor to write into, the torch tensor to hand out)."""
-        for buf, ov_tensor, idle in self.buffers:
+        spare = None
+        for k, (buf, ov_tensor, idle) in enumerate(self.buffers):
             if _storage_refs(buf) == idle:
-                return ov_tensor, buf.detach()  # a new TensorImpl: while the caller holds it, buf is busy
-        buf = torch.empty(self.shape, dtype=self.dtype)
+                if buf.shape == shape:
+                    return ov_tensor, buf.detach()  # a new TensorImpl: while the caller holds it, buf is busy
+                spare = k
+        buf = torch.empty(shape, dtype=self.dtype)
         ov_tensor = self.ov.Tensor(buf.numpy(), shared_memory=True)
+        entry = (buf, ov_tensor, _storage_refs(buf))
         if len(self.buffers) < POOL_SIZE:
-            self.buffers.append((buf, ov_tensor, _storage_refs(buf)))
-            return ov_tensor, buf.detach()
-        return ov_tensor, buf  # pool full: a one-off buffer, dropped by OpenVINO at the next call
+            self.buffers.append(entry)
+        elif spare is not None:
+            self.buffers[spare] = entry  # sizes changed: an idle buffer of an old size goes
+        else:
+            return ov_tensor, buf  # pool full: a one-off buffer, dropped by OpenVINO at the next call
+        return ov_tensor, buf.detach()
+
+
+class _Output:
+    """How one output comes out of OpenVINO: written into a pooled buffer of a known shape (static, or
+    worked out from the call's input sizes), else copied out of OpenVINO's own buffer; then fixed up
+    when OpenVINO chose another integer width or a flattened shape."""
+
+    def __init__(self, ov, port, spec: Spec, computable: bool):
+        self.spec = spec
+        produced = _torch_dtype(port.get_element_type(), spec.dtype)
+        pshape = port.get_partial_shape()
+        self.buffer_shape = None  # None: the shape PyTorch expects at this call
+        if pshape.is_static:
+            self.buffer_shape = tuple(pshape.to_shape())
+            if not spec.symbolic and _numel(self.buffer_shape) != _numel(spec.shape):
+                raise RuntimeError(f"OpenVINO output has shape {self.buffer_shape}, PyTorch expects {spec.shape}")
+            reshaped = self.buffer_shape != spec.shape
+        else:
+            reshaped = pshape.rank.is_static and pshape.rank.get_length() != len(spec.shape)
+        if reshaped and not computable:
+            raise RuntimeError(f"OpenVINO output has shape {pshape}, PyTorch expects {spec.text()}, whose "
+                               "sizes cannot be worked out from the inputs")
+        # no pool: OpenVINO allocates and we copy (a reshaped dynamic output, or sizes unknown beforehand)
+        known = self.buffer_shape is not None or (computable and not reshaped)
+        self.pool = _OutputPool(ov, produced) if known else None
+        self.reshaped, self.cast = reshaped, produced != spec.dtype
 
 
 class OVPartition(torch.nn.Module):
     """A call_module target in the partitioned graph: runs one OpenVINO compiled model.
 
-    If OpenVINO fails at run time, ``make_fallback(fallback_graph)`` (a callable taking the same inputs)
-    runs instead, for good; without ``make_fallback`` the error propagates."""
+    ``signature`` (shapes.py) says what it takes and returns; tensor inputs may have symbolic sizes,
+    and int inputs (sizes computed in the PyTorch glue) go in as 0-d int64 tensors. If OpenVINO fails
+    at run time, ``make_fallback(fallback_graph)`` (a callable taking the same inputs) runs instead,
+    for good; without ``make_fallback`` the error propagates."""
 
-    def __init__(self, name: str, compiled, in_specs: list, out_specs: list, fallback_graph=None,
-                 make_fallback=None):
+    def __init__(self, name: str, compiled, signature: Signature, fallback_graph=None, make_fallback=None):
         super().__init__()
+        import numpy as np
         import openvino as ov
 
         self.name = name
         self.compiled = compiled
+        self.signature = signature
         self.request = compiled.create_infer_request()
         self._ov = ov
-        self._casts = []
-        self._pools = []
-        for k, (shape, dtype) in enumerate(out_specs):
-            ov_type = compiled.outputs[k].get_element_type()
-            produced = _torch_dtype(ov_type, dtype)
-            ov_shape = tuple(compiled.outputs[k].get_shape())
-            if _numel(ov_shape) != _numel(shape):
-                raise RuntimeError(f"OpenVINO output {k} has shape {ov_shape}, PyTorch expects {shape}")
-            self._pools.append(_OutputPool(ov, ov_shape, produced))
-            # OpenVINO may pick another integer width or a flattened shape: fix up after the call
-            self._casts.append(None if (produced == dtype and ov_shape == shape) else (shape, dtype))
-        self.in_dtypes = [d for _, d in in_specs]
+        shapes = signature.output_shapes() if any(s.symbolic for s in signature.outputs) else None
+        self._outputs = [_Output(ov, compiled.outputs[k], spec, shapes is None or shapes.known[k])
+                         for k, spec in enumerate(signature.outputs)]
+        self._output_shapes = shapes
+        # an int input is written into a 0-d array that OpenVINO reads in place
+        self._ints = {}
+        for k, spec in enumerate(signature.inputs):
+            if spec.is_int:
+                self._ints[k] = np.zeros((), dtype=np.int64)
+                self.request.set_input_tensor(k, ov.Tensor(self._ints[k], shared_memory=True))
         self.fallback_graph = fallback_graph
         self._make_fallback = make_fallback
         self.fallback = None
@@ -92,21 +131,40 @@ class OVPartition(torch.nn.Module):
 
     def _infer(self, args):
         req, ov = self.request, self._ov
+        copies = []  # contiguous copies of inputs: the request does not keep them alive until infer()
         for i, a in enumerate(args):
+            if i in self._ints:
+                self._ints[i][()] = a
+                continue
             a = a.detach()
             if not a.is_contiguous():
                 a = a.contiguous()
+                copies.append(a)
             req.set_input_tensor(i, ov.Tensor(a.numpy(), shared_memory=True))
+        shapes = self._output_shapes(args) if self._output_shapes is not None else None
         outs = []
-        for k, pool in enumerate(self._pools):
-            ov_tensor, out = pool.take()
+        for k, out in enumerate(self._outputs):
+            if out.pool is None:
+                outs.append(None)
+                continue
+            shape = out.buffer_shape if out.buffer_shape is not None else _expected(out.spec, shapes, k)
+            ov_tensor, t = out.pool.take(shape)
             req.set_output_tensor(k, ov_tensor)
-            outs.append(out)
+            outs.append(t)
         req.infer()
-        for k, cast in enumerate(self._casts):
-            if cast is not None:
-                outs[k] = outs[k].reshape(cast[0]).to(cast[1])
+        for k, out in enumerate(self._outputs):
+            if outs[k] is None:  # OpenVINO's own buffer, which its next call overwrites: copy it out
+                outs[k] = torch.from_numpy(req.get_output_tensor(k).data.copy())
+            if out.reshaped:
+                outs[k] = outs[k].reshape(_expected(out.spec, shapes, k))
+            if out.cast:
+                outs[k] = outs[k].to(out.spec.dtype)
         return tuple(outs)
+
+
+def _expected(spec: Spec, shapes, k: int) -> tuple:
+    """The shape PyTorch expects of output ``k`` at this call."""
+    return shapes[k] if spec.symbolic else spec.shape
 
 
 def _numel(shape) -> int:

@@ -9,7 +9,9 @@ again without them. The rules here cover what conversion would accept but get wr
 * random ops: OpenVINO has its own generator, so a seeded eager run would draw other numbers;
 * dtypes OpenVINO's CPU plugin does not compute as PyTorch does (float64 runs in float32 there,
   complex does not exist) or that cannot cross the boundary without a copy (bfloat16 has no numpy type);
-* values that are not tensors (shape arithmetic, ``.item()`` results), and empty tensors;
+* values that are not tensors (``.item()`` results), and empty tensors. Under dynamic shapes, size
+  arithmetic (``aten.sym_size``, ``operator.mul`` on sizes) runs in Python too, and a partition
+  that needs a size takes it as an int input;
 * ``KNOWN_MISMATCHES``: ops that convert but differ from eager, found by tests/openvino's op table;
 * the user's ``disabled_ops``.
 """
@@ -20,6 +22,7 @@ import re
 
 import torch
 import torch.fx as fx
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ember.backends.openvino.options import OVOptions
@@ -88,6 +91,8 @@ _HOST_OPS = {"aten._local_scalar_dense.default", "aten.sym_size.int", "aten.sym_
              "aten._assert_async.msg", "aten._assert_scalar.default", "aten._print.default",
              "aten.sym_constrain_range_for_size.default", "aten._assert_tensor_metadata.default"}
 
+SIZE_ARITHMETIC = "size arithmetic: runs in Python, partitions take its result as an int input"
+
 # Op names the converter refused in this process (str(target), e.g. "aten._fft_r2c.default").
 _rejected: set[str] = set()
 
@@ -119,6 +124,33 @@ def _tensors(value):
             yield from _tensors(v)
 
 
+def is_symbolic(value) -> bool:
+    """A SymInt/SymFloat/SymBool, or a tensor with a symbolic size (dynamic shapes)."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return True
+    return isinstance(value, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in value.shape)
+
+
+def is_size_arithmetic(node: fx.Node) -> bool:
+    """A node computing a symbolic scalar (``aten.sym_size``, ``operator.mul`` on sizes...): it runs in
+    Python between partitions, and a partition that needs the result takes it as an int input."""
+    return node.op == "call_function" and isinstance(node.meta.get("val"),
+                                                     (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def _int_input(value) -> bool:
+    """An int a partition can take as a 0-d int64 input (a size, under dynamic shapes)."""
+    return isinstance(value, torch.SymInt)
+
+
+def _maybe_empty(value: torch.Tensor) -> bool:
+    numel = value.numel()
+    if isinstance(numel, torch.SymInt):
+        # symbolic sizes are >= 2: known non-zero without adding a guard (bool() would add one)
+        return not statically_known_true(numel != 0)
+    return numel == 0
+
+
 def _value_problem(value, in_tuple: bool = False) -> str | None:
     """Why a node result cannot cross a partition boundary, or None. Results must be non-empty CPU
     tensors (or tuples of them) of a dtype in OV_DTYPES. Inside a tuple an empty tensor is fine (batch
@@ -133,7 +165,7 @@ def _value_problem(value, in_tuple: bool = False) -> str | None:
         return f"{value.dtype} (OpenVINO's CPU plugin does not compute it as PyTorch does)"
     if value.device.type != "cpu":
         return f"on {value.device}"
-    if value.numel() == 0 and not in_tuple:
+    if not in_tuple and _maybe_empty(value):
         return "an empty tensor"
     return None
 
@@ -142,6 +174,8 @@ def why_not(node: fx.Node, opts: OVOptions) -> str | None:
     """None if ``node`` may go to OpenVINO, else the reason it stays in PyTorch."""
     if node.op != "call_function":
         return "not an op"
+    if is_size_arithmetic(node):
+        return SIZE_ARITHMETIC
     target = node.target
     if target is operator.getitem:
         problem = _value_problem(node.meta.get("val"))
@@ -164,6 +198,8 @@ def why_not(node: fx.Node, opts: OVOptions) -> str | None:
     if problem:
         return f"its result is {problem}"
     for arg in node.all_input_nodes:
+        if _int_input(arg.meta.get("val")):
+            continue  # becomes an int input of the partition
         problem = _value_problem(arg.meta.get("val"))
         if problem:
             return f"an input is {problem}"

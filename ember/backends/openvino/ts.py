@@ -6,6 +6,7 @@ frontend cannot convert makes the whole graph run in PyTorch (logged). Inference
 needs gradients, and graphs that write into their inputs, run the captured graph as it is.
 Parameters and buffers are bound into the traced module, so OpenVINO sees them as constants; they are
 checked for identity and version on every call like the ``openvino`` backend's frozen weights.
+Under dynamic shapes each concrete input shape gets its own trace (``PerShapeGraph``).
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from ember.backends.openvino.convert import _import_openvino, core
 from ember.backends.openvino.options import check_against_runtime, resolve
 from ember.backends.openvino.partition import log
 from ember.backends.openvino.runtime import OVPartition
+from ember.backends.openvino.shapes import Signature, graph_input_positions
+from ember.backends.openvino.support import is_symbolic
 from ember.backends.openvino.threads import compile_config
 
 
@@ -79,6 +82,9 @@ def openvino_ts(gm: fx.GraphModule, example_inputs: list, options: dict | None =
     reason = _why_not_traceable(gm, example_inputs)
     if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs):
         reason = "the call needs gradients (openvino_ts is inference only)"
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if reason is None and any(is_symbolic(n.meta.get("example_value")) for n in placeholders):
+        return PerShapeGraph(gm, opts)
     if reason is None:
         try:
             return TracedGraph(gm, example_inputs, opts)
@@ -95,7 +101,7 @@ class TracedGraph:
         self.gm = gm
         tensor_pos = [i for i, a in enumerate(example_inputs) if isinstance(a, torch.Tensor)]
         ranks = weight_positions(gm, example_inputs) if opts.freeze_weights else set()
-        bound = {tensor_pos[r] for r in ranks}
+        bound = {graph_input_positions(gm, example_inputs)[r] for r in ranks}
         self.args_pos = [i for i in tensor_pos if i not in bound]
         self.frozen = [(i, example_inputs[i], example_inputs[i]._version) for i in sorted(bound)]
         self.grad_pos = tensor_pos
@@ -114,9 +120,8 @@ class TracedGraph:
         if opts.model_caching and "CACHE_DIR" not in config:
             config["CACHE_DIR"] = cache.blob_dir(opts.cache_dir)
         compiled = core().compile_model(model, opts.device, config)
-        in_specs = [(tuple(a.shape), a.dtype) for a in args]
-        out_specs = [(tuple(o.shape), o.dtype) for o in outs]
-        self.runner = OVPartition("openvino_ts", compiled, in_specs, out_specs, module, lambda m: m.forward)
+        self.runner = OVPartition("openvino_ts", compiled, Signature.of(list(args), list(outs)), module,
+                                  lambda m: m.forward)
         log(f"openvino_ts: traced, converted and compiled in {time.perf_counter() - t0:.3f}s")
 
     def __call__(self, *args):
@@ -130,3 +135,29 @@ class TracedGraph:
         if self.runner is None:
             return self.gm(*args)
         return self.runner(*[args[i] for i in self.args_pos])
+
+
+class PerShapeGraph:
+    """A graph with symbolic sizes (dynamic shapes). A TorchScript trace is static (sizes used in
+    Python arithmetic become constants), so each concrete set of input shapes and int values gets its
+    own traced graph, built at its first call; past ``MAX_SHAPES`` of them the graph runs in PyTorch."""
+
+    MAX_SHAPES = 8
+
+    def __init__(self, gm: fx.GraphModule, opts):
+        self.gm, self.opts, self.graphs = gm, opts, {}
+
+    def __call__(self, *args):
+        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+        graph = self.graphs.get(key)
+        if graph is None:
+            if len(self.graphs) >= self.MAX_SHAPES:
+                log(f"openvino_ts: more than {self.MAX_SHAPES} input shapes; new ones run in PyTorch")
+                return self.gm(*args)
+            try:
+                graph = TracedGraph(self.gm, list(args), self.opts)
+            except Exception as exc:  # noqa: BLE001 - tracing or conversion failed: PyTorch is still right
+                log(f"openvino_ts: the graph runs in PyTorch for these shapes: {type(exc).__name__}: {exc}")
+                graph = self.gm.forward
+            self.graphs[key] = graph
+        return graph(*args)
