@@ -97,7 +97,7 @@ class BreakContext:
         if code is not None and code.co_flags & (0x20 | 0x80 | 0x100 | 0x200):  # generators, coroutines
             return obj
         if trace_rules.disabled_reason(obj) or trace_rules.forbidden_message(obj) or R.resume_info(obj) \
-                or trace_rules.is_allowed_in_graph(obj):
+                or trace_rules.is_allowed_in_graph(obj) or trace_rules.runs_natively(obj):
             return obj  # the user's rules (ember.disable...) and our own continuations stay as they are
         hit = self._callees.get(obj)
         if hit is None:

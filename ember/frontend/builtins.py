@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from ember.frontend.errors import Unsupported
+from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 from ember.frontend.variables.builder import wrap_const
 from ember.frontend.variables.containers import (
@@ -212,7 +212,7 @@ def sort_items(tx, items, key, reverse) -> list:
 def dict_items_of(tx, v) -> list:
     if isinstance(v, DictVariable):
         return [(v.key_vt(k), val) for k, val in v.items.items()]
-    from ember.frontend.variables.objects import ModelOutputVariable
+    from ember.frontend.variables.model_outputs import ModelOutputVariable
 
     if isinstance(v, ModelOutputVariable):
         return [(ConstantVariable(k), val) for k, val in v.values.items()]
@@ -389,46 +389,36 @@ def _type(tx, fn, *args):
     return _wrap_object(tx, args[0].python_type(), None)
 
 
+_MISSING = object()
+
+
+def lookup_attr(tx, obj, name: str):
+    """``obj.name``, or _MISSING where that raises AttributeError (what getattr() with a default and
+    hasattr() catch, be it ember's own protocol signal or a traced ``raise AttributeError``)."""
+    try:
+        return obj.getattr(tx, name)
+    except AttributeError:
+        return _MISSING
+    except TracedException as exc:
+        if issubclass(exc.exc_type, AttributeError):
+            return _MISSING
+        raise
+
+
 @handler(getattr)
 def _getattr(tx, fn, obj, name, *default):
-    try:
-        return obj.getattr(tx, name.as_constant())
-    except AttributeError:
-        if default:
-            return default[0]
-        raise Unsupported(f"getattr(): {obj.describe()} has no attribute {name.as_constant()!r} (AttributeError)")
+    found = lookup_attr(tx, obj, name.as_constant())
+    if found is not _MISSING:
+        return found
+    if default:
+        return default[0]
+    raise TracedException(AttributeError, [name],
+                          f"getattr(): {obj.describe()} has no attribute {name.as_constant()!r} (AttributeError)")
 
 
 @handler(hasattr)
 def _hasattr(tx, fn, obj, name):
-    try:
-        obj.getattr(tx, name.as_constant())
-        return ConstantVariable(True)
-    except AttributeError:
-        return ConstantVariable(False)
-
-
-@handler(setattr)
-def _setattr(tx, fn, obj, name, value):
-    obj.setattr(tx, name.as_constant(), value)
-    return ConstantVariable(None)
-
-
-@handler(object.__setattr__)
-def _object_setattr(tx, fn, obj, name, value):
-    from ember.frontend.variables.objects import NewObjectVariable
-
-    if isinstance(obj, NewObjectVariable):
-        obj.attrs[name.as_constant()] = value
-        return ConstantVariable(None)
-    raise Unsupported(f"object.__setattr__ on {obj.describe()}")
-
-
-@handler(object.__new__)
-def _object_new(tx, fn, cls, *args):
-    from ember.frontend.variables.objects import NewObjectVariable
-
-    return NewObjectVariable(cls.as_constant())
+    return ConstantVariable(lookup_attr(tx, obj, name.as_constant()) is not _MISSING)
 
 
 @handler(iter)
@@ -651,18 +641,12 @@ def _reduce(tx, fn, f, it, *initial):
     return acc
 
 
-@handler(builtins.vars)
-def _vars(tx, fn, obj=None):
-    from ember.frontend.variables.objects import NewObjectVariable
-
-    if isinstance(obj, NewObjectVariable):
-        return DictVariable(dict(obj.attrs))
-    raise Unsupported(f"vars() of {obj.describe() if obj is not None else 'the frame'}")
-
-
 @handler(dict.fromkeys)
 def _fromkeys(tx, fn, keys, value=None):
     d = DictVariable({})
     for k in keys.unpack(tx):
         d.setitem(tx, k, value if value is not None else ConstantVariable(None))
     return d
+
+
+from ember.frontend import object_builtins  # noqa: E402,F401  (registers the object-protocol handlers)

@@ -59,6 +59,26 @@ def decode(code: types.CodeType) -> tuple[Instr, ...]:
     return tuple(out)
 
 
+@lru_cache(maxsize=4096)
+def exception_entries(code: types.CodeType) -> tuple:
+    """The code's exception table: entries with start/end/target offsets, stack depth and lasti."""
+    parse = getattr(dis, "_parse_exception_table", None)
+    return tuple(parse(code)) if parse is not None else ()
+
+
+def exception_handler(code: types.CodeType, offset: int):
+    """The exception-table entry covering ``offset`` (the handler a raise there jumps to), or None."""
+    for e in exception_entries(code):
+        if e.start <= offset < e.end:
+            return e
+    return None
+
+
+def index_at(code: types.CodeType, offset: int) -> int:
+    """Decoded instruction index at a byte offset."""
+    return next(i.index for i in decode(code) if i.offset >= offset)
+
+
 def check_python_version() -> None:
     if PY not in SUPPORTED:
         from ember.frontend.errors import CompileError

@@ -30,6 +30,22 @@ class Unsupported(Exception):
         return text
 
 
+class TracedException(Unsupported):
+    """An exception the traced program raises itself (a missing dict key or attribute, a ``raise``),
+    with its type and arguments known. A traced ``try`` whose ``except`` matches catches it and the
+    trace goes on; anywhere else it is a graph break like any other Unsupported, and the code then
+    raises it for real.
+
+    ``exc_type`` is the exception class, ``args`` its arguments (variable trackers), ``value`` the
+    tracker of the exception object once one exists (a re-raise keeps it)."""
+
+    def __init__(self, exc_type: type, args: list | None = None, reason: str | None = None, value=None):
+        super().__init__(reason or f"raising {exc_type.__name__}")
+        self.exc_type = exc_type
+        self.args_vts = args or []
+        self.value = value
+
+
 class CompileError(RuntimeError):
     """Raised to the user under fullgraph=True (or for bad input): names the construct and file:line."""
 

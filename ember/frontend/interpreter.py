@@ -13,7 +13,7 @@ import types
 from ember.config import config
 from ember.diagnostics import logging as elog
 from ember.frontend import bytecode as bc
-from ember.frontend.errors import CompileError, InternalError, Unsupported
+from ember.frontend.errors import CompileError, InternalError, TracedException, Unsupported
 from ember.frontend.sources import CellSource, DefaultSource, GlobalSource
 from ember.frontend.variables.base import ConstantVariable, NullVariable, VariableTracker
 from ember.frontend.variables.builder import _CONST_TYPES, _wrap_object, wrap, wrap_const
@@ -266,6 +266,8 @@ class InstructionTranslator(Tracer):
         self.inst: bc.Instr | None = None
         self.returned: VariableTracker | None = None
         self.generator_yields: list | None = None
+        self.exc_stack: list[VariableTracker] = []  # exceptions being handled (PUSH_EXC_INFO / POP_EXCEPT)
+        self.raised_at: dict = {}  # id(exception tracker) -> the instruction that raised it, when caught here
 
     # ---- locations ----
     def user_location(self) -> str:
@@ -316,6 +318,9 @@ class InstructionTranslator(Tracer):
                     raise Unsupported(f"bytecode {inst.opname} is not supported")
                 try:
                     handler(self, inst)
+                except TracedException as exc:
+                    if not self.catch(exc):
+                        raise
                 except (Unsupported, BreakHere, CompileError):
                     raise
                 except Exception as err:
@@ -329,10 +334,31 @@ class InstructionTranslator(Tracer):
                 exc.inner_depth = self.depth
             exc.user_stack.append(self.user_location())
             if self.depth == 1 and exc.frame_index is None and self.inst is not None:
-                exc.frame_index = self.inst.index  # where the compiled frame itself stood
+                # where the compiled frame itself stood; inside an except clause, or re-raising what one
+                # caught, the instruction that raised: the break runs natively from there, the raise
+                # and its handler included
+                origin = self.exc_stack[0] if self.exc_stack else getattr(exc, "value", None)
+                exc.frame_index = self.raised_at.get(id(origin), self.inst.index)
                 exc.frame_code = self.code
             raise
         return self.returned
+
+    def catch(self, exc: TracedException) -> bool:
+        """Enter the handler of the ``try`` around the current instruction, as CPython does: cut the
+        stack to the handler's depth, push (lasti and) the exception, jump. False: no handler here."""
+        from ember.frontend.variables.exceptions import exception_value
+
+        entry = bc.exception_handler(self.code, self.inst.offset)
+        if entry is None:
+            return False
+        value = exception_value(exc)
+        self.raised_at.setdefault(id(value), self.inst.index)
+        del self.stack[entry.depth:]
+        if entry.lasti:
+            self.push(ConstantVariable(self.inst.offset))
+        self.push(value)
+        self.ip = bc.index_at(self.code, entry.target)
+        return True
 
     # ---- names ----
     def _global_source(self, name: str) -> GlobalSource:

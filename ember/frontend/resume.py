@@ -48,7 +48,7 @@ def stack_depths(code: types.CodeType) -> tuple:
     index_of = {ins.offset: ins.index for ins in instrs}
     depth: list = [None] * len(instrs)
     work = [(0, 0)]
-    for entry in _exception_entries(code):
+    for entry in bc.exception_entries(code):
         k = index_of.get(entry.target)
         if k is not None:
             work.append((k, entry.depth + (1 if entry.lasti else 0) + 1))
@@ -69,17 +69,12 @@ def stack_depths(code: types.CodeType) -> tuple:
     return tuple(depth)
 
 
-def _exception_entries(code):
-    parse = getattr(dis, "_parse_exception_table", None)
-    return parse(code) if parse is not None else []
-
-
 def in_try_block(code: types.CodeType, index: int) -> bool:
     """Is ``index`` covered by a user ``try`` (not merely a with-block's cleanup)?"""
     instrs = bc.decode(code)
     index_of = {ins.offset: ins.index for ins in instrs}
     off = instrs[index].offset
-    for e in _exception_entries(code):
+    for e in bc.exception_entries(code):
         if e.start <= off < e.end:
             h = index_of.get(e.target, 0)
             if not any(ins.opname == "WITH_EXCEPT_START" for ins in instrs[h:h + 3]):
@@ -188,7 +183,7 @@ def _past_try_bodies(code: types.CodeType, end: int) -> int:
     while changed and end + 1 < len(instrs):
         changed = False
         off = instrs[end + 1].offset
-        for e in _exception_entries(code):
+        for e in bc.exception_entries(code):
             h = index_of.get(e.target, 0)
             if e.start <= off < e.end and not any(i.opname == "WITH_EXCEPT_START" for i in instrs[h:h + 3]):
                 last = max(i.index for i in instrs if i.offset < e.end)
@@ -277,7 +272,7 @@ def build_continuation(code: types.CodeType, start: int, *, stack_nulls: list, b
             label_index[it] = nxt
     real = [items[p] for p in instr_pos]  # decoded index -> the Instr object (found by identity later)
     # the original depth of each handler (by its first instruction): see the to_code call below
-    handler_depth = {index_of: e.depth for e in _exception_entries(code)
+    handler_depth = {index_of: e.depth for e in bc.exception_entries(code)
                      for index_of in [next((d.index for d in decoded if d.offset == e.target), None)]}
     for it in items:
         if isinstance(it, bclib.TryBegin):
@@ -411,9 +406,25 @@ def _prologue(code, stack_nulls, bound, start_label) -> list:
         else:
             out += [bclib.Instr("LOAD_FAST", STACK_ARG), bclib.Instr("LOAD_CONST", i), bclib.Instr("BINARY_SUBSCR")]
     # the arguments must not leak into locals() at a later break
-    out += [bclib.Instr("DELETE_FAST", STACK_ARG), bclib.Instr("DELETE_FAST", LOCALS_ARG)]
+    out += _first_slot_for_super(code) + [bclib.Instr("DELETE_FAST", LOCALS_ARG)]
     out.append(bclib.Instr("JUMP_FORWARD", start_label))
     return out
+
+
+def _first_slot_for_super(code) -> list:
+    """Empty ``__ember_stack``, the continuation's first local slot. Zero-argument ``super()`` reads
+    the frame's first slot (the method's ``self``/``cls``): where the code uses it, the slot gets
+    the original first argument instead (its value at the break, as in the locals handed over;
+    left unbound when the original's was, as CPython would find it)."""
+    if "__class__" not in code.co_freevars or not code.co_argcount:
+        return [bclib.Instr("DELETE_FAST", STACK_ARG)]
+    first = code.co_varnames[0]
+    unbound, done = bclib.Label(), bclib.Label()
+    return [bclib.Instr("LOAD_CONST", first), bclib.Instr("LOAD_FAST", LOCALS_ARG), bclib.Instr("CONTAINS_OP", 0),
+            _jump_if_false(unbound),
+            bclib.Instr("LOAD_FAST", LOCALS_ARG), bclib.Instr("LOAD_CONST", first), bclib.Instr("BINARY_SUBSCR"),
+            bclib.Instr("STORE_FAST", STACK_ARG), bclib.Instr("JUMP_FORWARD", done),
+            unbound, bclib.Instr("DELETE_FAST", STACK_ARG), done]
 
 
 def _epilogue(label, depth: int, resume_fn) -> list:

@@ -31,6 +31,10 @@ class SideEffects:
         hit = self._attr_writes.get((id(obj), name))
         return None if hit is None else hit[2]
 
+    def written_attrs(self, obj) -> dict:
+        """name -> value tracker of every attribute of ``obj`` this trace wrote."""
+        return {name: value for (oid, name), (_, _, value) in self._attr_writes.items() if oid == id(obj)}
+
     def store_source(self, source, value: VariableTracker) -> None:
         """``global g; g = v`` or ``nonlocal c; c = v``: later loads in the trace see ``value``."""
         self._stores[source] = value

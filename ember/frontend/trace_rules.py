@@ -83,6 +83,39 @@ def _build_special() -> dict:
 SPECIAL = _build_special()
 
 
+def _autograd_apply(tx, cls_vt, args, kwargs):
+    from ember.frontend.variables.autograd import apply_function
+
+    return apply_function(tx, cls_vt, args, kwargs)
+
+
+# Python methods traced by a rule instead of their body: function -> rule(tx, self_vt, args, kwargs)
+METHOD_RULES = {
+    torch.autograd.Function.apply.__func__: _autograd_apply,
+}
+# Callables that a break leaves to run as plain Python rather than compiling them on their own:
+# their bodies are machinery ember models through the rules above, not code it can trace.
+NATIVE_CALLEES = {
+    torch.autograd.Function.apply.__func__: True,
+}
+
+
+def python_behind(value):
+    """The Python function to trace in place of ``value``, or None: ``torch.jit.script`` keeps the
+    function it compiled on the ScriptFunction, and tracing that gives the same tensor ops."""
+    if isinstance(value, torch.jit.ScriptFunction):
+        return getattr(value, "_torchdynamo_inline", None)
+    return None
+
+
+def method_rule(fn):
+    return _lookup(METHOD_RULES, fn)
+
+
+def runs_natively(fn) -> bool:
+    return _lookup(NATIVE_CALLEES, getattr(fn, "__func__", fn)) is not None
+
+
 def register_special(obj, factory) -> None:
     """Let another layer (e.g. the api's ``ember.is_compiling``) map an object to a tracker."""
     SPECIAL[obj] = factory

@@ -95,3 +95,28 @@ def test_data_dependent_control_flow_model(threshold):
     report = ember.explain(EarlyExitGPT2(cfg, threshold).eval())(h)
     print(f"\nearly-exit GPT-2 (threshold={threshold}): {report.graph_count} graphs, "
           f"{report.graph_break_count} breaks")
+
+
+# ---- zoo models whose constructs used to break (issue 8) -------------------------------------------
+# t5: copy.deepcopy of its config and a cache object made in forward; bloom: an autograd.Function;
+# codegen: nn.Softmax made in forward; deberta-v2: torch.jit.script helpers; wav2vec2: an lru_cache'd
+# probe; speech2text: a KeyError caught by Mapping.get
+@pytest.mark.parametrize("name", ["t5", "bloom", "codegen", "deberta-v2", "wav2vec2", "speech2text"])
+def test_zoo_model_without_graph_breaks(name):
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+    import zoo_models
+
+    model, inputs = zoo_models.build(zoo_models.MODELS[name], "cpu", torch.float32)
+    args, kwargs = inputs(0)
+    with torch.no_grad():
+        expected = model(*args, **kwargs)
+        report = ember.explain(model)(*args, **kwargs)
+    assert report.graph_break_count == 0 and not report.fallbacks, report.break_reasons or report.fallbacks
+    got = {k: v for k, v in report.out.items() if isinstance(v, torch.Tensor)}
+    want = {k: v for k, v in expected.items() if isinstance(v, torch.Tensor)}
+    assert got.keys() == want.keys() and got
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-4, atol=1e-5)

@@ -1,10 +1,12 @@
-"""with-blocks, and the exception machinery (only reached when an exception is raised)."""
+"""with-blocks, and the exception machinery: ``raise`` and the opcodes of ``except`` clauses, reached
+when a traced exception is caught (``InstructionTranslator.catch`` jumps to the handler)."""
 from __future__ import annotations
 
 from ember.frontend.errors import Unsupported
 from ember.frontend.handlers import register, unsupported
-from ember.frontend.variables.base import VariableTracker
+from ember.frontend.variables.base import ConstantVariable, VariableTracker
 from ember.frontend.variables.contexts import ContextVariable
+from ember.frontend.variables.exceptions import to_traced
 
 
 class _ContextExit(VariableTracker):
@@ -42,16 +44,54 @@ def BEFORE_WITH(tx, inst):
 
 @register("RAISE_VARARGS")
 def RAISE_VARARGS(tx, inst):
-    exc = tx.stack[-1] if inst.arg else None
-    what = exc.describe() if exc is not None else "re-raise"
-    if exc is not None and exc.is_constant() and exc.as_constant() is AssertionError:
-        what = "AssertionError (a failed assert)"
-    raise Unsupported(f"raising an exception: {what}")
+    if inst.arg == 0:  # bare `raise`: the exception being handled
+        if not tx.exc_stack:
+            raise Unsupported("re-raising outside an except block of the traced function")
+        raise to_traced(tx, tx.exc_stack[-1])
+    if inst.arg == 2:
+        tx.pop()  # the cause (`raise X from Y`): not kept on the traced exception
+    raise to_traced(tx, tx.pop())
 
 
-unsupported("PUSH_EXC_INFO", "POP_EXCEPT", "CHECK_EXC_MATCH", "RERAISE", "WITH_EXCEPT_START", "CLEANUP_THROW",
-            "CHECK_EG_MATCH", "PREP_RERAISE_STAR",
-            reason="exception handling while tracing")
+@register("PUSH_EXC_INFO")
+def PUSH_EXC_INFO(tx, inst):
+    exc = tx.pop()
+    tx.push(tx.exc_stack[-1] if tx.exc_stack else ConstantVariable(None))
+    tx.push(exc)
+    tx.exc_stack.append(exc)
+
+
+@register("POP_EXCEPT")
+def POP_EXCEPT(tx, inst):
+    tx.pop()
+    tx.exc_stack.pop()
+
+
+@register("CHECK_EXC_MATCH")
+def CHECK_EXC_MATCH(tx, inst):
+    match = tx.pop()
+    classes = match.as_constant() if match.is_constant() else tuple(c.as_constant() for c in match.unpack(tx))
+    tx.push(ConstantVariable(issubclass(tx.stack[-1].python_type(), classes)))
+
+
+@register("RERAISE")
+def RERAISE(tx, inst):
+    exc = tx.pop()
+    if inst.arg:
+        tx.pop()  # lasti: where the exception was raised, for the traceback
+    raise to_traced(tx, exc)
+
+
+@register("WITH_EXCEPT_START")
+def WITH_EXCEPT_START(tx, inst):
+    """A with-block left by an exception: ``__exit__(type, value, None)``, below [lasti, prev_exc, value]."""
+    from ember.frontend.variables.builder import _wrap_object
+
+    exit_fn, exc = tx.stack[-4], tx.stack[-1]
+    tx.push(exit_fn.call(tx, [_wrap_object(tx, exc.python_type(), None), exc, ConstantVariable(None)], {}))
+
+
+unsupported("CLEANUP_THROW", "CHECK_EG_MATCH", "PREP_RERAISE_STAR", reason="exception handling while tracing")
 unsupported("GET_AWAITABLE", "GET_AITER", "GET_ANEXT", "END_ASYNC_FOR",
             "BEFORE_ASYNC_WITH", "ASYNC_GEN_WRAP",
             reason="yield from / async code")

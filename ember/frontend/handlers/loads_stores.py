@@ -1,7 +1,7 @@
 """Locals, globals, cells, constants, attributes, and plain stack shuffling."""
 from __future__ import annotations
 
-from ember.frontend.errors import Unsupported
+from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.handlers import register, unsupported
 from ember.frontend.variables.base import NULL, ConstantVariable
 from ember.frontend.variables.builder import wrap_const
@@ -131,7 +131,8 @@ def _getattr(tx, obj, name):
     try:
         return obj.getattr(tx, name)
     except AttributeError as exc:
-        raise Unsupported(f"{obj.describe()} has no attribute '{name}' (AttributeError: {exc})") from None
+        raise TracedException(AttributeError, [ConstantVariable(str(exc))],
+                              f"{obj.describe()} has no attribute '{name}' (AttributeError: {exc})") from None
 
 
 @register("LOAD_ATTR", versions=((3, 11), (3, 11)))
@@ -178,12 +179,14 @@ def STORE_ATTR(tx, inst):
 
 @register("DELETE_ATTR")
 def DELETE_ATTR(tx, inst):
-    raise Unsupported(f"deleting attribute '{inst.argval}' (side effects are not supported yet)")
+    tx.pop().delattr(tx, inst.argval)
 
 
 @register("LOAD_ASSERTION_ERROR")
 def LOAD_ASSERTION_ERROR(tx, inst):
-    tx.push(ConstantVariable(AssertionError))
+    from ember.frontend.variables.builder import _wrap_object
+
+    tx.push(_wrap_object(tx, AssertionError, None))
 
 
 # ---- imports inside functions (idempotent: the module is already in sys.modules or loads once) --

@@ -49,6 +49,9 @@ class VariableTracker:
     def setattr(self, tx: "InstructionTranslator", name: str, value: "VariableTracker") -> None:
         raise Unsupported(f"setting attribute '{name}' of {self.describe()} (side effects are not supported yet)")
 
+    def delattr(self, tx: "InstructionTranslator", name: str) -> None:
+        raise Unsupported(f"deleting attribute '{name}' of {self.describe()}")
+
     def call(self, tx, args: list, kwargs: dict) -> "VariableTracker":
         raise Unsupported(f"calling {self.describe()}")
 

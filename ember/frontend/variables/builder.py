@@ -113,11 +113,13 @@ def _wrap(tx, value, source: Source) -> VariableTracker:
     if type(value) is dict or (isinstance(value, dict) and type(value).__module__ == "collections"):
         guards.add(source, GuardKind.TYPE, type(value))
         keys = list(value.keys())
-        if not all(isinstance(k, (int, str, float, bool, type(None), enum.Enum, tuple)) for k in keys):
+        if not all(isinstance(k, (int, str, float, bool, type(None), enum.Enum, tuple)) or _is_identity_key(k)
+                   for k in keys):
             raise Unsupported(f"dict with non-constant keys at {source.name()}")
         guards.add(source, GuardKind.DICT_KEYS, tuple(keys))
         items = {k: wrap(tx, value[k], ItemSource(source, k)) for k in keys}
-        return C.DictVariable(items, source, py_type=type(value))
+        key_vts = {k: _wrap_object(tx, k, None) for k in keys if _is_identity_key(k)}
+        return C.DictVariable(items, source, py_type=type(value), key_vts=key_vts)
     if type(value) in (set, frozenset):
         if not all(isinstance(v, _CONST_TYPES) for v in value):
             raise Unsupported(f"set of non-constants at {source.name()}")
@@ -130,10 +132,17 @@ def _wrap(tx, value, source: Source) -> VariableTracker:
     return _wrap_object(tx, value, source)
 
 
+def _is_identity_key(k) -> bool:
+    """A dict key that hashes and compares by identity and is fixed once the dict's keys are guarded:
+    classes, functions, typing's special forms (e.g. a table of validators keyed by type)."""
+    return isinstance(k, (type, types.FunctionType, types.BuiltinFunctionType)) or type(k).__module__ == "typing"
+
+
 def _wrap_object(tx, value, source):
     """Functions, classes, modules, and user objects."""
     from ember.frontend.builtins import HANDLERS as BUILTIN_HANDLERS
     from ember.frontend.variables import functions as F
+    from ember.frontend.variables import model_outputs as MO
     from ember.frontend.variables import modules as M
     from ember.frontend.variables import objects as O
 
@@ -150,6 +159,10 @@ def _wrap_object(tx, value, source):
     if user_rule is not None:
         guard(GuardKind.ID, value)
         return user_rule
+    python_fn = trace_rules.python_behind(value)
+    if python_fn is not None:
+        guard(GuardKind.ID, value)
+        return F.UserFunctionVariable(python_fn)
     try:
         is_builtin_handled = value in BUILTIN_HANDLERS
         special = trace_rules.special_callable(value)
@@ -161,6 +174,9 @@ def _wrap_object(tx, value, source):
     if special is not None:
         guard(GuardKind.ID, value)
         return special(value, source)
+    if isinstance(value, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        guard(GuardKind.ID, value)  # an operator called directly (torch.ops.aten.add.Tensor): a graph op
+        return F.TorchFunctionVariable(value, source)
     if isinstance(value, torch.nn.Module):
         if source is None:
             raise Unsupported(f"an nn.Module ({type(value).__name__}) created inside the compiled function")
@@ -200,6 +216,9 @@ def _wrap_object(tx, value, source):
                 or getattr(operator, name, None) is value:
             return F.BuiltinVariable(value, source)
         return F.OpaqueCallableVariable(value, source)
+    if isinstance(value, functools._lru_cache_wrapper):
+        guard(GuardKind.ID, value)
+        return F.LruCacheVariable(value, source)
     if isinstance(value, functools.partial):
         guard(GuardKind.TYPE, functools.partial)
         if source is not None:
@@ -220,6 +239,8 @@ def _wrap_object(tx, value, source):
         return O.OpaqueObjectVariable(value)
     if source is None:
         return O.OpaqueObjectVariable(value)
+    if MO.is_model_output_cls(type(value)):
+        return MO.ModelOutputVariable.existing(tx, value, source)
     guard(GuardKind.TYPE, type(value))
     return O.UserObjectVariable(value, source)
 

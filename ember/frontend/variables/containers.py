@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import operator
 
-from ember.frontend.errors import Unsupported
+from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 
 
@@ -334,7 +334,7 @@ class DictVariable(VariableTracker):
                 return self.items[k]
             if self.py_type.__name__ == "Counter" and self.py_type.__module__ == "collections":
                 return ConstantVariable(0)  # Counter.__missing__: 0, without inserting
-            raise Unsupported(f"dict key {k!r} not found (KeyError)")
+            raise TracedException(KeyError, [key], f"dict key {k!r} not found (KeyError)")
         return self.items[k]
 
     def setitem(self, tx, key, value):
@@ -397,7 +397,7 @@ class DictVariable(VariableTracker):
                 return items.pop(k)
             if len(args) > 1:
                 return args[1]
-            raise Unsupported(f"dict.pop(): key {k!r} not found (KeyError)")
+            raise TracedException(KeyError, [args[0]], f"dict.pop(): key {k!r} not found (KeyError)")
         if name == "__setitem__":
             self.setitem(tx, args[0], args[1])
             return ConstantVariable(None)

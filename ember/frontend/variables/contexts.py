@@ -10,7 +10,7 @@ import functools
 
 import torch
 
-from ember.frontend.errors import Unsupported
+from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 
 
@@ -187,6 +187,10 @@ class ContextWrappedFunction(VariableTracker):
     def call(self, tx, args, kwargs):
         ctx = self.ctx.clone()
         ctx.enter(tx)
-        out = self.fn.call(tx, args, kwargs)
+        try:
+            out = self.fn.call(tx, args, kwargs)
+        except TracedException:  # a traced try may catch it: leave the mode as the decorator's exit would
+            ctx.exit(tx)
+            raise
         ctx.exit(tx)
         return out

@@ -5,12 +5,20 @@ import builtins
 import functools
 import types
 
+from ember.frontend import trace_rules
 from ember.frontend.errors import Unsupported
 from ember.frontend.sources import AttrSource
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 
 
-class BaseUserFunctionVariable(VariableTracker):
+class CallableVariable(VariableTracker):
+    """A function, method or partial: always true (none defines __bool__ or __len__)."""
+
+    def truth(self, tx) -> bool:
+        return True
+
+
+class BaseUserFunctionVariable(CallableVariable):
     def call(self, tx, args, kwargs):
         return tx.inline_call(self, args, kwargs)
 
@@ -91,6 +99,8 @@ class NestedFunctionVariable(BaseUserFunctionVariable):
             from ember.frontend.variables.containers import TupleVariable
 
             return TupleVariable(list(self.defaults)) if self.defaults else ConstantVariable(None)
+        if hasattr(types.FunctionType, name):  # it exists (__globals__, __closure__...): not modelled
+            raise Unsupported(f"reading {name} of {self.describe()}, made in the compiled function")
         raise AttributeError(f"'function' object has no attribute '{name}'")
 
     def setattr(self, tx, name, value):
@@ -130,7 +140,7 @@ def _with_kwdefaults(fn, kwdefaults):
     return fn
 
 
-class UserMethodVariable(VariableTracker):
+class UserMethodVariable(CallableVariable):
     def __init__(self, fn, self_vt: VariableTracker, source=None):
         self.fn = fn
         self.self_vt = self_vt
@@ -145,6 +155,9 @@ class UserMethodVariable(VariableTracker):
     def call(self, tx, args, kwargs):
         from ember.frontend.variables.builder import wrap
 
+        rule = trace_rules.method_rule(self.fn)
+        if rule is not None:
+            return rule(tx, self.self_vt, args, kwargs)
         if isinstance(self.fn, types.FunctionType):
             fn_vt = UserFunctionVariable(self.fn, tx.output.object_source(self.fn, self.fn.__qualname__))
             return tx.inline_call(fn_vt, [self.self_vt, *args], kwargs)
@@ -166,7 +179,7 @@ class UserMethodVariable(VariableTracker):
         return f"{cg.const(types.MethodType, 'MethodType')}({cg.const(self.fn, 'fn')}, {cg.reconstruct(self.self_vt)})"
 
 
-class BoundMethodVariable(VariableTracker):
+class BoundMethodVariable(CallableVariable):
     """``obj.method`` for a tracker that implements ``call_method(name)`` itself (lists, dicts...)."""
 
     def __init__(self, obj: VariableTracker, name: str):
@@ -183,7 +196,7 @@ class BoundMethodVariable(VariableTracker):
         return f"{cg.reconstruct(self.obj)}.{self.name}"
 
 
-class ConstantMethodVariable(VariableTracker):
+class ConstantMethodVariable(CallableVariable):
     """A method of an immutable constant (``"a,b".split``, ``(1).bit_length``)."""
 
     def __init__(self, value, name):
@@ -206,7 +219,7 @@ class ConstantMethodVariable(VariableTracker):
         return cg.const(getattr(self.value, self.name), self.name)
 
 
-class BuiltinVariable(VariableTracker):
+class BuiltinVariable(CallableVariable):
     """A Python builtin (len, isinstance, max...), ``math``/``operator`` functions; see ``builtins.py``."""
 
     def __init__(self, fn, source=None):
@@ -234,7 +247,7 @@ class BuiltinVariable(VariableTracker):
         return cg.const(self.fn, getattr(self.fn, "__name__", "builtin"))
 
 
-class TorchFunctionVariable(VariableTracker):
+class TorchFunctionVariable(CallableVariable):
     """A torch function (torch.*, torch.nn.functional.*, Tensor methods used unbound): a graph op."""
 
     def __init__(self, fn, source=None):
@@ -262,7 +275,7 @@ class TorchFunctionVariable(VariableTracker):
         return cg.const(self.fn, getattr(self.fn, "__name__", "torch_fn"))
 
 
-class ConstantFunctionVariable(VariableTracker):
+class ConstantFunctionVariable(CallableVariable):
     """A function whose answer is fixed while compiling (``torch.compiler.is_compiling`` -> True)."""
 
     def __init__(self, fn, result):
@@ -276,7 +289,7 @@ class ConstantFunctionVariable(VariableTracker):
         return ConstantVariable(self.result)
 
 
-class PartialVariable(VariableTracker):
+class PartialVariable(CallableVariable):
     def __init__(self, fn: VariableTracker, args: list, kwargs: dict):
         self.fn = fn
         self.args = args
@@ -299,7 +312,7 @@ class PartialVariable(VariableTracker):
         return f"{cg.const(functools.partial, 'partial')}({cg.reconstruct(self.fn)}{args}{kw})"
 
 
-class OpaqueCallableVariable(VariableTracker):
+class OpaqueCallableVariable(CallableVariable):
     """A C function or other callable ember cannot see into."""
 
     def __init__(self, fn, source=None):
@@ -324,7 +337,7 @@ class OpaqueCallableVariable(VariableTracker):
 BUILTIN_FUNCTIONS = {v for k, v in vars(builtins).items() if callable(v) and not isinstance(v, type)}
 
 
-class OperatorGetterVariable(VariableTracker):
+class OperatorGetterVariable(CallableVariable):
     """operator.itemgetter / attrgetter / methodcaller made in the trace."""
 
     def __init__(self, kind, args, kwargs):
@@ -358,7 +371,7 @@ class OperatorGetterVariable(VariableTracker):
         return TupleVariable(vals)
 
 
-class PolyfilledFunctionVariable(VariableTracker):
+class PolyfilledFunctionVariable(CallableVariable):
     """A callable with a Python polyfill (``ember.substitute_in_graph``): calls trace the polyfill,
     or call the original while tracing when folding through constants is allowed."""
 
@@ -385,6 +398,43 @@ class PolyfilledFunctionVariable(VariableTracker):
         if self.source is not None:
             return cg.load(self.source)
         return cg.const(self.original, "polyfilled")
+
+
+class LruCacheVariable(CallableVariable):
+    """A ``functools.lru_cache`` wrapper. With constant arguments its answer is fixed by the cache
+    after the first call (the program sees the cached value whenever it calls), so the call runs
+    now and an immutable answer is folded; otherwise the wrapped function is traced, ignoring the cache."""
+
+    def __init__(self, fn, source=None):
+        self.fn = fn
+        self.source = source
+
+    def describe(self):
+        return f"lru_cache wrapper of {getattr(self.fn, '__qualname__', self.fn)}"
+
+    def call(self, tx, args, kwargs):
+        from ember.frontend.variables.builder import _CONST_TYPES, wrap
+
+        values = [*args, *kwargs.values()]
+        if all(v.is_constant() and isinstance(v.as_constant(), _CONST_TYPES) for v in values):
+            result = self.fn(*[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()})
+            if isinstance(result, _CONST_TYPES):
+                return ConstantVariable(result)
+        wrapped = self.fn.__wrapped__
+        src = AttrSource(self.source, "__wrapped__") if self.source is not None else None
+        return wrap(tx, wrapped, src or tx.output.object_source(wrapped, self.describe())).call(tx, args, kwargs)
+
+    def getattr(self, tx, name):
+        from ember.frontend.variables.builder import wrap
+
+        if self.source is None:
+            raise Unsupported(f"reading {name} of {self.describe()}")
+        return wrap(tx, getattr(self.fn, name), AttrSource(self.source, name))
+
+    def reconstruct(self, cg):
+        if self.source is not None:
+            return cg.load(self.source)
+        return cg.const(self.fn, "lru_cache_wrapper")
 
 
 class DisabledFunctionVariable(OpaqueCallableVariable):

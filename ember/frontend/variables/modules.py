@@ -158,6 +158,38 @@ class NNModuleVariable(VariableTracker):
         return self.getattr(tx, name).call(tx, args, kwargs)
 
 
+class NewModuleVariable(NNModuleVariable):
+    """A torch.nn module without state made by the traced code (``nn.Softmax(dim=-1)(x)``): built
+    while tracing from its constant arguments; if it escapes, the entry builds a fresh one alike."""
+
+    def __init__(self, module, source, args: list, kwargs: dict):
+        super().__init__(module, source)
+        self.args = args
+        self.kwargs = kwargs
+
+    def reconstruct(self, cg):
+        args = "".join(f"{cg.reconstruct(a)}, " for a in self.args)
+        kw = "".join(f"{k}={cg.reconstruct(v)}, " for k, v in self.kwargs.items())
+        cls = type(self.module)
+        return cg.memo(self, lambda: f"{cg.const(cls, cls.__name__)}({args}{kw})")
+
+
+def create_module(tx, cls: type, args: list, kwargs: dict) -> NewModuleVariable | None:
+    """``torch.nn.<Module>(...)`` called by the traced code. torch's own modules build deterministically
+    from their arguments; one with parameters or buffers would draw initial values, which the graph
+    would have to redo on every call, so only stateless ones are made here. None for other classes
+    (their ``__init__`` is traced like any class's)."""
+    if not cls.__module__.startswith("torch.nn.modules."):
+        return None
+    if not all(v.is_constant() for v in [*args, *kwargs.values()]):
+        raise Unsupported(f"creating {cls.__qualname__} from non-constant arguments inside the compiled function")
+    with torch.random.fork_rng(devices=[]):  # a constructor that draws initial values must not move the RNG
+        module = cls(*[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()})
+    if any(True for _ in module.parameters()) or any(True for _ in module.buffers()):
+        raise Unsupported(f"creating {cls.__qualname__} (it has parameters or buffers) inside the compiled function")
+    return NewModuleVariable(module, tx.output.object_source(module, cls.__name__), list(args), dict(kwargs))
+
+
 class ModuleSliceVariable(VariableTracker):
     """``seq[a:b]`` of an nn.Sequential: calling it runs the modules in order."""
 

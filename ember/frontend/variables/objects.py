@@ -1,14 +1,15 @@
-"""Python objects: modules, classes, user objects (existing or made in the trace), ModelOutputs."""
+"""Python objects: modules, classes, user objects (existing or made in the trace), super()."""
 from __future__ import annotations
 
-import collections
-import dataclasses
 import inspect
 import types
 
-from ember.frontend.errors import Unsupported
-from ember.frontend.sources import AttrSource
+import torch
+
+from ember.frontend.errors import TracedException, Unsupported
+from ember.frontend.sources import AttrSource, ItemSource
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.containers import DictVariable
 
 _TRUSTED_MODULE_PREFIXES = ("torch", "math", "operator", "functools", "itertools", "collections", "dataclasses",
                             "typing", "inspect", "warnings", "logging", "numbers", "enum", "builtins", "copy",
@@ -45,6 +46,19 @@ class PythonModuleVariable(VariableTracker):
         return wrap(tx, val, AttrSource(self.source, name))
 
 
+def call_python(tx, fn: types.FunctionType, args: list, kwargs: dict | None = None):
+    """Inline a Python function reached through a class (a dunder, a property getter...)."""
+    from ember.frontend.variables.functions import UserFunctionVariable
+
+    return tx.inline_call(UserFunctionVariable(fn, tx.output.object_source(fn, fn.__qualname__)), args, kwargs or {})
+
+
+def python_dunder(cls: type, name: str):
+    """``cls``'s own Python implementation of ``name`` (None where object's or C's applies)."""
+    fn, _ = lookup_static(cls, name)
+    return fn if isinstance(fn, types.FunctionType) else None
+
+
 def lookup_static(cls: type, name: str):
     for klass in cls.__mro__:
         if name in klass.__dict__:
@@ -55,14 +69,14 @@ def lookup_static(cls: type, name: str):
 def class_attr_of_instance(tx, self_vt, cls, name, self_source=None):
     """Resolve ``instance.name`` through the class: methods bind, properties are inlined."""
     from ember.frontend.variables.builder import wrap, wrap_const
-    from ember.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
+    from ember.frontend.variables.functions import UserMethodVariable
 
     static, owner = lookup_static(cls, name)
     if static is None:
         raise AttributeError(f"'{cls.__name__}' object has no attribute '{name}'")
     if isinstance(static, property):
         if isinstance(static.fget, types.FunctionType):
-            return tx.inline_call(UserFunctionVariable(static.fget, tx.output.object_source(static.fget, static.fget.__qualname__)), [self_vt], {})
+            return call_python(tx, static.fget, [self_vt])
         raise Unsupported(f"property {cls.__name__}.{name} implemented in C")
     if isinstance(static, staticmethod):
         return wrap(tx, static.__func__, tx.output.object_source(static.__func__, f"{cls.__name__}.{name}"))
@@ -138,6 +152,8 @@ class UserClassVariable(VariableTracker):
                     if vals[i] is None:
                         raise Unsupported(f"namedtuple {cls.__name__} missing field {f}")
             return NamedTupleVariable(cls, vals)
+        from ember.frontend.variables.model_outputs import ModelOutputVariable, is_model_output_cls
+
         if is_model_output_cls(cls):
             return ModelOutputVariable.create(tx, cls, args, kwargs)
         from ember.frontend.builtins import construct_builtin_type
@@ -146,15 +162,23 @@ class UserClassVariable(VariableTracker):
         if built is not None:
             return built
         if issubclass(cls, BaseException):
-            raise Unsupported(f"creating exception {cls.__name__}")
+            from ember.frontend.variables.exceptions import ExceptionVariable, is_builtin_exception
+
+            if not is_builtin_exception(cls) or kwargs:
+                raise Unsupported(f"creating exception {cls.__name__}")
+            return ExceptionVariable(cls, list(args))
+        if is_nn_module_cls(cls):
+            from ember.frontend.variables.modules import create_module
+
+            made = create_module(tx, cls, args, kwargs)
+            if made is not None:
+                return made
         if cls.__new__ is not object.__new__ or not cls.__dictoffset__:
             raise Unsupported(f"creating an instance of {cls.__qualname__} (custom __new__, __slots__ or a C type)")
         obj = NewObjectVariable(cls)
         init, _ = lookup_static(cls, "__init__")
         if isinstance(init, types.FunctionType):
-            from ember.frontend.variables.functions import UserFunctionVariable
-
-            tx.inline_call(UserFunctionVariable(init, tx.output.object_source(init, init.__qualname__)), [obj, *args], kwargs)
+            call_python(tx, init, [obj, *args], kwargs)
         elif init is not object.__init__:
             raise Unsupported(f"creating {cls.__qualname__}: its __init__ is implemented in C")
         elif args or kwargs:
@@ -167,7 +191,27 @@ class UserClassVariable(VariableTracker):
         return cg.const(self.value, self.value.__name__)
 
 
-class UserObjectVariable(VariableTracker):
+class _ObjectProtocol(VariableTracker):
+    """bool(), len() and iteration of an instance of a user class, through its class's dunders."""
+
+    def truth(self, tx):
+        cls = self.python_type()
+        if lookup_static(cls, "__bool__")[0] is None and lookup_static(cls, "__len__")[0] is None:
+            return True
+        return self.call_method(tx, "__bool__" if lookup_static(cls, "__bool__")[0] else "__len__", [], {}).truth(tx)
+
+    def length(self, tx):
+        if python_dunder(self.python_type(), "__len__") is None:
+            raise Unsupported(f"len() of {self.describe()}")
+        return self.call_method(tx, "__len__", [], {}).as_constant()
+
+    def unpack(self, tx):
+        if python_dunder(self.python_type(), "__iter__") is None:
+            raise Unsupported(f"iterating over {self.describe()}")
+        return self.call_method(tx, "__iter__", [], {}).unpack(tx)
+
+
+class UserObjectVariable(_ObjectProtocol):
     """An existing object reached through a source: attributes are read for real and guarded."""
 
     def __init__(self, value, source):
@@ -184,6 +228,23 @@ class UserObjectVariable(VariableTracker):
         from ember.frontend.variables.builder import wrap
 
         obj, cls = self.value, type(self.value)
+        if python_dunder(cls, "__getattribute__") is not None and name not in ("__class__", "__dict__") \
+                and tx.output.side_effects.load_attr(obj, name) is None:
+            # a Python __getattribute__ (e.g. configs with attribute aliases): read for real, guard the value
+            return wrap(tx, getattr(obj, name), AttrSource(self.source, name))
+        try:
+            return self.generic_getattr(tx, name)
+        except AttributeError:
+            ga = python_dunder(cls, "__getattr__")
+            if ga is None:
+                raise
+            return call_python(tx, ga, [self, ConstantVariable(name)])
+
+    def generic_getattr(self, tx, name):
+        """What ``object.__getattribute__`` finds: pending writes, the instance dict, then the class."""
+        from ember.frontend.variables.builder import wrap
+
+        obj, cls = self.value, type(self.value)
         pending = tx.output.side_effects.load_attr(obj, name)
         if pending is not None:
             return pending
@@ -191,22 +252,16 @@ class UserObjectVariable(VariableTracker):
             return wrap(tx, cls, tx.output.object_source(cls, cls.__name__))
         if name == "__dict__":
             raise Unsupported(f"reading __dict__ of {self.describe()}")
-        getattribute, _ = lookup_static(cls, "__getattribute__")
-        if getattribute is not object.__getattribute__:
-            # a Python __getattribute__ (e.g. configs with attribute aliases): read for real, guard the value
-            return wrap(tx, getattr(obj, name), AttrSource(self.source, name))
         static, _ = lookup_static(cls, name)
         is_data_descr = static is not None and hasattr(type(static), "__set__")
         inst_dict = getattr(obj, "__dict__", {})
         if not is_data_descr and name in inst_dict:
-            return wrap(tx, inst_dict[name], AttrSource(self.source, name))
+            # read through __dict__ where `obj.name` would run the class's own __getattribute__
+            src = AttrSource(self.source, name) if python_dunder(cls, "__getattribute__") is None else \
+                ItemSource(AttrSource(self.source, "__dict__"), name)
+            return wrap(tx, inst_dict[name], src)
         if static is not None:
             return class_attr_of_instance(tx, self, cls, name, self_source=self.source)
-        ga, _ = lookup_static(cls, "__getattr__")
-        if isinstance(ga, types.FunctionType):
-            from ember.frontend.variables.functions import UserFunctionVariable
-
-            return tx.inline_call(UserFunctionVariable(ga, tx.output.object_source(ga, ga.__qualname__)), [self, ConstantVariable(name)], {})
         raise AttributeError(f"'{cls.__name__}' object has no attribute '{name}'")
 
     def setattr(self, tx, name, value):
@@ -225,14 +280,8 @@ class UserObjectVariable(VariableTracker):
             return UserMethodVariable(call, self).call(tx, args, kwargs)
         raise Unsupported(f"calling {self.describe()}")
 
-    def truth(self, tx):
-        cls = type(self.value)
-        if lookup_static(cls, "__bool__")[0] is None and lookup_static(cls, "__len__")[0] is None:
-            return True
-        return self.call_method(tx, "__bool__" if lookup_static(cls, "__bool__")[0] else "__len__", [], {}).truth(tx)
 
-
-class NewObjectVariable(VariableTracker):
+class NewObjectVariable(_ObjectProtocol):
     """An instance of a user class created inside the trace; rebuilt at the end if it escapes."""
 
     def __init__(self, cls):
@@ -246,38 +295,60 @@ class NewObjectVariable(VariableTracker):
         return f"new {self.cls.__qualname__} object"
 
     def getattr(self, tx, name):
+        ga = python_dunder(self.cls, "__getattribute__")
+        if ga is None:
+            try:
+                return self.generic_getattr(tx, name)
+            except AttributeError:
+                return self._getattr_fallback(tx, name)
+        try:  # e.g. configs mapping attribute aliases; an AttributeError it raises is the protocol's
+            return call_python(tx, ga, [self, ConstantVariable(name)])
+        except TracedException as exc:
+            if not issubclass(exc.exc_type, AttributeError):
+                raise
+            return self._getattr_fallback(tx, name)
+
+    def generic_getattr(self, tx, name):
+        """What ``object.__getattribute__`` finds: instance attributes, then the class."""
         if name in self.attrs:
             return self.attrs[name]
         if name == "__class__":
             return UserClassVariable(self.cls)
         if name == "__dict__":
-            raise Unsupported("reading __dict__ of an object made in the compiled function")
+            return ObjectDictVariable(self)
         static, _ = lookup_static(self.cls, name)
         if static is None:
-            ga, _ = lookup_static(self.cls, "__getattr__")
-            if isinstance(ga, types.FunctionType):
-                from ember.frontend.variables.functions import UserFunctionVariable
-
-                return tx.inline_call(UserFunctionVariable(ga, tx.output.object_source(ga, ga.__qualname__)), [self, ConstantVariable(name)], {})
             raise AttributeError(f"'{self.cls.__name__}' object has no attribute '{name}'")
         return class_attr_of_instance(tx, self, self.cls, name)
 
-    def setattr(self, tx, name, value):
-        sa, _ = lookup_static(self.cls, "__setattr__")
-        if sa is not object.__setattr__ and isinstance(sa, types.FunctionType):
-            from ember.frontend.variables.functions import UserFunctionVariable
+    def _getattr_fallback(self, tx, name):
+        ga = python_dunder(self.cls, "__getattr__")
+        if ga is None:
+            raise AttributeError(f"'{self.cls.__name__}' object has no attribute '{name}'")
+        return call_python(tx, ga, [self, ConstantVariable(name)])
 
-            tx.inline_call(UserFunctionVariable(sa, tx.output.object_source(sa, sa.__qualname__)), [self, ConstantVariable(name), value], {})
+    def setattr(self, tx, name, value):
+        sa = python_dunder(self.cls, "__setattr__")
+        if sa is not None:
+            call_python(tx, sa, [self, ConstantVariable(name), value])
             return
         self.attrs[name] = value
 
+    def delattr(self, tx, name):
+        da = python_dunder(self.cls, "__delattr__")
+        if da is not None:
+            call_python(tx, da, [self, ConstantVariable(name)])
+            return
+        self.generic_delattr(tx, name)
+
+    def generic_delattr(self, tx, name):
+        if name not in self.attrs:
+            raise TracedException(AttributeError, [ConstantVariable(name)],
+                                  f"deleting missing attribute '{name}' of {self.describe()} (AttributeError)")
+        del self.attrs[name]
+
     def call(self, tx, args, kwargs):
         return self.call_method(tx, "__call__", args, kwargs)
-
-    def truth(self, tx):
-        if lookup_static(self.cls, "__bool__")[0] is None and lookup_static(self.cls, "__len__")[0] is None:
-            return True
-        return self.call_method(tx, "__bool__" if lookup_static(self.cls, "__bool__")[0] else "__len__", [], {}).truth(tx)
 
     def reconstruct(self, cg):
         def build():
@@ -287,6 +358,30 @@ class NewObjectVariable(VariableTracker):
         return cg.memo(self, build)
 
 
+class ObjectDictVariable(DictVariable):
+    """``obj.__dict__`` of an object made in the trace: a dict whose items are the object's attributes."""
+
+    def __init__(self, owner: NewObjectVariable):  # no DictVariable.__init__: it would reset the items
+        self.owner = owner
+        self.default_factory = None
+        self.key_vts = {}
+        self.source = None
+        self.py_type = dict
+
+    @property
+    def items(self):
+        return self.owner.attrs
+
+    @items.setter
+    def items(self, new):
+        attrs = dict(new)
+        self.owner.attrs.clear()
+        self.owner.attrs.update(attrs)
+
+    def reconstruct(self, cg):
+        return f"{cg.reconstruct(self.owner)}.__dict__"
+
+
 def new_object(cls, attrs: dict):
     """Runtime helper of generated code: an instance of ``cls`` with ``attrs``, without calling __init__."""
     obj = object.__new__(cls)
@@ -294,86 +389,8 @@ def new_object(cls, attrs: dict):
     return obj
 
 
-def is_model_output_cls(cls) -> bool:
-    """Hugging Face ModelOutput: a dataclass that is also an OrderedDict of its non-None fields."""
-    return isinstance(cls, type) and issubclass(cls, collections.OrderedDict) and dataclasses.is_dataclass(cls)
-
-
-class ModelOutputVariable(VariableTracker):
-    def __init__(self, cls, values: dict):
-        self.cls = cls
-        self.values = values  # field name -> VT, only non-None fields, in field order
-
-    @staticmethod
-    def create(tx, cls, args, kwargs):
-        names = [f.name for f in dataclasses.fields(cls)]
-        bound = dict(zip(names, args))
-        bound.update(kwargs)
-        vals = {}
-        for n in names:
-            v = bound.get(n)
-            if v is None or (v.is_constant() and v.as_constant() is None):
-                continue
-            vals[n] = v
-        return ModelOutputVariable(cls, vals)
-
-    def python_type(self):
-        return self.cls
-
-    def describe(self):
-        return f"{self.cls.__name__}"
-
-    def getattr(self, tx, name):
-        from ember.frontend.variables.functions import BoundMethodVariable
-
-        names = [f.name for f in dataclasses.fields(self.cls)]
-        if name in self.values:
-            return self.values[name]
-        if name in names:
-            return ConstantVariable(None)
-        if name in ("to_tuple", "keys", "values", "items", "get", "__getitem__", "__contains__", "__len__"):
-            return BoundMethodVariable(self, name)
-        return class_attr_of_instance(tx, self, self.cls, name)
-
-    def setattr(self, tx, name, value):
-        self.values[name] = value
-
-    def unpack(self, tx):
-        return [ConstantVariable(k) for k in self.values]
-
-    def length(self, tx):
-        return len(self.values)
-
-    def truth(self, tx):
-        return bool(self.values)
-
-    def call_method(self, tx, name, args, kwargs):
-        from ember.frontend.variables.containers import DictViewVariable, DictVariable, TupleVariable
-
-        if name == "to_tuple":
-            return TupleVariable(list(self.values.values()))
-        if name == "__getitem__":
-            k = args[0].as_constant()
-            if isinstance(k, str):
-                return self.values[k]
-            return TupleVariable(list(self.values.values())).getitem(tx, args[0])
-        if name == "__setitem__":
-            self.values[args[0].as_constant()] = args[1]
-            return ConstantVariable(None)
-        if name in ("keys", "values", "items"):
-            return DictViewVariable(DictVariable(self.values), name)
-        if name == "get":
-            k = args[0].as_constant()
-            return self.values.get(k, args[1] if len(args) > 1 else ConstantVariable(None))
-        if name == "__contains__":
-            return ConstantVariable(args[0].as_constant() in self.values)
-        if name == "__len__":
-            return ConstantVariable(len(self.values))
-        return self.getattr(tx, name).call(tx, args, kwargs)
-
-    def reconstruct(self, cg):
-        return cg.memo(self, lambda: f"{cg.const(self.cls, self.cls.__name__)}(" + ", ".join(
-            f"{k}={cg.reconstruct(v)}" for k, v in self.values.items()) + ")")
+def is_nn_module_cls(cls) -> bool:
+    return issubclass(cls, torch.nn.Module)
 
 
 class OpaqueObjectVariable(VariableTracker):

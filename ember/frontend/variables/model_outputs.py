@@ -1,0 +1,118 @@
+"""Hugging Face ModelOutputs: dataclasses that are also OrderedDicts of their non-None fields."""
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+from ember.frontend.errors import Unsupported
+from ember.frontend.sources import AttrSource, ItemSource
+from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.objects import class_attr_of_instance
+
+
+def is_model_output_cls(cls) -> bool:
+    """Hugging Face ModelOutput: a dataclass that is also an OrderedDict of its non-None fields."""
+    return isinstance(cls, type) and issubclass(cls, collections.OrderedDict) and dataclasses.is_dataclass(cls)
+
+
+class ModelOutputVariable(VariableTracker):
+    """A Hugging Face ModelOutput: made in the trace, or an existing one (``source``; read only)."""
+
+    def __init__(self, cls, values: dict, source=None, value=None):
+        self.cls = cls
+        self.values = values  # field name -> VT, only non-None fields, in field order
+        self.source = source
+        self.value = value
+
+    @staticmethod
+    def create(tx, cls, args, kwargs):
+        names = [f.name for f in dataclasses.fields(cls)]
+        bound = dict(zip(names, args))
+        bound.update(kwargs)
+        vals = {}
+        for n in names:
+            v = bound.get(n)
+            if v is None or (v.is_constant() and v.as_constant() is None):
+                continue
+            vals[n] = v
+        return ModelOutputVariable(cls, vals)
+
+    @staticmethod
+    def existing(tx, value, source):
+        """Items read as ``out['k']`` under a guard on the keys (the dict part is what the methods see)."""
+        from ember.frontend.guards import GuardKind
+        from ember.frontend.variables.builder import wrap
+
+        tx.output.guards.add(source, GuardKind.TYPE, type(value))
+        tx.output.guards.add(source, GuardKind.DICT_KEYS, tuple(value.keys()))
+        items = {k: wrap(tx, v, ItemSource(source, k)) for k, v in value.items()}
+        return ModelOutputVariable(type(value), items, source, value)
+
+    def python_type(self):
+        return self.cls
+
+    def describe(self):
+        return f"{self.cls.__name__}" + (f" at {self.source.name()}" if self.source is not None else "")
+
+    def getattr(self, tx, name):
+        from ember.frontend.variables.builder import wrap
+        from ember.frontend.variables.functions import BoundMethodVariable
+
+        names = [f.name for f in dataclasses.fields(self.cls)]
+        if name in names and self.source is not None:  # the attribute, which may differ from the item
+            return wrap(tx, getattr(self.value, name), AttrSource(self.source, name))
+        if name in self.values:
+            return self.values[name]
+        if name in names:
+            return ConstantVariable(None)
+        if name in ("to_tuple", "keys", "values", "items", "get", "__getitem__", "__contains__", "__len__"):
+            return BoundMethodVariable(self, name)
+        return class_attr_of_instance(tx, self, self.cls, name)
+
+    def _check_mutable(self):
+        if self.source is not None:
+            raise Unsupported(f"changing {self.describe()}, a ModelOutput from outside the compiled function")
+
+    def setattr(self, tx, name, value):
+        self._check_mutable()
+        self.values[name] = value
+
+    def unpack(self, tx):
+        return [ConstantVariable(k) for k in self.values]
+
+    def length(self, tx):
+        return len(self.values)
+
+    def truth(self, tx):
+        return bool(self.values)
+
+    def call_method(self, tx, name, args, kwargs):
+        from ember.frontend.variables.containers import DictViewVariable, DictVariable, TupleVariable
+
+        if name == "to_tuple":
+            return TupleVariable(list(self.values.values()))
+        if name == "__getitem__":
+            k = args[0].as_constant()
+            if isinstance(k, str):
+                return self.values[k]
+            return TupleVariable(list(self.values.values())).getitem(tx, args[0])
+        if name == "__setitem__":
+            self._check_mutable()
+            self.values[args[0].as_constant()] = args[1]
+            return ConstantVariable(None)
+        if name in ("keys", "values", "items"):
+            return DictViewVariable(DictVariable(self.values), name)
+        if name == "get":
+            k = args[0].as_constant()
+            return self.values.get(k, args[1] if len(args) > 1 else ConstantVariable(None))
+        if name == "__contains__":
+            return ConstantVariable(args[0].as_constant() in self.values)
+        if name == "__len__":
+            return ConstantVariable(len(self.values))
+        return self.getattr(tx, name).call(tx, args, kwargs)
+
+    def reconstruct(self, cg):
+        if self.source is not None:
+            return cg.load(self.source)
+        return cg.memo(self, lambda: f"{cg.const(self.cls, self.cls.__name__)}(" + ", ".join(
+            f"{k}={cg.reconstruct(v)}" for k, v in self.values.items()) + ")")
