@@ -4,6 +4,13 @@ Pipeline (each step a module): lower (``lowering``) -> verify (``ir``, optional)
 (``scheduler``) -> Triton source per kernel (``triton_emit``) -> wrapper source (``wrapper``) -> write
 to and import from the cache (``cache``).
 
+Graphs traced with dynamic shapes (placeholders whose FakeTensors have SymInt sizes) compile once,
+for every size: sizes are expressions over size symbols (``symbolic.py``) that the kernels take as
+arguments and the wrapper reads from the inputs. A graph holding something that cannot be symbolic
+(a size-dependent Python decision in a lowering, a size that is no input's size...) falls back, for
+that graph only, to a static compile per input-size set (``specialize.PerShapeGraph``), the reason
+in ``ember_native["reason"]``.
+
 CPU tensors run the ATen graph as it is (``gm.forward``) unless Triton is forced, by the argument
 ``force_triton=True``, by ``ember.config.config.native_force_triton`` if that field exists, or by the
 environment variable ``EMBER_NATIVE_FORCE_TRITON=1``; then the kernels run in the Triton interpreter
@@ -18,9 +25,10 @@ import time
 
 import torch
 
-from ember.native.specialize import PerShapeGraph, has_symbolic_inputs
 from ember.native import cache
 from ember.native.lowering import Unsupported
+from ember.native.specialize import PerShapeGraph
+from ember.native.symbolic import SymbolicUnsupported, has_symbolic_inputs
 
 DEFAULT_OPTIONS = {
     "max_xblock": 4096,          # caps on block sizes (tests lower them to exercise tails and loops)
@@ -32,7 +40,14 @@ DEFAULT_OPTIONS = {
     "cache": True,               # read and write the on-disk graph cache
     "guard_inputs": True,        # check input sizes/strides per call (else run the graph as it is)
     "autotune": False,           # time launch configs and cuBLAS vs a Triton matmul on the device (autotune.py)
+    "cse": True,                 # merge repeated pure ops before lowering (passes.py)
+    "pad_mm": True,              # pad large matmuls with misaligned sizes for cuBLAS (pad_mm.py)
+    "pad_mm_min_flops": 1 << 30,
 }
+
+# graphs and kernels generated in this process (cache hits excluded), and static copies compiled by
+# the per-size fallback: tests check that a symbolic graph generates its kernels once
+COUNTERS = {"graphs": 0, "kernels": 0, "per_shape": 0}
 
 
 def _force_triton() -> bool:
@@ -83,11 +98,19 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, *, force_triton
         # the interpreter is chosen when triton is imported (make_fx in fake mode imports it)
         return _as_is(gm, "Triton on CPU tensors needs TRITON_INTERPRET=1 before triton is imported")
     opts = dict(DEFAULT_OPTIONS, **(options or {}))
-    if has_symbolic_inputs(gm):  # dynamic shapes: kernels for each concrete size met (specialize.py)
-        return PerShapeGraph(gm, lambda g, args: compile_aten_graph(g, args, force_triton=force, options=options))
+    if has_symbolic_inputs(gm):
+        try:
+            return _compile(gm, example_inputs, opts)
+        except (Unsupported, SymbolicUnsupported) as e:
+            reason = str(e)
+        except Exception as e:  # noqa: BLE001 - a gap of the symbolic path: per-size kernels are still right
+            reason = f"{type(e).__name__}: {e}"
+        _log(f"ember.native: symbolic sizes, compiling per input sizes: {reason}")
+        return PerShapeGraph(gm, lambda g, args: compile_aten_graph(g, args, force_triton=force, options=options),
+                             reason)
     try:
         return _compile(gm, example_inputs, opts)
-    except Unsupported as e:
+    except (Unsupported, SymbolicUnsupported) as e:  # the latter: a data-dependent size inside the graph
         _log(f"ember.native: running the graph as is: {e}")
         return _as_is(gm, str(e))
 
@@ -126,13 +149,15 @@ def _constant(gm, target, device):
 def plan(gm, example_inputs, opts):
     """Lower, verify, schedule and emit, without writing or running anything.
     Returns (graph IR, lowering, schedule, [(Kernel, EmittedKernel)])."""
-    from ember.native import ir, lowering, scheduler, triton_emit
+    from ember.native import ir, lowering, passes, scheduler, triton_emit
+    passes.run(gm, opts, on_cpu=not _uses_cuda(gm, example_inputs))
     g, L = lowering.lower(gm, example_inputs)
     if opts.get("verify", True):
         ir.verify(g)
     sched = scheduler.schedule(g, opts)
     layouts = g.buffers()
-    emitted = [(s, triton_emit.emit_kernel(s, layouts, opts)) for s in sched.steps if isinstance(s, scheduler.Kernel)]
+    emitted = [(s, triton_emit.emit_kernel(s, layouts, opts, g.sizevars))
+               for s in sched.steps if isinstance(s, scheduler.Kernel)]
     return g, L, sched, emitted
 
 
@@ -148,18 +173,24 @@ def _generate(gm, example_inputs, opts, key, base):
             kernel_srcs.append(text)
         name, path = by_source[ek.source]
         kernels[id(step)] = (name, ek, path)
+    COUNTERS["graphs"] += 1
+    COUNTERS["kernels"] += len(by_source)
     overrides = {}
-    if opts.get("autotune"):  # max-autotune: launch configs and matmul choices timed on the device
+    # max-autotune: launch configs and matmul choices timed on the device (at static sizes only:
+    # symbolic kernels keep the heuristic configs chosen at the hints)
+    if opts.get("autotune") and not g.sizevars.symbolic:
         from ember.native import autotune
         overrides = autotune.tune(sched, kernels, g.buffers(), opts, L.device)
     r = sched.report
     header = (f"graph {key[:16]}: {r['kernels']} Triton kernels, {r['externs']} extern calls, "
               f"{r['bytes']} bytes moved ({r['kernel_bytes']} by kernels)")
+    if g.sizevars.symbolic:
+        header += "\nsymbolic sizes (bytes counted at the hints):\n" + g.sizevars.describe()
     src = wrapper.WrapperCodegen(sched, kernels, L.int_inputs, header, opts.get("guard_inputs", True),
                                  extern_overrides=overrides).generate()
     info = {"report": r, "kernels": sorted({p for _, p in by_source.values()}),
             "constants": [b.target for b in g.inputs if b.constant is not None],
-            "device": str(L.device)}
+            "device": str(L.device), "sizes": g.sizevars.describe()}
     info["wrapper"] = cache.store_graph(key, src, info, base)
     return info, src, kernel_srcs
 

@@ -4,6 +4,8 @@
 * ``graphs/<hh>/<key>.py`` + ``.json``: the wrapper of a compiled graph and its report. The key hashes
   the graph's code, the example inputs' metadata, constant tensors, options, the versions of torch
   and Triton, and the source of this package (so editing the compiler invalidates old entries).
+  For a graph with symbolic sizes the inputs are described symbolically (``s0``-style sizes and
+  their ranges, not the sizes of the first call), so one entry serves every size.
 
 Files are written to a temporary name and renamed, so a concurrent reader sees all or nothing.
 A second process compiling the same graph finds the wrapper and skips lowering and code generation.
@@ -88,12 +90,36 @@ def _describe(x) -> str:
     return f"{type(x).__name__}:{x!r}"
 
 
+def _describe_symbolic(gm: torch.fx.GraphModule, example_inputs) -> list[str]:
+    """The inputs of a graph with symbolic sizes, as the IR will see them: sizes as expressions over
+    the canonical size symbols, with the symbols' ranges (they choose persistent reductions) but not
+    their hints, so every size meets the same entry."""
+    from ember.native.symbolic import SizeVars, active, norm, norm_sizes
+    sv, out = SizeVars(), []
+    with active(sv):
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        for n, x in zip(placeholders, example_inputs):
+            v = n.meta.get("val")
+            if isinstance(v, torch.Tensor):
+                sizes = (norm_sizes(v.shape), norm_sizes(v.stride()), norm(v.storage_offset()))
+                out.append(f"T{sizes}{v.dtype}{v.device}")
+            elif isinstance(v, torch.SymInt):
+                out.append(f"I{norm(v)}")
+            else:
+                out.append(_describe(x))
+    out.append(str(sorted((str(s), sv.lower[s], sv.upper[s]) for s in sv.hints)))
+    return out
+
+
 def graph_key(gm: torch.fx.GraphModule, example_inputs, options: dict) -> str:
+    """Graph code, input metadata (symbolic structure for dynamic graphs), constants, options."""
+    from ember.native.symbolic import has_symbolic_inputs
     h = hashlib.sha256()
     h.update(compiler_fingerprint().encode())
     h.update(gm.code.encode())
-    for x in example_inputs:
-        h.update(_describe(x).encode())
+    descs = _describe_symbolic(gm, example_inputs) if has_symbolic_inputs(gm) else map(_describe, example_inputs)
+    for d in descs:
+        h.update(d.encode())
     for n in gm.graph.nodes:
         if n.op == "get_attr":
             t = getattr(gm, n.target)

@@ -2,10 +2,10 @@
 
 Two layers:
 
-* **index expressions** are sympy integers over loop variables (``v0, v1, ...`` in a node, ``x*``/``r*``
-  in a kernel) and indirect symbols (``ind*``, a value loaded at run time). ``FloorDiv`` and ``IMod`` are
-  our own functions because sympy's ``floor``/``Mod`` carry sign rules we never need and simplify slowly;
-  ``simplify_index`` removes them when the variable ranges prove it safe.
+* **index expressions** are sympy integers over loop variables (``v0, v1, ...``), indirect symbols
+  (``ind*``, a value loaded at run time) and, for graphs traced with dynamic shapes, size symbols
+  (``s0, s1, ...``). Sizes, strides and ranges are ints or sympy expressions over size symbols; the
+  arithmetic (``FloorDiv``, ``IMod``, bounds, simplification, proofs) lives in ``symbolic.py``.
 * **value expressions** (``Expr``) are small immutable trees: ``load``, ``const``, ``index``, ``cast``,
   ``masked`` and the pointwise ops of ``POINTWISE_OPS``. They are hashed structurally, so equal
   subtrees are the same value; the emitter's CSE relies on that.
@@ -23,133 +23,9 @@ from typing import Any, Iterable
 import sympy
 import torch
 
-# --------------------------------------------------------------------------------------------------
-# index expressions
-
-
-class FloorDiv(sympy.Function):
-    """``a // b`` for integer ``a >= 0`` and constant ``b > 0`` (printed as ``//``)."""
-    nargs = 2
-    is_integer = True
-
-    @classmethod
-    def eval(cls, a, b):
-        if b == 1:
-            return a
-        if a == 0:
-            return sympy.Integer(0)
-        if a.is_Integer and b.is_Integer:
-            return sympy.Integer(int(a) // int(b))
-        return None
-
-
-class IMod(sympy.Function):
-    """``a % b`` for integer ``a >= 0`` and constant ``b > 0`` (printed as ``%``)."""
-    nargs = 2
-    is_integer = True
-
-    @classmethod
-    def eval(cls, a, b):
-        if b == 1 or a == 0:
-            return sympy.Integer(0)
-        if a.is_Integer and b.is_Integer:
-            return sympy.Integer(int(a) % int(b))
-        return None
-
-
-_SYMBOLS: dict[str, sympy.Symbol] = {}
-
-
-def sym(name: str) -> sympy.Symbol:
-    """Interned non-negative integer symbol (loop variables, indirect values)."""
-    s = _SYMBOLS.get(name)
-    if s is None:
-        s = _SYMBOLS[name] = sympy.Symbol(name, integer=True)
-    return s
-
-
-def node_vars(n: int) -> list[sympy.Symbol]:
-    return [sym(f"v{i}") for i in range(n)]
-
-
-def is_indirect(s) -> bool:
-    return isinstance(s, sympy.Symbol) and s.name.startswith("ind")
-
-
-def bounds(expr, ranges: dict) -> tuple[int, int] | None:
-    """Inclusive [lo, hi] of an index expression given ``{symbol: size}``; None if unknown."""
-    if expr.is_Integer:
-        return int(expr), int(expr)
-    if isinstance(expr, sympy.Symbol):
-        if expr in ranges:
-            return 0, int(ranges[expr]) - 1
-        return None
-    if expr.is_Add:
-        lo = hi = 0
-        for t in expr.args:
-            b = bounds(t, ranges)
-            if b is None:
-                return None
-            lo, hi = lo + b[0], hi + b[1]
-        return lo, hi
-    if expr.is_Mul:
-        lo, hi = 1, 1
-        for t in expr.args:
-            b = bounds(t, ranges)
-            if b is None:
-                return None
-            cands = [lo * b[0], lo * b[1], hi * b[0], hi * b[1]]
-            lo, hi = min(cands), max(cands)
-        return lo, hi
-    if isinstance(expr, FloorDiv):
-        b = bounds(expr.args[0], ranges)
-        d = int(expr.args[1])
-        return None if b is None else (b[0] // d, b[1] // d)
-    if isinstance(expr, IMod):
-        b = bounds(expr.args[0], ranges)
-        m = int(expr.args[1])
-        if b is not None and b[0] >= 0 and b[1] < m:
-            return b
-        return 0, m - 1
-    return None
-
-
-def _split_terms(expr, d: int):
-    """Split a sum into (terms divisible by d, divided by d) and the remaining terms."""
-    q, rem = [], []
-    for t in sympy.Add.make_args(expr):
-        coeff, rest = t.as_coeff_Mul()
-        if coeff.is_Integer and int(coeff) % d == 0:
-            q.append(sympy.Integer(int(coeff) // d) * rest)
-        else:
-            rem.append(t)
-    return sympy.Add(*q), sympy.Add(*rem)
-
-
-def simplify_index(expr, ranges: dict):
-    """Remove FloorDiv/IMod that the variable ranges make redundant (flatten-then-unflatten from
-    reshapes is the common case: ``(8*v0 + v1) // 8 -> v0`` when ``v1 < 8``)."""
-    if not isinstance(expr, sympy.Basic) or expr.is_Atom:
-        return expr
-    args = [simplify_index(a, ranges) for a in expr.args]
-    if isinstance(expr, (FloorDiv, IMod)):
-        a, d = args
-        d = int(d)
-        q, rem = _split_terms(sympy.expand(a), d)
-        b = bounds(rem, ranges)
-        if isinstance(expr, FloorDiv):
-            if b is not None and 0 <= b[0] and b[1] < d:
-                return q
-            if b is not None and b[0] >= 0:
-                return q + FloorDiv(rem, d)
-            return FloorDiv(a, d)
-        if b is not None and 0 <= b[0] and b[1] < d:
-            return rem
-        if b is not None and b[0] >= 0:
-            return IMod(rem, d)
-        return IMod(a, d)
-    return expr.func(*args)
-
+# index arithmetic lives in symbolic.py; re-exported here, where the IR's users look for it
+from ember.native.symbolic import (FloorDiv, IMod, SizeVars, as_int_or_expr, bounds, is_indirect,  # noqa: F401
+                                   is_size_symbol, node_vars, simplify_index, size_symbols_of, sym)
 
 # --------------------------------------------------------------------------------------------------
 # value expressions
@@ -220,6 +96,12 @@ def load(buf: str, index, indirect: dict, dtype) -> Expr:
 
 
 def const(value, dtype) -> Expr:
+    """A constant; a symbolic size (a sympy expression over size symbols) becomes its index value,
+    read from the kernel's size arguments, cast to dtype."""
+    if isinstance(value, sympy.Basic):
+        if not value.is_Integer:
+            return cast(index_value(value), dtype)
+        value = int(value)
     if dtype == torch.bool:
         value = bool(value)
     elif dtype.is_floating_point:
@@ -325,11 +207,13 @@ def format_expr(e: Expr) -> str:
 # buffers and nodes
 
 
-def contiguous_strides(sizes) -> tuple[int, ...]:
+def contiguous_strides(sizes) -> tuple:
+    """Row-major strides; symbolic sizes give symbolic strides (a symbolic size is never 0 here:
+    dynamic dimensions are >= 2)."""
     strides, acc = [], 1
     for s in reversed(sizes):
         strides.append(acc)
-        acc *= max(int(s), 1)
+        acc = acc * max(s, 1) if isinstance(s, int) else acc * s
     return tuple(reversed(strides))
 
 
@@ -344,15 +228,16 @@ class Layout:
     offset: int = 0
 
     @property
-    def numel(self) -> int:
+    def numel(self):
         return math.prod(self.sizes)
 
     @property
-    def storage_numel(self) -> int:
+    def storage_numel(self):
         """Elements the layout spans (from offset 0), for allocation and bounds checks."""
         if self.numel == 0:
             return 0
-        return 1 + sum((s - 1) * st for s, st in zip(self.sizes, self.strides))
+        n = 1 + sum((s - 1) * st for s, st in zip(self.sizes, self.strides))
+        return n if isinstance(n, int) else as_int_or_expr(sympy.expand(n))
 
     @property
     def nbytes(self) -> int:
@@ -449,6 +334,8 @@ class GraphIR:
     nodes: list                  # ComputedNode | ExternNode in program order
     outputs: Any                 # pytree (lists/tuples) of OutBuf | OutConst | RuntimeValue
     mutations: list = dataclasses.field(default_factory=list)  # (input name, computed buffer name)
+    sizevars: SizeVars = dataclasses.field(default_factory=SizeVars)  # size symbols (dynamic shapes)
+    num_args: int = 0            # placeholders (tensors, ints, size symbols read from SymInt arguments)
 
     def buffers(self) -> dict:
         out = {b.name: b.layout for b in self.inputs}
@@ -462,7 +349,7 @@ class GraphIR:
         return out
 
     def format(self) -> str:
-        lines = []
+        lines = [f"# {line}" for line in self.sizevars.describe().splitlines()]
         for b in self.inputs:
             kind = "constant" if b.constant is not None else f"input {b.index}"
             lines.append(f"{b.name}: {b.layout}  # {kind}")
@@ -496,8 +383,20 @@ class IRError(AssertionError):
 
 
 def verify(g: GraphIR) -> None:
-    """Check the invariants the scheduler and emitter rely on; raises IRError."""
+    """Check the invariants the scheduler and emitter rely on; raises IRError. Symbolic sizes must
+    be size symbols the wrapper can read; bounds are checked at the symbols' hints."""
     known: dict[str, Layout] = {b.name: b.layout for b in g.inputs}
+    sv = g.sizevars
+    sizes = set(sv.hints)
+    unread = sizes - set(sv.sources)
+    _check(not unread, lambda: f"size symbols {sorted(map(str, unread))} are read from no input")
+
+    def at_hint(e):
+        return e if isinstance(e, int) or not sizes else sympy.sympify(e).xreplace(sv.hints)
+
+    def size_ok(r):
+        return (isinstance(r, int) and r != 1 and r >= 0) or \
+            (isinstance(r, sympy.Basic) and not r.is_Integer and r.free_symbols <= sizes)
     for n in g.nodes:
         if isinstance(n, ExternNode):
             for a in _buffer_args((n.args, n.kwargs)):
@@ -508,26 +407,28 @@ def verify(g: GraphIR) -> None:
                     known[o[0]] = o[1]
             continue
         _check(n.name not in known, lambda: f"{n.name} defined twice")
-        _check(all(isinstance(r, int) and r != 1 and r >= 0 for r in n.ranges),
-               lambda: f"{n.name}: ranges must be ints != 1: {n.ranges}")
+        _check(all(size_ok(r) for r in n.ranges),
+               lambda: f"{n.name}: ranges must be ints != 1 or expressions of size symbols: {n.ranges}")
         _check(all(0 <= d < len(n.ranges) for d in n.reduced), lambda: f"{n.name}: bad reduced dims {n.reduced}")
         _check(bool(n.reduced) == n.is_reduction, lambda: f"{n.name}: reduction without reduced dims or vice versa")
         if n.is_reduction:
             _check(n.reduction_type in REDUCTION_TYPES, lambda: f"{n.name}: unknown reduction {n.reduction_type}")
         vr = n.var_ranges
-        allowed = set(vr)
+        allowed = set(vr) | sizes
+        vr = {v: int(at_hint(r)) for v, r in vr.items()}
         guarded = _masked_loads(n.body)  # loads under masked() may address outside when masked off
-        empty = 0 in n.ranges
+        empty = 0 in vr.values()
         for e in walk([n.body]):
             if e.op == "load":
                 buf, index, syms = e.attr
                 _check(buf in known, lambda: f"{n.name}: load of unknown buffer {buf}")
                 extra = {s for s in index.free_symbols if s not in allowed and s not in syms}
                 _check(not extra, lambda: f"{n.name}: load index {index} uses unbound symbols {extra}")
-                b = bounds(index, vr)
+                b = bounds(at_hint(index), vr)
+                storage = at_hint(known[buf].storage_numel)
                 if b is not None and not syms and not empty and e not in guarded:
-                    _check(b[0] >= 0 and b[1] < max(known[buf].storage_numel, 1), lambda:
-                           f"{n.name}: load {buf}[{index}] out of bounds {b} (storage {known[buf].storage_numel})")
+                    _check(b[0] >= 0 and b[1] < max(storage, 1), lambda:
+                           f"{n.name}: load {buf}[{index}] out of bounds {b} (storage {storage})")
             elif e.op == "index":
                 extra = e.attr.free_symbols - allowed
                 _check(not extra, lambda: f"{n.name}: index value {e.attr} uses unbound symbols {extra}")
@@ -535,12 +436,12 @@ def verify(g: GraphIR) -> None:
                 _check(len(e.args) == POINTWISE_OPS[e.op][0], lambda: f"{n.name}: {e.op} arity")
             else:
                 _check(e.op in ("const", "cast", "masked"), lambda: f"{n.name}: unknown op {e.op}")
-        store_vars = set(n.store_index.free_symbols) if isinstance(n.store_index, sympy.Basic) else set()
+        store_vars = set(n.store_index.free_symbols) - sizes if isinstance(n.store_index, sympy.Basic) else set()
         kept_vars = {node_vars(len(n.ranges))[i] for i in n.kept}
         _check(store_vars <= kept_vars, lambda: f"{n.name}: store index {n.store_index} uses non-kept vars")
-        b = bounds(sympy.sympify(n.store_index), vr)
-        _check(n.layout.numel == 0 or b is not None and b[0] >= 0 and b[1] < n.layout.storage_numel, lambda:
-               f"{n.name}: store index {n.store_index} out of bounds {b}")
+        b = bounds(at_hint(sympy.sympify(n.store_index)), vr)
+        _check(at_hint(n.layout.numel) == 0 or b is not None and b[0] >= 0 and b[1] < at_hint(n.layout.storage_numel),
+               lambda: f"{n.name}: store index {n.store_index} out of bounds {b}")
         known[n.name] = n.layout
     for dst, src in g.mutations:
         _check(dst in known and src in known, lambda: f"mutation {dst} <- {src} names unknown buffers")
@@ -574,19 +475,20 @@ def _buffer_args(tree):
 buffer_args = _buffer_args
 
 
-def simplify_expr(e: Expr, ranges: dict, memo: dict | None = None) -> Expr:
-    """``simplify_index`` applied to every load index and index value in e."""
+def simplify_expr(e: Expr, ranges: dict, memo: dict | None = None, lower: dict | None = None) -> Expr:
+    """``simplify_index`` applied to every load index and index value in e (``lower``: lower bounds
+    of size symbols, for the proofs)."""
     if memo is None:
         memo = {}
     hit = memo.get(e)
     if hit is not None:
         return hit
-    args = tuple(simplify_expr(a, ranges, memo) for a in e.args)
+    args = tuple(simplify_expr(a, ranges, memo, lower) for a in e.args)
     attr = e.attr
     if e.op == "load":
-        attr = (attr[0], simplify_index(attr[1], ranges), attr[2])
+        attr = (attr[0], simplify_index(attr[1], ranges, lower), attr[2])
     elif e.op == "index":
-        attr = simplify_index(attr, ranges)
+        attr = simplify_index(attr, ranges, lower)
     out = Expr(e.op, args, e.dtype, attr) if (args != e.args or attr is not e.attr) else e
     memo[e] = out
     return out

@@ -16,7 +16,8 @@ from torch._prims_common import elementwise_dtypes
 
 from ember.native import ir
 from ember.native.lower_views import reshape_value
-from ember.native.lowering import Decline, Lazy, Unsupported, Value, broadcast_loader, register, register_extern
+from ember.native.symbolic import SymbolicUnsupported, eq, is_static, norm
+from ember.native.lowering import Decline, Lazy, Value, broadcast_loader, out_meta, register, register_extern
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -32,11 +33,7 @@ register_extern(
 )
 
 
-def _out(node):
-    v = node.meta.get("val")
-    if not isinstance(v, torch.Tensor):
-        raise Unsupported(f"{node.target}: no tensor metadata")
-    return v
+_out = out_meta
 
 
 def _proto(a):
@@ -44,6 +41,8 @@ def _proto(a):
     differently from others)."""
     if isinstance(a, Value):
         return torch.empty((1,) * len(a.sizes) if a.sizes else (), dtype=a.dtype, device="meta")
+    if isinstance(a, sympy.Basic):
+        return 1  # a symbolic size: an int
     return a
 
 
@@ -337,7 +336,7 @@ def arange(L, node, *args, **kwargs):
     if node.target is prims.iota.default:
         start, step = kwargs["start"], kwargs["step"]
     else:
-        nums = [a for a in args if isinstance(a, (int, float))]
+        nums = [a for a in args if isinstance(a, (int, float, sympy.Basic))]
         start, step = (0, 1) if len(nums) == 1 else (nums[0], nums[2] if len(nums) > 2 else 1)
 
     def load(idx):
@@ -432,9 +431,13 @@ def _var_mean(L, node, x, dims, correction, keepdim, out_dtype):
     bl = broadcast_loader(mean_k, x.sizes)
     xc = Lazy(x.sizes, acc, x.device, lambda idx: ir.op("sub", ir.cast(x.load(idx), acc), mean_k.load(bl(idx))))
     sq = L.reduce(xc, dims, keepdim, "sum", acc, acc, body_fn=lambda e: ir.op("mul", e, e))
-    denom = max(n - (1 if correction is None else correction), 0)
+    c = 1 if correction is None else correction
+    if is_static(n):
+        denom = ir.const(max(n - c, 0), acc)
+    else:  # computed in the kernel from the size, clamped at 0 like eager (n <= correction: inf/nan)
+        denom = ir.op("maximum", ir.op("sub", ir.const(n, acc), ir.const(c, acc)), ir.const(0, acc))
     var = Lazy(sq.sizes, out_dtype, x.device,
-               lambda idx: ir.cast(ir.op("truediv", sq.load(idx), ir.const(denom, acc)), out_dtype))
+               lambda idx: ir.cast(ir.op("truediv", sq.load(idx), denom), out_dtype))
     m = mean_k if keepdim else reshape_value(mean_k, sq.sizes)
     mean = Lazy(m.sizes, out_dtype, x.device, lambda idx: ir.cast(m.load(idx), out_dtype))
     return var, mean
@@ -503,7 +506,7 @@ def index(L, node, x, indices):
     pos = [i for i, t in enumerate(indices) if t is not None]
     if any(t.dtype == torch.bool for t in indices if t is not None):
         raise Decline  # boolean masks have data-dependent shapes
-    bshape = list(torch.broadcast_shapes(*[tuple(indices[i].sizes) for i in pos]))
+    bshape = _broadcast_shapes([indices[i].sizes for i in pos])
     adjacent = pos == list(range(pos[0], pos[-1] + 1))
     first = pos[0] if adjacent else 0
     nb = len(bshape)
@@ -523,6 +526,24 @@ def index(L, node, x, indices):
     return Lazy(out.shape, x.dtype, x.device, load)
 
 
+def _broadcast_shapes(shapes) -> list:
+    """Right-aligned broadcast of shapes that tracing already checked (sizes may be symbolic)."""
+    n = max((len(s) for s in shapes), default=0)
+    out = [1] * n
+    for shape in shapes:
+        for i, size in enumerate(shape, n - len(shape)):
+            if size != 1:
+                out[i] = size
+    return out
+
+
+def _maybe_lt(a, b) -> bool:
+    """Could a < b? (For symbolic sizes: unless provably equal; a mask too many is only slower.)"""
+    if isinstance(a, int) and isinstance(b, int):
+        return a < b
+    return not eq(a, b)
+
+
 @register(aten.cat.default)
 def cat(L, node, tensors, dim=0):
     out = _out(node)
@@ -532,17 +553,17 @@ def cat(L, node, tensors, dim=0):
     for t in tensors:
         if len(t.sizes) == 1 and t.sizes[0] == 0 and n != 1:
             continue  # legacy empty tensors take no part
-        if t.sizes[d] > 0:
+        if t.sizes[d] != 0:
             parts.append((offset, t))
-        offset += t.sizes[d]
+        offset = offset + t.sizes[d]
 
     def load(idx):
         i = ir.index_value(idx[d])
         result = None
         for start, t in reversed(parts):
             end = start + t.sizes[d]
-            conds = ([ir.op("ge", i, ir.const(start, torch.int64))] if start > 0 else []) + \
-                ([ir.op("lt", i, ir.const(end, torch.int64))] if end < out.shape[d] else [])
+            conds = ([ir.op("ge", i, ir.const(start, torch.int64))] if start != 0 else []) + \
+                ([ir.op("lt", i, ir.const(end, torch.int64))] if _maybe_lt(end, out.shape[d]) else [])
             val = ir.cast(t.load(idx[:d] + [idx[d] - start] + idx[d + 1:]), out.dtype)
             if not conds:
                 result = val
@@ -567,7 +588,7 @@ def constant_pad_nd(L, node, x, pad, value=0):
             src[d] = idx[d] - lo
             if lo > 0:
                 conds.append(ir.op("ge", ir.index_value(idx[d]), ir.const(lo, torch.int64)))
-            if lo + x.sizes[d] < out.shape[d]:
+            if _maybe_lt(lo + x.sizes[d], out.shape[d]):
                 conds.append(ir.op("lt", ir.index_value(idx[d]), ir.const(lo + x.sizes[d], torch.int64)))
         val = x.load(src)
         if not conds:
@@ -584,9 +605,15 @@ def slice_scatter(L, node, x, src, dim=0, start=None, end=None, step=1):
     out = _out(node)
     d = dim % len(out.shape)
     size = out.shape[d]
-    start = 0 if start is None else (start + size if start < 0 else start)
-    end = size if end is None or end > size else (end + size if end < 0 else end)
     length = src.sizes[d]
+    if is_static(size) and is_static(start or 0):
+        start = 0 if start is None else (start + size if start < 0 else start)
+    else:
+        start = norm(start or 0)
+        if isinstance(start, int) and start < 0:
+            start = start + size
+        if (step != 1 and not is_static(start)) or not L.sv.nonneg(start):
+            raise SymbolicUnsupported(f"slice_scatter at {start} (step {step}) into a dimension of size {size}")
 
     def load(idx):
         i = ir.index_value(idx[d])
@@ -604,7 +631,9 @@ def slice_scatter(L, node, x, src, dim=0, start=None, end=None, step=1):
 def select_scatter(L, node, x, src, dim, index):
     out = _out(node)
     d = dim % len(out.shape)
-    index = index + out.shape[d] if index < 0 else index
+    index = norm(index)
+    if isinstance(index, int) and index < 0:
+        index = index + out.shape[d]
 
     def load(idx):
         hit = ir.op("eq", ir.index_value(idx[d]), ir.const(index, torch.int64))

@@ -3,6 +3,10 @@
 Each view is written once as an index remap (output index -> input index), which works for any value;
 on a ``Stored`` value it is also written as new sizes/strides/offset when that is possible, so extern
 calls can take the view without a copy.
+
+With symbolic sizes, output sizes come from the traced metadata (which applied eager's rules), slice
+and select positions must be provably inside the dimension, and a strided view is taken only when its
+strides hold for every size; otherwise the remap (FloorDiv/IMod by symbolic sizes) serves.
 """
 from __future__ import annotations
 
@@ -12,7 +16,8 @@ import sympy
 import torch
 
 from ember.native import ir
-from ember.native.lowering import Lazy, Stored, Unsupported, Value, register
+from ember.native.lowering import Lazy, Stored, TensorMeta, Unsupported, Value, out_meta, register
+from ember.native.symbolic import SymbolicUnsupported, eq, is_static, norm, norm_sizes
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -22,7 +27,7 @@ Z = sympy.Integer(0)
 def _view(x: Value, sizes, remap, strided=None) -> Value:
     """A view of x with the given sizes. ``remap(idx) -> idx of x``; ``strided() -> (strides,
     offset)`` or None, used when x is Stored."""
-    sizes = tuple(int(s) for s in sizes)
+    sizes = norm_sizes(sizes)
     if isinstance(x, Stored) and strided is not None:
         res = strided()
         if res is not None:
@@ -68,7 +73,8 @@ def t(L, node, x):
 @register(aten.expand.default, aten.expand_copy.default)
 def expand(L, node, x, sizes, implicit=False):
     n, k = len(sizes), len(x.sizes)
-    out = [x.sizes[i - (n - k)] if (s == -1 and i >= n - k) else int(s) for i, s in enumerate(sizes)]
+    out = [x.sizes[i - (n - k)] if (isinstance(s, int) and s == -1 and i >= n - k) else norm(s)
+           for i, s in enumerate(sizes)]
 
     def remap(idx):
         return [Z if x.sizes[j] == 1 else idx[j + n - k] for j in range(k)]
@@ -131,11 +137,30 @@ def _slice_params(size, start, end, step):
     return start, max(0, (end - start + step - 1) // step)
 
 
+def _slice_start(L, size, start):
+    """The first index of a slice of a dimension of symbolic size (its length comes from the traced
+    metadata); it must be provably within [0, size], else eager's clamping would be needed."""
+    start = 0 if start is None else norm(start)
+    if isinstance(start, int) and start < 0:
+        start = start + size
+    if not (L.sv.nonneg(start) and L.sv.nonneg(size - start)):
+        raise SymbolicUnsupported(f"slice start {start} of a dimension of size {size}")
+    return start
+
+
 @register(aten.slice.Tensor, aten.slice_copy.Tensor)
-def slice_(L, node, x, dim=0, start=None, end=None, step=1):
+def slice_(L, node, x, dim=0, start=None, end=None, step=1, length=None):
+    """``length``: callers that know it (split) pass it; otherwise it is computed, or read from the
+    traced metadata when sizes or bounds are symbolic."""
     n = len(x.sizes)
     dim = _dim(dim, n)
-    start, length = _slice_params(x.sizes[dim], start, end, step)
+    if all(v is None or is_static(v) for v in (x.sizes[dim], start, end)):
+        start, length = _slice_params(x.sizes[dim], norm(start) if start is not None else None,
+                                      norm(end) if end is not None else None, step)
+    else:
+        start = _slice_start(L, x.sizes[dim], start)
+        if length is None:
+            length = out_meta(node).shape[dim]
     sizes = list(x.sizes)
     sizes[dim] = length
 
@@ -160,7 +185,11 @@ def narrow(L, node, x, dim, start, length):
 def select(L, node, x, dim, index):
     n = len(x.sizes)
     dim = _dim(dim, n)
-    index = index + x.sizes[dim] if index < 0 else index
+    index = norm(index)
+    if isinstance(index, int) and index < 0:
+        index = index + x.sizes[dim]
+    if not L.sv.nonneg(index):
+        raise SymbolicUnsupported(f"select of index {index}")
     return _view(x, x.sizes[:dim] + x.sizes[dim + 1:], lambda idx: idx[:dim] + [sympy.Integer(index)] + idx[dim:],
                  lambda: (x.strides[:dim] + x.strides[dim + 1:], x.offset + index * x.strides[dim]))
 
@@ -171,7 +200,7 @@ def diagonal(L, node, x, offset=0, dim1=0, dim2=1):
     d1, d2 = _dim(dim1, n), _dim(dim2, n)
     rest = [i for i in range(n) if i not in (d1, d2)]
     r0, c0 = (0, offset) if offset >= 0 else (-offset, 0)
-    length = max(0, min(x.sizes[d1] - r0, x.sizes[d2] - c0))
+    length = out_meta(node).shape[-1]
     sizes = [x.sizes[i] for i in rest] + [length]
 
     def remap(idx):
@@ -185,19 +214,31 @@ def diagonal(L, node, x, offset=0, dim1=0, dim2=1):
 
 
 def _infer_size(sizes, numel):
-    sizes = list(sizes)
+    sizes = [norm(s) for s in sizes]
     if -1 in sizes:
         i = sizes.index(-1)
-        rest = math.prod(s for s in sizes if s != -1)
-        sizes[i] = numel // rest if rest else 0
-    return [int(s) for s in sizes]
+        rest = math.prod(s for s in sizes if not (isinstance(s, int) and s == -1))
+        if isinstance(numel, int) and isinstance(rest, int):
+            sizes[i] = numel // rest if rest else 0
+        else:
+            q = sympy.cancel(sympy.sympify(numel) / rest)
+            if not q.is_polynomial() or q.as_numer_denom()[1] != 1:
+                raise SymbolicUnsupported(f"view of {numel} elements as {sizes}")
+            sizes[i] = norm(sympy.expand(q))
+    return sizes
 
 
-def _view_strides(old_sizes, old_strides, new_sizes):
+def _view_strides(old_sizes, old_strides, new_sizes, hint=None):
     """Strides for viewing (old_sizes, old_strides) as new_sizes without a copy, or None
-    (the algorithm of ATen's computeStride)."""
+    (the algorithm of ATen's computeStride). With symbolic sizes, dims are grouped by comparing
+    hints, and each group must then match exactly, so the strides hold for every size."""
     if math.prod(old_sizes) == 0 or not old_sizes:
         return list(ir.contiguous_strides(new_sizes))
+
+    def less(a, b):
+        if isinstance(a, int) and isinstance(b, int):
+            return a < b
+        return hint is not None and hint(a) < hint(b)
     new_strides = [0] * len(new_sizes)
     view_d = len(new_sizes) - 1
     chunk_base_stride = old_strides[-1]
@@ -205,12 +246,12 @@ def _view_strides(old_sizes, old_strides, new_sizes):
     for tensor_d in range(len(old_sizes) - 1, -1, -1):
         tensor_numel *= old_sizes[tensor_d]
         if tensor_d == 0 or (old_sizes[tensor_d - 1] != 1 and
-                             old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride):
-            while view_d >= 0 and (view_numel < tensor_numel or new_sizes[view_d] == 1):
+                             not eq(old_strides[tensor_d - 1], tensor_numel * chunk_base_stride)):
+            while view_d >= 0 and (less(view_numel, tensor_numel) or new_sizes[view_d] == 1):
                 new_strides[view_d] = view_numel * chunk_base_stride
                 view_numel *= new_sizes[view_d]
                 view_d -= 1
-            if view_numel != tensor_numel:
+            if not eq(view_numel, tensor_numel):
                 return None
             if tensor_d > 0:
                 chunk_base_stride = old_strides[tensor_d - 1]
@@ -220,7 +261,8 @@ def _view_strides(old_sizes, old_strides, new_sizes):
     return new_strides
 
 
-def reshape_value(x: Value, sizes) -> Value:
+def reshape_value(x: Value, sizes, hint=None) -> Value:
+    """x viewed as sizes (-1 allowed); ``hint``: size expression -> int, for symbolic sizes."""
     sizes = _infer_size(sizes, x.numel)
     if list(sizes) == list(x.sizes):
         return x
@@ -241,7 +283,7 @@ def reshape_value(x: Value, sizes) -> Value:
         return res
 
     def strided():
-        st = _view_strides(list(x.sizes), list(x.strides), sizes)
+        st = _view_strides(list(x.sizes), list(x.strides), sizes, hint)
         return None if st is None else (st, x.offset)
     return _view(x, sizes, remap, strided)
 
@@ -249,7 +291,7 @@ def reshape_value(x: Value, sizes) -> Value:
 @register(aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.view_copy.default,
           aten._reshape_alias.default, prims.reshape.default)
 def view(L, node, x, sizes, *rest):
-    return reshape_value(x, sizes)
+    return reshape_value(x, out_meta(node).shape, L.sv.hint)
 
 
 @register(aten.as_strided.default, aten.as_strided_copy.default)
@@ -260,12 +302,21 @@ def as_strided(L, node, x, size, stride, storage_offset=None):
     meta = node.args[0].meta.get("val")
     if not isinstance(meta, torch.Tensor):
         raise Unsupported("as_strided without metadata")
-    base_off = meta.storage_offset()
-    off = storage_offset if storage_offset is not None else base_off
+    base_off = norm(meta.storage_offset())
+    off = norm(storage_offset) if storage_offset is not None else base_off
     if isinstance(x, Stored) and any(b.name == x.buf for b in L.inputs) and x.is_whole(L.layouts[x.buf]):
         return Stored(L, x.buf, size, stride, off - base_off, x.dtype, x.device)
-    last = off + sum((s - 1) * st for s, st in zip(size, stride)) if all(s > 0 for s in size) else 0
-    if base_off != 0 or not meta.is_contiguous() or last >= max(x.numel, 1):
+    size, stride = norm_sizes(size), norm_sizes(stride)
+    if all(is_static(v) for v in (*size, *stride, off, base_off, x.numel)):
+        last = off + sum((s - 1) * st for s, st in zip(size, stride)) if all(s > 0 for s in size) else 0
+        inside = last < max(x.numel, 1)
+        contiguous = meta.is_contiguous()
+    else:  # proofs instead of comparisons (and no is_contiguous(): it would guard on the sizes)
+        last = off + sum((s - 1) * st for s, st in zip(size, stride))
+        inside = all(s != 0 for s in size) and L.sv.nonneg(x.numel - 1 - last)
+        m = TensorMeta(meta)
+        contiguous = all(sz == 1 or eq(a, b) for sz, a, b in zip(m.shape, m.stride(), ir.contiguous_strides(m.shape)))
+    if base_off != 0 or not contiguous or not inside:
         raise Unsupported("as_strided of an intermediate whose eager storage differs from ours")
     cs = ir.contiguous_strides(x.sizes)
 
@@ -292,6 +343,8 @@ def split(L, node, x, split_size, dim=0):
     n = len(x.sizes)
     d = _dim(dim, n)
     size = x.sizes[d]
+    if not (is_static(size) and is_static(split_size)):  # the traced pieces know their sizes
+        return split_with_sizes(L, node, x, [norm(t.shape[d]) for t in node.meta["val"]], dim)
     sizes = [min(split_size, size - s) for s in range(0, size, split_size)] if split_size else [0]
     return split_with_sizes(L, node, x, sizes or [0], dim)
 
@@ -300,7 +353,8 @@ def split(L, node, x, split_size, dim=0):
 def split_with_sizes(L, node, x, sizes, dim=0):
     out, start = [], 0
     for s in sizes:
-        out.append(slice_(L, node, x, dim, start, start + s, 1))
+        s = norm(s)
+        out.append(slice_(L, node, x, dim, start, start + s, 1, length=s))
         start += s
     return out
 
@@ -308,6 +362,8 @@ def split_with_sizes(L, node, x, sizes, dim=0):
 @register(aten.unbind.int, aten.unbind_copy.int)
 def unbind(L, node, x, dim=0):
     d = _dim(dim, len(x.sizes))
+    if not is_static(x.sizes[d]):
+        raise SymbolicUnsupported(f"unbind of a dimension of symbolic size {x.sizes[d]}")
     return [select(L, node, x, d, i) for i in range(x.sizes[d])]
 
 
@@ -325,6 +381,8 @@ def roll(L, node, x, shifts, dims=()):
         return reshape_value(roll(L, node, flat, shifts, [0]), x.sizes)
     n = len(x.sizes)
     sh = {_dim(d, n): s for d, s in zip(dims, shifts)}
+    if not all(is_static(x.sizes[d]) and is_static(s) for d, s in sh.items()):
+        raise SymbolicUnsupported("roll along a dimension of symbolic size")
 
     def remap(idx):
         out = []

@@ -12,6 +12,13 @@
 A value is *realized* into a ``ComputedNode`` when something needs memory: a reduction (always its own
 node), an extern argument, a graph output, or a lazy value whose repeated inlining would cost too much
 (``should_realize``). Ops without a lowering become ``ExternNode``s, so nothing is silently dropped.
+
+Symbolic sizes (dynamic shapes): when the placeholders' FakeTensors carry SymInts, the lowering reads
+the inputs from that metadata, and every SymInt it meets (sizes, strides, size arithmetic nodes such
+as ``sym_size``) becomes an expression over the graph's size symbols (``symbolic.SizeVars``, made
+current by ``symbolic.active`` while lowering). Each symbol must be some input's size, stride or a
+SymInt argument, which is where the wrapper reads it. A lowering that would need a size decision no
+proof settles raises ``SymbolicUnsupported``: the graph is then compiled per size instead.
 """
 from __future__ import annotations
 
@@ -26,9 +33,12 @@ import torch
 import torch.fx
 
 from ember.native import ir
+from ember.native.symbolic import SymbolicUnsupported, active, eq, has_symbolic_inputs, norm, norm_sizes
 
 aten = torch.ops.aten
 LOWERINGS: dict = {}   # OpOverload -> fn(L, node, *args, **kwargs) -> value
+# ops computing sizes of their argument: their (possibly symbolic) value is in the node's metadata
+SIZE_OPS = {aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default, aten.sym_storage_offset.default}
 EXTERN_OPS: set = set()  # ops lowered on purpose as extern calls (matmul, conv, attention)
 
 
@@ -71,7 +81,7 @@ class Value:
 class Stored(Value):
     def __init__(self, L, buf, sizes, strides, offset, dtype, device):
         self.L, self.buf = L, buf
-        self.sizes, self.strides, self.offset = tuple(sizes), tuple(strides), int(offset)
+        self.sizes, self.strides, self.offset = norm_sizes(sizes), norm_sizes(strides), norm(offset)
         self.dtype, self.device = dtype, device
         self._memo: dict = {}
 
@@ -80,7 +90,7 @@ class Stored(Value):
         hit = self._memo.get(key)
         if hit is None:
             terms = [i * st for i, size, st in zip(idx, self.sizes, self.strides) if size != 1 and st != 0]
-            index = sympy.Add(sympy.Integer(self.offset), *terms)
+            index = sympy.Add(sympy.sympify(self.offset), *terms)
             hit = self._memo[key] = ir.load(self.buf, index, self.L.indirect, self.dtype)
         return hit
 
@@ -100,7 +110,7 @@ class Lazy(Value):
     origins: list = []  # (op, source line) of the fx nodes folded into this value
 
     def __init__(self, sizes, dtype, device, fn: Callable):
-        self.sizes, self.dtype, self.device, self.fn = tuple(int(s) for s in sizes), dtype, device, fn
+        self.sizes, self.dtype, self.device, self.fn = norm_sizes(sizes), dtype, device, fn
         self._memo: dict = {}
 
     def load(self, idx):
@@ -116,6 +126,24 @@ class Lazy(Value):
         return f"Lazy({self.sizes}, {self.dtype})"
 
 
+class TensorMeta:
+    """A node's tensor metadata with sizes and strides as the IR holds them (ints or size expressions)."""
+    __slots__ = ("shape", "dtype", "device", "layout", "_t")
+
+    def __init__(self, t: torch.Tensor):
+        self.shape, self.dtype, self.device, self.layout, self._t = norm_sizes(t.shape), t.dtype, t.device, t.layout, t
+
+    def stride(self):
+        return norm_sizes(self._t.stride())
+
+
+def out_meta(node) -> TensorMeta:
+    v = node.meta.get("val")
+    if not isinstance(v, torch.Tensor):
+        raise Unsupported(f"{node.target}: no tensor metadata")
+    return TensorMeta(v)
+
+
 def squeeze_vars(sizes):
     """Loop ranges without size-1 dims, and the full index (0 for size-1 dims)."""
     ranges, idx = [], []
@@ -124,7 +152,7 @@ def squeeze_vars(sizes):
         if s == 1:
             idx.append(sympy.Integer(0))
         else:
-            ranges.append(int(s))
+            ranges.append(norm(s))
             idx.append(next(vs))
     return tuple(ranges), idx
 
@@ -174,10 +202,15 @@ class GraphLowering:
         self.current: torch.fx.Node | None = None
         self._names = itertools.count()
         self._ind = itertools.count()
-        self.int_inputs: dict[int, int] = {}  # placeholder position -> specialized value
+        self.int_inputs: dict = {}  # placeholder position -> specialized value (int or size expression)
         self._inlined: list = []
         self.env: dict = {}
+        self._extern_args: dict = {}  # id(lazy value) -> (value, its realized buffer), see buffer_arg
         self.input_buf: dict = {}  # placeholder node -> its buffer name
+        # dynamic shapes: placeholders' FakeTensor metadata (symbolic) describes the inputs, not the
+        # example inputs (concrete, or fake for backward graphs)
+        self.symbolic = has_symbolic_inputs(gm)
+        self.sv = ir.SizeVars()
 
     # -- naming and metadata ------------------------------------------------------------------
     def new_name(self, prefix="buf"):
@@ -202,11 +235,11 @@ class GraphLowering:
         if isinstance(v, Stored):
             return v
         sizes = v.sizes
-        if strides is None or not _dense_strides(sizes, strides):
+        if strides is None or not _dense_strides(sizes, strides, self.sv):
             strides = ir.contiguous_strides(sizes)
         layout = ir.Layout(sizes, tuple(strides), v.dtype, v.device)
         ranges, idx = squeeze_vars(sizes)
-        body = ir.simplify_expr(v.load(idx), dict(zip(ir.node_vars(len(ranges)), ranges)))
+        body = ir.simplify_expr(v.load(idx), dict(zip(ir.node_vars(len(ranges)), ranges)), lower=self.sv.lower)
         store = sum((i * st for i, s, st in zip(idx, sizes, strides) if s != 1), sympy.Integer(0))
         name = self.new_name()
         origins = getattr(v, "origins", None) or self.origins()
@@ -258,7 +291,7 @@ class GraphLowering:
             e = ir.op("ne", e, ir.const(0, e.dtype))
         elif rtype not in ("argmax", "argmin"):
             e = ir.cast(e, acc_dtype)
-        e = ir.simplify_expr(e, dict(zip(ir.node_vars(len(ranges)), ranges)))
+        e = ir.simplify_expr(e, dict(zip(ir.node_vars(len(ranges)), ranges)), lower=self.sv.lower)
         strides = ir.contiguous_strides(out_sizes)
         layout = ir.Layout(tuple(out_sizes), strides, out_dtype, x.device)
         # store index: output dim j <- the loop var of the input dim it keeps
@@ -277,7 +310,12 @@ class GraphLowering:
 
     # -- externs --------------------------------------------------------------------------------
     def buffer_arg(self, v: Value) -> ir.BufferArg:
-        s = self.realize(v)
+        # a lazy value passed to several extern calls (the attention mask of every layer) is
+        # realized once; values are immutable inside the graph (mutations happen at its end)
+        hit = self._extern_args.get(id(v))
+        if hit is None or hit[0] is not v:
+            hit = self._extern_args[id(v)] = (v, self.realize(v))
+        s = hit[1]
         return ir.BufferArg(s.buf, s.sizes, s.strides, s.offset)
 
     def extern(self, node: torch.fx.Node, args, kwargs, reason="") -> object:
@@ -289,8 +327,10 @@ class GraphLowering:
                 return a
             if isinstance(a, (list, tuple)):
                 return type(a)(conv(x) for x in a)
-            if isinstance(a, (torch.fx.Node, sympy.Basic)) or isinstance(a, torch.SymInt):
-                raise Unsupported(f"extern {node.target} with symbolic argument")
+            if isinstance(a, (torch.fx.Node, torch.SymFloat, torch.SymBool)):
+                raise Unsupported(f"extern {node.target} with argument {a}")
+            if isinstance(a, (torch.SymInt, sympy.Basic)):
+                return norm(a)  # a size: the wrapper computes it from the size symbols
             return a
         cargs = tuple(conv(a) for a in args)
         ckwargs = {k: conv(v) for k, v in kwargs.items()}
@@ -302,10 +342,10 @@ class GraphLowering:
         for i, t in enumerate(vals):
             if isinstance(t, torch.Tensor):
                 oname = f"{name}_{i}" if multi else name
-                layout = ir.Layout(tuple(t.shape), tuple(t.stride()), t.dtype, t.device, t.storage_offset())
+                layout = tensor_layout(t)
                 self.layouts[oname] = layout
                 outputs.append((oname, layout))
-                results.append(Stored(self, oname, t.shape, t.stride(), 0, t.dtype, layout.device))
+                results.append(Stored(self, oname, layout.sizes, layout.strides, 0, t.dtype, layout.device))
             elif t is None:
                 outputs.append(None)
                 results.append(None)
@@ -321,6 +361,16 @@ class GraphLowering:
 
     # -- graph walk -----------------------------------------------------------------------------
     def run(self) -> ir.GraphIR:
+        with active(self.sv):  # SymInts in FakeTensor metadata translate to this graph's size symbols
+            g = self._run()
+        unread = set(self.sv.hints) - set(self.sv.sources)
+        if unread:
+            raise SymbolicUnsupported(f"size symbols {sorted(map(str, unread))} are not sizes of any input")
+        g.sizevars = self.sv
+        g.num_args = len(self.example_inputs)
+        return g
+
+    def _run(self) -> ir.GraphIR:
         graph = self.gm.graph
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
         if len(placeholders) != len(self.example_inputs):
@@ -330,6 +380,8 @@ class GraphLowering:
             raise Unsupported(f"inputs on several devices {sorted(map(str, devs))}")
         self.device = devs.pop() if devs else torch.device("cpu")
         for pos, (n, ex) in enumerate(zip(placeholders, self.example_inputs)):
+            if self.symbolic and isinstance(n.meta.get("val"), (torch.Tensor, torch.SymInt)):
+                ex = n.meta["val"]
             self.env[n] = self._placeholder(n, ex, pos)
             if isinstance(self.env[n], Stored):
                 self.input_buf[n] = self.env[n].buf
@@ -354,13 +406,26 @@ class GraphLowering:
         return ir.GraphIR(self.inputs, self.nodes, out, self.mutations)
 
     def _placeholder(self, n, ex, pos):
+        name = f"arg{pos}"
         if isinstance(ex, torch.Tensor):
-            layout = ir.Layout(tuple(ex.shape), tuple(ex.stride()), ex.dtype, ex.device, ex.storage_offset())
-            name = f"arg{pos}"
+            layout = tensor_layout(ex)
+            for what, vals in (("size", layout.sizes), ("stride", layout.strides)):
+                for i, e in enumerate(vals):
+                    if isinstance(e, sympy.Symbol):
+                        self.sv.bind(e, f"{name}.{what}({i})")
+            if isinstance(layout.offset, sympy.Symbol):
+                self.sv.bind(layout.offset, f"{name}.storage_offset()")
             self.inputs.append(ir.InputBuffer(name, layout, index=pos))
             self.layouts[name] = layout
-            return Stored(self, name, ex.shape, ex.stride(), 0, ex.dtype, ex.device)
-        if isinstance(ex, (bool, int, float)) and not isinstance(ex, torch.SymInt):
+            return Stored(self, name, layout.sizes, layout.strides, 0, ex.dtype, ex.device)
+        if isinstance(ex, torch.SymInt):
+            e = norm(ex)
+            if isinstance(e, sympy.Symbol) and e not in self.sv.sources:
+                self.sv.bind(e, name)
+            else:  # read elsewhere, or an expression: the wrapper checks the value after reading the sizes
+                self.int_inputs[pos] = e
+            return e
+        if isinstance(ex, (bool, int, float)):
             if isinstance(ex, int):
                 self.int_inputs[pos] = ex  # specialized: the wrapper checks it on every call
             return ex
@@ -377,7 +442,7 @@ class GraphLowering:
                 raise Unsupported(f"constant {n.target} on {t.device}, graph on {self.device}")
             t = t.to(self.device)  # a scalar: the backend moves it once (backend._constant)
         name = f"const{len(self.inputs)}"
-        layout = ir.Layout(tuple(t.shape), tuple(t.stride()), t.dtype, t.device, t.storage_offset())
+        layout = tensor_layout(t)
         self.inputs.append(ir.InputBuffer(name, layout, constant=t, target=n.target))
         self.layouts[name] = layout
         return Stored(self, name, t.shape, t.stride(), 0, t.dtype, t.device)
@@ -388,6 +453,13 @@ class GraphLowering:
         target = n.target
         if target is operator.getitem:
             return args[0][args[1]]
+        val = n.meta.get("val")
+        if isinstance(val, torch.SymInt) or (target in SIZE_OPS and isinstance(val, int)):
+            # size arithmetic (sym_size, operator.mul on sizes...): the traced value already is the
+            # expression over the graph's size symbols
+            return norm(val)
+        if isinstance(val, (torch.SymFloat, torch.SymBool)):
+            raise SymbolicUnsupported(f"{target} computes a symbolic {type(val).__name__}")
         if not isinstance(target, torch._ops.OpOverload):
             raise Unsupported(f"call of {target}")
         fn = LOWERINGS.get(target)
@@ -457,7 +529,11 @@ class GraphLowering:
                 v = self.env[a]
                 if isinstance(v, Value):
                     meta = a.meta.get("val")
-                    strides = tuple(meta.stride()) if isinstance(meta, torch.Tensor) else None
+                    strides = norm_sizes(meta.stride()) if isinstance(meta, torch.Tensor) else None
+                    if (isinstance(v, Stored) and strides is not None and _dense_strides(v.sizes, strides, self.sv)
+                            and not _same_strides(v.sizes, v.strides, strides)):
+                        # a view whose metadata promises other strides (pad_mm's sliced products)
+                        v = Lazy(v.sizes, v.dtype, v.device, v.load)
                     s = self.realize(v, strides)
                     return ir.OutBuf(s.buf, s.sizes, s.strides, s.offset)
                 return v if isinstance(v, ir.RuntimeValue) else ir.OutConst(v)
@@ -504,17 +580,29 @@ def _reinsert(idx, dims, nd):
     return [sympy.Integer(0) if i in dims else next(it) for i in range(nd)]
 
 
-def _dense_strides(sizes, strides) -> bool:
-    """True if strides describe a non-overlapping dense layout (a permutation of contiguous)."""
+def _dense_strides(sizes, strides, sv=None) -> bool:
+    """True if strides describe a non-overlapping dense layout (a permutation of contiguous), for
+    every value of the size symbols (ordered by their hints, then checked exactly)."""
     if len(sizes) != len(strides):
         return False
-    dims = sorted((st, s) for s, st in zip(sizes, strides) if s != 1)
+    dims = [(st, s) for s, st in zip(sizes, strides) if s != 1]
+    if all(isinstance(st, int) for st, _ in dims):
+        dims.sort(key=lambda d: d[0])
+    elif sv is None:
+        return False
+    else:
+        dims.sort(key=lambda d: sv.hint(d[0]))
     acc = 1
     for st, s in dims:
-        if st != acc:
+        if not eq(st, acc):
             return False
-        acc *= s
+        acc = acc * s
     return True
+
+
+def tensor_layout(t: torch.Tensor) -> ir.Layout:
+    """The Layout of a (Fake)Tensor, its SymInts translated to size expressions."""
+    return ir.Layout(norm_sizes(t.shape), norm_sizes(t.stride()), t.dtype, t.device, norm(t.storage_offset()))
 
 
 def lower(gm: torch.fx.GraphModule, example_inputs) -> tuple[ir.GraphIR, GraphLowering]:

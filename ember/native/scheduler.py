@@ -14,6 +14,10 @@ Two groups merge when their nodes fit one space, every value passed between them
 the index it was written (so it can stay in registers), and no third group sits between them (that
 would make a cycle). A buffer whose readers all sit in its producer's kernel, and which is not a
 graph output, is never written to memory. ``Schedule.report`` gives kernels, externs and bytes moved.
+
+Ranges may be expressions of size symbols (dynamic shapes): iteration spaces and indices are compared
+exactly (structurally, after expansion), fusion scores and the report count bytes at the symbols'
+hints, and single-program kernels, whose loop bound is a constant, are made for static sizes only.
 """
 from __future__ import annotations
 
@@ -130,8 +134,9 @@ def _combine(p, q, single_limit):
         if (q.ranges, q.reduced) == (p.ranges, p.reduced):
             return p.ranges, p.reduced, p.single or q.single
         # q reduces p's per-row results to a scalar: one program can do both (cross-entropy's mean)
+        numel = math.prod(p.ranges)  # an int unless symbolic: one program per call needs a known size
         if K and q.ranges == K and q.reduced == tuple(range(len(K))) and not q.single \
-                and math.prod(p.ranges) <= single_limit:
+                and isinstance(numel, int) and numel <= single_limit:
             return p.ranges, p.reduced, True
         return None
     if q.ranges in (p.ranges, K):
@@ -160,6 +165,7 @@ class Scheduler:
         self.single_limit = (options or {}).get("single_program_numel", SINGLE_PROGRAM_NUMEL)
         self.fusion = (options or {}).get("fusion", True)
         self.layouts = g.buffers()
+        self.sv = g.sizevars
         self.producer = {}
         self.consumers: dict[str, list] = {}
         self.reads = {}
@@ -261,7 +267,7 @@ class Scheduler:
         scores = {}
         for buf, grps in by_buf.items():
             grps = sorted(grps, key=lambda g: g.order)
-            nbytes = self.layouts[buf].nbytes if buf in self.layouts else 0
+            nbytes = self.sv.hint(self.layouts[buf].nbytes) if buf in self.layouts else 0
             prod_grp = self.group_of.get(id(self.producer[buf])) if buf in self.producer else None
             for i, a in enumerate(grps):
                 for b in grps[i + 1:i + 65]:  # a window, like Inductor, to bound the pair count
@@ -339,8 +345,9 @@ class Scheduler:
                     reads.append(buf)
         kern.reads = reads
         kern.writes = [n.name for n in grp.members if n.name not in local]
-        kern.bytes_read = sum(self.layouts[b].nbytes for b in reads)
-        kern.bytes_written = sum(self.layouts[b].nbytes for b in kern.writes)
+        # with symbolic sizes, bytes moved are counted at the hints
+        kern.bytes_read = sum(self.sv.hint(self.layouts[b].nbytes) for b in reads)
+        kern.bytes_written = sum(self.sv.hint(self.layouts[b].nbytes) for b in kern.writes)
         return kern
 
     def _report(self, steps):
@@ -350,8 +357,9 @@ class Scheduler:
         for e in externs:
             for a in ir.buffer_args((e.args, e.kwargs)):
                 itemsize = self.layouts[a.name].dtype.itemsize
-                ext_bytes += min(math.prod(a.sizes), self.layouts[a.name].numel) * itemsize
-            ext_bytes += sum(o[1].nbytes for o in e.outputs if o is not None and o[1] is not None)
+                hint = self.sv.hint
+                ext_bytes += min(hint(math.prod(a.sizes)), hint(self.layouts[a.name].numel)) * itemsize
+            ext_bytes += sum(self.sv.hint(o[1].nbytes) for o in e.outputs if o is not None and o[1] is not None)
         kb = sum(k.bytes_read + k.bytes_written for k in kernels)
         return {
             "kernels": len(kernels),
@@ -377,11 +385,15 @@ def _index_exprs(bodies, stores):
 
 def _mergeable(exprs, vp, vq, nq) -> bool:
     """True if every index uses v_p and v_q only as ``c*nq*v_p + c*v_q`` (so one variable over
-    their flattened range can replace both)."""
+    their flattened range can replace both). ``c`` and ``nq`` may be expressions of sizes."""
     for e in exprs:
         e = sympy.expand(e)
         cp, cq = e.coeff(vp), e.coeff(vq)
-        if not (cp.is_Integer and cq.is_Integer) or cp != cq * nq:
+        if cp.is_Integer and cq.is_Integer:
+            if cp != cq * nq:
+                return False
+        elif not (ir.size_symbols_of(cp) == cp.free_symbols and ir.size_symbols_of(cq) == cq.free_symbols
+                  and sympy.expand(cp - cq * nq) == 0):
             return False
         rest = e - cp * vp - cq * vq
         if vp in rest.free_symbols or vq in rest.free_symbols:
@@ -407,7 +419,7 @@ def merge_loops(ranges, reduced, bodies, stores):
                 tmp = {vs[i]: ir.sym(f"_m{i}") for i in range(len(ranges))}
                 new_ranges = ranges[:p] + ranges[p + 1:]
                 qi = q - (1 if q > p else 0)
-                new_ranges[qi] = ranges[p] * ranges[q]
+                new_ranges[qi] = ir.as_int_or_expr(ranges[p] * ranges[q])
                 final = {}
                 for i in range(len(ranges)):
                     if i == p:

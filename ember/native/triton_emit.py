@@ -14,17 +14,27 @@ Values live in registers in their compute dtype (fp16/bf16 as fp32); loads upcas
 explicit casts to fp16/bf16 round. Index math is int32 unless a buffer or the iteration space
 reaches 2**31 elements. Loads/stores are masked at tails; ``masked`` subexpressions (cat, pad) mask
 their loads further, so no address outside a buffer is touched.
+
+Symbolic sizes: ``xnumel``, ``rnumel`` and the size symbols the index math uses (renamed ``ks0``,
+``ks1``... in order of use) are run-time arguments that Triton does not specialize on
+(``do_not_specialize``), so one binary serves every size. Block sizes come from the symbols' hints
+(``_config``); a reduction over a symbolic rnumel is persistent only under a known bound. Int32 index
+math chosen at the hints lists the sizes it needs below 2**31 (``int32_limits``) for the wrapper to
+check.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import types
 
 import sympy
 import torch
 
 from ember.native import ir
 from ember.native.scheduler import Kernel
+from ember.native.symbolic import is_static, print_expr
 
 TL_DTYPE = {
     torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
@@ -54,6 +64,10 @@ TEMPLATES = {
 }
 
 
+# the least size a symbolic size's hint counts as when choosing block sizes (see _config)
+SYMBOLIC_HINT_FLOOR = 1024
+
+
 def compute_dtype(dt):
     return torch.float32 if dt in LOW_PRECISION else dt
 
@@ -81,15 +95,23 @@ class EmittedKernel:
     source: str                 # the kernel function (named KERNEL_NAME until deduplicated)
     kind: str                   # poi | per | red
     args: list                  # buffer names passed as pointers, in order
-    xnumel: int
-    rnumel: int
+    xnumel: object              # int, or a size expression (passed at run time)
+    rnumel: object
     config: LaunchConfig
     comment: str                # provenance lines
+    size_args: list = dataclasses.field(default_factory=list)     # size symbols passed as ks0, ks1...
+    int32_limits: list = dataclasses.field(default_factory=list)  # sizes that must stay < 2**31 (int32 math)
+    rnumel_arg: bool = False    # rnumel is passed after xnumel (symbolic), not as launch metadata
+
+    @property
+    def symbolic(self) -> bool:
+        return bool(self.size_args) or not (is_static(self.xnumel) and is_static(self.rnumel))
 
 
-def choose_config(k: Kernel, options: dict, inner_reduction: bool) -> LaunchConfig:
+def choose_config(k: Kernel, options: dict, inner_reduction: bool, persistent_ok: bool = True) -> LaunchConfig:
     """Block sizes from Inductor-like heuristics; ``options`` may cap them (tests force small
-    blocks so mask tails and several loop iterations get exercised)."""
+    blocks so mask tails and several loop iterations get exercised). ``k`` has int sizes (hints for
+    symbolic kernels); ``persistent_ok=False`` when no bound on rnumel is known."""
     max_x = options.get("max_xblock", 4096)
     max_r = options.get("max_rblock", 4096)
     if not k.is_reduction:
@@ -103,7 +125,7 @@ def choose_config(k: Kernel, options: dict, inner_reduction: bool) -> LaunchConf
     # fused-softmax tutorial keeps rows whole too); for reductions across rows only small ones, as
     # the tile must stay wide along x to coalesce.
     limit = options.get("persistent_rnumel", 8192) if inner_reduction else 64
-    if next_pow2(rn) <= min(limit, max_r):
+    if persistent_ok and next_pow2(rn) <= min(limit, max_r):
         rb = next_pow2(rn)
         cap = 128 if inner_reduction else 64
         xb = max(1, min(next_pow2(xn), max(1, 4096 // rb), cap, max_x))
@@ -144,8 +166,10 @@ class _Scope:
 
 
 class TritonKernelEmitter:
-    def __init__(self, k: Kernel, layouts: dict, options: dict):
+    def __init__(self, k: Kernel, layouts: dict, options: dict, sv: ir.SizeVars | None = None):
         self.k, self.layouts, self.options = k, layouts, options
+        self.sv = sv or ir.SizeVars()
+        self.size_names: dict = {}       # size symbol -> kernel parameter name
         self.args: list[str] = []        # buffer names in pointer order
         self.ptr: dict[str, str] = {}
         self.nodes = {n.name: n for n in k.nodes}
@@ -153,8 +177,11 @@ class TritonKernelEmitter:
         self.outer_vals: dict = {}       # reductions/outer nodes -> variable
         self.xaccs: list = []            # (node, accumulator, dtype) of cross-x reductions
         self._rlevel: dict = {}
-        big = max([k.numel] + [layouts[b].storage_numel for b in list(k.reads) + list(k.writes)])
-        self.int64 = big >= 2 ** 31
+        sizes = [k.numel] + [layouts[b].storage_numel for b in list(k.reads) + list(k.writes)]
+        self.int64 = max(self.sv.hint(n) for n in sizes) >= 2 ** 31
+        # int32 index math chosen from hints holds only while the sizes stay below 2**31: the wrapper
+        # checks these per call (and runs the graph as it is past them)
+        self.int32_limits = [] if self.int64 else [n for n in sizes if not is_static(n)]
         self.vars = ir.node_vars(len(k.ranges))
         self.kept = [i for i in range(len(k.ranges)) if i not in k.reduced]
 
@@ -177,8 +204,17 @@ class TritonKernelEmitter:
 
     # -- index printing ------------------------------------------------------------------------
     def index_str(self, expr, indirect=None):
-        indirect = indirect or {}
-        return _print_index(expr, {**{v: f"v{i}" for i, v in enumerate(self.vars)}, **indirect})
+        names = {**{v: f"v{i}" for i, v in enumerate(self.vars)}, **(indirect or {})}
+        return print_expr(expr, lambda s: names[s] if s in names else self.size_name(s))
+
+    def size_name(self, s) -> str:
+        """The kernel parameter holding size symbol s (``ks0``, ``ks1``... in order of use, so
+        kernels that differ only in which sizes they read share one source)."""
+        if not ir.is_size_symbol(s):
+            raise KeyError(f"symbol {s} in an index expression")
+        if s not in self.size_names:
+            self.size_names[s] = f"ks{len(self.size_names)}"
+        return self.size_names[s]
 
     def _depends_on(self, expr, which):
         syms = expr.free_symbols if isinstance(expr, sympy.Basic) else set()
@@ -325,7 +361,7 @@ class TritonKernelEmitter:
     def generate(self) -> EmittedKernel:
         k = self.k
         inner_red = self._inner_reduction()
-        cfg = choose_config(k, self.options, inner_red)
+        cfg = self._config(inner_red)
         self.cfg = cfg
         body: list[str] = []
         idx_t = ".to(tl.int64)" if self.int64 else ""
@@ -360,14 +396,52 @@ class TritonKernelEmitter:
                 body += self._finish_single(fscope)
             else:
                 body += [f"xoffset = {pid} * XBLOCK"] + block
-        # rnumel is a constexpr: the interpreter of Triton 3.6 cannot take range() over a runtime int
-        # under numpy 2 (it holds scalars as 1-element arrays); on GPU shapes are static anyway
+        # Static loop bounds are constexprs. A symbolic rnumel is a run-time argument (Triton does not
+        # specialize size arguments: one binary serves every size), except under the interpreter:
+        # Triton 3.6's cannot take range() over a run-time int under numpy 2 (it holds scalars as
+        # 1-element arrays), and a constexpr costs nothing there (it compiles nothing).
+        sizes = [self.size_names[s] for s in self.size_names]
+        dynamic = list(sizes)
         xn = "xnumel: tl.constexpr" if k.single else "xnumel"
-        params = [self.ptr[b] for b in self.args] + [xn] + (["rnumel: tl.constexpr"] if k.is_reduction else [])
+        if not is_static(k.xnumel):
+            dynamic.append("xnumel")
+        params = [self.ptr[b] for b in self.args] + sizes + [xn]
+        rnumel_arg = k.is_reduction and not is_static(k.rnumel)
+        if k.is_reduction:
+            if rnumel_arg and not (kind == "red" and _interpreted()):
+                params.append("rnumel")
+                dynamic.append("rnumel")
+            else:
+                params.append("rnumel: tl.constexpr")
         params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if k.is_reduction else [])
-        src = ["@triton.jit", f"def KERNEL_NAME({', '.join(params)}):"] + ["    " + l for l in body]
+        deco = f"@triton.jit(do_not_specialize={dynamic!r})" if dynamic else "@triton.jit"
+        src = [deco, f"def KERNEL_NAME({', '.join(params)}):"] + ["    " + l for l in body]
         return EmittedKernel("\n".join(src) + "\n", kind, list(self.args), k.xnumel, k.rnumel, cfg,
-                             provenance(k))
+                             provenance(k), size_args=list(self.size_names), int32_limits=self.int32_limits,
+                             rnumel_arg=rnumel_arg)
+
+    def _config(self, inner_red) -> LaunchConfig:
+        """choose_config at the hints. A symbolic size is expected to vary, so its hint counts as
+        at least ``SYMBOLIC_HINT_FLOOR`` (a block sized for a tiny first call would launch far too
+        many programs later; a large block on a tiny call only masks lanes off). A reduction over a
+        symbolic rnumel stays persistent only when a bound on it (mark_dynamic's max) fits the
+        persistent limit; otherwise it loops."""
+        k, sv = self.k, self.sv
+        if all(is_static(n) for n in (k.numel, k.xnumel, k.rnumel)):
+            return choose_config(k, self.options, inner_red)
+
+        def hint(n):
+            return n if is_static(n) else max(sv.hint(n), SYMBOLIC_HINT_FLOOR)
+
+        def at(rnumel):
+            return types.SimpleNamespace(is_reduction=k.is_reduction, numel=hint(k.numel), xnumel=hint(k.xnumel),
+                                         rnumel=rnumel)
+        bound = k.rnumel if is_static(k.rnumel) else sv.upper_bound(k.rnumel)
+        if bound is not None:
+            cfg = choose_config(at(bound), self.options, inner_red)
+            if cfg.persistent or is_static(k.rnumel):
+                return cfg
+        return choose_config(at(hint(k.rnumel)), self.options, inner_red, persistent_ok=False)
 
     def _inner_reduction(self):
         for n in self.k.nodes:
@@ -383,9 +457,9 @@ class TritonKernelEmitter:
         out = []
         for j, i in enumerate(positions):
             stride = math.prod(sizes[j + 1:])
-            e = base if stride == 1 else f"({base} // {stride})"
+            e = base if stride == 1 else f"({base} // {_wrap(self.index_str(stride))})"
             if j > 0:
-                e = f"{e} % {sizes[j]}"
+                e = f"{e} % {_wrap(self.index_str(sizes[j]))}"
             out.append(f"v{i} = {e}")
         return out
 
@@ -600,36 +674,12 @@ def _literal(value, dtype):
     return str(int(value))
 
 
-def _print_index(expr, names: dict) -> str:
-    expr = sympy.sympify(expr)
-    if expr.is_Integer:
-        return str(int(expr))
-    if isinstance(expr, sympy.Symbol):
-        return names[expr]
-    if expr.is_Add:
-        terms = sorted(expr.args, key=sympy.default_sort_key)
-        out = _print_index(terms[0], names)
-        for t in terms[1:]:
-            s = _print_index(t, names)
-            out += f" - {s[1:]}" if s.startswith("-") else f" + {s}"
-        return out
-    if expr.is_Mul:
-        coeff, rest = expr.as_coeff_Mul()
-        body = "*".join(_paren(_print_index(a, names)) for a in sympy.Mul.make_args(rest))
-        if coeff == 1:
-            return body
-        if coeff == -1:
-            return f"-{body}"
-        return f"{int(coeff)}*{body}"
-    if isinstance(expr, ir.FloorDiv):
-        return f"({_print_index(expr.args[0], names)}) // {int(expr.args[1])}"
-    if isinstance(expr, ir.IMod):
-        return f"({_print_index(expr.args[0], names)}) % {int(expr.args[1])}"
-    raise NotImplementedError(f"index expression {expr}")
-
-
-def _paren(s):
+def _wrap(s: str) -> str:
     return s if s.replace("_", "").isalnum() else f"({s})"
+
+
+def _interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 def provenance(k: Kernel) -> str:
@@ -655,5 +705,5 @@ def kernel_name(k: Kernel, kind: str, i: int) -> str:
     return f"triton_{kind}_fused_{'_'.join(ops[:6]) or 'copy'}_{i}"
 
 
-def emit_kernel(k: Kernel, layouts: dict, options: dict) -> EmittedKernel:
-    return TritonKernelEmitter(k, layouts, options).generate()
+def emit_kernel(k: Kernel, layouts: dict, options: dict, sv: ir.SizeVars | None = None) -> EmittedKernel:
+    return TritonKernelEmitter(k, layouts, options, sv).generate()

@@ -5,20 +5,31 @@ compiles to. Per call it runs only straight-line code: ``empty_strided`` for buf
 memory, ``kernel[grid](...)`` with constant grids and block sizes, extern ops bound to module
 globals, and ``del``/reuse of dead buffers. Buffers are reused when one of the same device, dtype and
 storage size is dead (graph inputs, outputs and extern results are never reused).
+
+Graphs with symbolic sizes: ``call`` first reads each size symbol once (``s0 = arg0.size(1)``), then
+every size, stride, grid and extern argument is an expression over them, written inline (a few
+integer operations); kernels receive the symbols they need as arguments, and launch sites with a
+size-dependent grid are ``DynamicLaunch``es. Inputs whose sizes or strides break what the code
+assumes, or sizes past the int32 index math chosen at compile time, run the graph as it is.
 """
 from __future__ import annotations
 
 import math
 
+import sympy
 import torch
 
 from ember.native import ir
 from ember.native.scheduler import Kernel, Schedule
+from ember.native.symbolic import eq, is_static, known_nonneg, print_expr
 
 
 def render_const(v) -> str:
+    """Python source of a constant; a size expression reads the wrapper's size variables."""
     if isinstance(v, bool) or v is None:
         return repr(v)
+    if isinstance(v, sympy.Basic):
+        return print_expr(v, lambda s: s.name)
     if isinstance(v, float):
         if math.isnan(v):
             return "float('nan')"
@@ -104,19 +115,25 @@ class WrapperCodegen:
         allocated: set = set()
         params = []
         placeholders = sorted((b for b in self.g.inputs if b.index is not None), key=lambda b: b.index)
-        n_args = max([b.index + 1 for b in placeholders] + [k + 1 for k in self.int_inputs] + [0])
+        n_args = max([b.index + 1 for b in placeholders] + [k + 1 for k in self.int_inputs] + [self.g.num_args])
         pos_names = {b.index: b.name for b in placeholders}
         params = [pos_names.get(i, f"arg{i}") for i in range(n_args)]
         consts = [b.name for b in self.g.inputs if b.constant is not None]
         B = self.body
-        # the code is specialized to the example inputs: other sizes/strides or int values run the
-        # graph as it is instead of reading out of bounds
-        conds = [f"{params[pos]} != {val!r}" for pos, val in sorted(self.int_inputs.items())]
+        sv = self.g.sizevars
+        for s in sorted(sv.sources, key=lambda s: int(s.name[1:])):
+            B.append(f"{s.name} = {sv.sources[s]}")
+        # the code is specialized to the example inputs (static sizes, the strides of symbolic
+        # ones, int values): other inputs run the graph as it is instead of reading out of bounds
+        conds = [f"{params[pos]} != {render_const(val)}" for pos, val in sorted(self.int_inputs.items())]
         if self.guard_inputs:
             for b in placeholders:
                 lay = b.layout
-                conds.append(f"{b.name}.shape != {render_const(tuple(lay.sizes))}")
-                conds.append(f"{b.name}.stride() != {render_const(tuple(lay.strides))}")
+                for what, call, vals in (("size", "shape", lay.sizes), ("stride", "stride()", lay.strides)):
+                    # a dim that its own size symbol was just read from needs no check
+                    if not vals or not all(sv.sources.get(v) == f"{b.name}.{what}({i})" for i, v in enumerate(vals)):
+                        conds.append(f"{b.name}.{call} != {render_const(tuple(vals))}")
+        conds += [f"{render_const(n)} >= {2 ** 31}" for n in self._int32_limits()]
         if conds:
             lines = [f"if ({conds[0]}"] + [f"        or {c}" for c in conds[1:]]
             lines[-1] += "):"
@@ -128,8 +145,9 @@ class WrapperCodegen:
                 B.append(f"# {name}: {', '.join(n.name for n in step.nodes)}")
                 for buf in step.writes:
                     self._alloc(buf, pool, allocated)
-                if step.numel > 0:
-                    B.append(f"{self._launcher(step, name, ek, allocated)}({', '.join(self._launch_args(step, ek))})")
+                if not is_static(step.numel) or step.numel > 0:
+                    launch, grid = self._launcher(step, name, ek, allocated)
+                    B.append(f"{launch}({', '.join(grid + self._launch_args(step, ek))})")
             else:
                 self._extern(step)
             for buf, last in sched.last_use.items():
@@ -145,24 +163,46 @@ class WrapperCodegen:
         B.append(f"return {self._outputs(self.g.outputs)}")
         return self._module(params, consts)
 
-    def _launch_args(self, step, ek):
-        return list(ek.args) + ([] if step.single else [str(ek.xnumel)])
+    def _int32_limits(self) -> list:
+        """Sizes that int32 kernels need below 2**31, without those another one bounds."""
+        limits = []
+        for _, ek, _ in self.kernels.values():
+            for n in ek.int32_limits:
+                if not any(eq(n, m) for m in limits):
+                    limits.append(n)
+        lower = self.g.sizevars.lower
+        return [n for n in limits if not any(m is not n and known_nonneg(m - n, lower) for m in limits)]
 
-    def _launcher(self, step, name, ek, allocated=()) -> str:
+    def _launch_args(self, step, ek):
+        if not ek.symbolic:
+            return list(ek.args) + ([] if step.single else [str(ek.xnumel)])
+        sizes = [render_const(s) for s in ek.size_args]
+        return list(ek.args) + sizes + [render_const(ek.xnumel)] + ([render_const(ek.rnumel)] if ek.rnumel_arg else [])
+
+    def _launcher(self, step, name, ek, allocated=()) -> tuple[str, list]:
         """A module-level Launch for this launch site: grid and block sizes are constants; buffers
-        this wrapper allocates are aligned, so only the others' alignment is checked per call."""
-        grid = 1 if step.single else max(1, -(-ek.xnumel // ek.config.XBLOCK))
-        meta = {"XBLOCK": ek.config.XBLOCK, "num_warps": ek.config.num_warps}
+        this wrapper allocates are aligned, so only the others' alignment is checked per call.
+        A grid that depends on symbolic sizes is computed per call: a DynamicLaunch, whose first
+        argument is the number of programs. Returns (launch name, [that argument] or [])."""
+        xb = ek.config.XBLOCK
+        meta = {"XBLOCK": xb, "num_warps": ek.config.num_warps}
         if ek.config.num_stages is not None:
             meta["num_stages"] = ek.config.num_stages
         if step.single:
             meta["xnumel"] = ek.xnumel
         if step.is_reduction:
-            meta.update(rnumel=ek.rnumel, RBLOCK=ek.config.RBLOCK)
+            if not ek.rnumel_arg:
+                meta["rnumel"] = ek.rnumel
+            meta["RBLOCK"] = ek.config.RBLOCK
         launch = f"launch{len(self.launches)}"
         fresh = tuple(j for j, b in enumerate(ek.args) if b in allocated)
-        self.launches.append(f"{launch} = Launch({name}, ({grid},), {meta!r}, fresh={fresh!r})")
-        return launch
+        if is_static(ek.xnumel):
+            grid = 1 if step.single else max(1, -(-ek.xnumel // xb))
+            self.launches.append(f"{launch} = Launch({name}, ({grid},), {meta!r}, fresh={fresh!r})")
+            return launch, []
+        self.launches.append(f"{launch} = DynamicLaunch({name}, {meta!r}, fresh={fresh!r})")
+        xn = render_const(ek.xnumel)
+        return launch, [xn if xb == 1 else f"({xn} + {xb - 1}) // {xb}"]
 
     def _alloc(self, buf, pool, allocated):
         lay = self.layouts[buf]
@@ -199,7 +239,7 @@ class WrapperCodegen:
         self.body.append(f"del {e.name}")
 
     def _fixed(self, expr, out):
-        if out is None or out[1] is None or out[1].numel <= 1:
+        if out is None or out[1] is None or (is_static(out[1].numel) and out[1].numel <= 1):
             return expr
         lay = out[1]
         return f"fixed_layout({expr}, {render_const(tuple(lay.sizes))}, {render_const(tuple(lay.strides))})"
@@ -223,6 +263,8 @@ class WrapperCodegen:
                   "empty_strided = torch.empty_strided", "as_strided = torch.as_strided"]
         if self.extern_overrides:
             lines.insert(-3, "from ember.native.autotune import MMTemplate")
+        if any(l.split(" = ")[1].startswith("DynamicLaunch(") for l in self.launches):
+            lines.insert(-3, "from ember.native.dynamic_launch import DynamicLaunch")
         for name, expr in self.globals.items():
             lines.append(f"{name} = {expr}")
         for name, path in sorted({(name, path) for name, _, path in self.kernels.values()}):

@@ -218,16 +218,21 @@ def test_training_with_changing_lengths_matches_eager(backend):
 
 
 def test_native_kernels_under_dynamic_shapes(monkeypatch):
-    # the native backend (Triton in the interpreter here) compiles a symbolic graph per size it meets,
-    # while the frontend compiles once
+    # the native backend (Triton in the interpreter here) compiles the symbolic graph once, into
+    # kernels taking their sizes as arguments, and the frontend compiles once
     from ember.config import config
+    from ember.native.backend import COUNTERS
 
     monkeypatch.setattr(config, "native_force_triton", True)
     f = ember.compile(lambda x: torch.softmax(x * 2, -1) + 1, dynamic=True)
+    before = dict(COUNTERS)
     for n in (3, 5, 6):
         x = torch.randn(n, 8)
         torch.testing.assert_close(f(x), torch.softmax(x * 2, -1) + 1)
     assert _compiles(f) == 1
+    if COUNTERS["graphs"] != before["graphs"]:  # 0 when the graph came from the on-disk cache
+        assert COUNTERS["graphs"] == before["graphs"] + 1
+    assert COUNTERS["per_shape"] == before["per_shape"]
 
 
 def test_guards_are_readable_python():

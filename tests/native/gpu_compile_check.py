@@ -3,7 +3,9 @@
 what the interpreter accepts but the compiler rejects (types of loop-carried values, libdevice calls).
 
 Run as a script in a process WITHOUT ``TRITON_INTERPRET`` (test_gpu_compile.py does that):
-``python tests/native/gpu_compile_check.py [case,case,...]``; prints a JSON summary as its last line.
+``python tests/native/gpu_compile_check.py [case,case,...] [--symbolic]``; prints a JSON summary as its
+last line. ``--symbolic`` traces with symbolic sizes (dynamic shapes): kernels then take their sizes
+as run-time arguments, and loop over a run-time rnumel, which the interpreter never sees.
 """
 import importlib.util
 import json
@@ -47,13 +49,15 @@ def compile_kernel(name, ek, layouts, target, tmpdir):
     triton.compile(src, target=target, options={"num_warps": ek.config.num_warps})
 
 
-def main(pattern=""):
+def main(pattern="", symbolic=False):
     assert os.environ.get("TRITON_INTERPRET", "0") != "1", "run without the interpreter"
     import tempfile
 
     from triton.backends.compiler import GPUTarget
 
     from ember.native.backend import DEFAULT_OPTIONS, plan
+    from ember.native.lowering import Unsupported
+    from ember.native.symbolic import SymbolicUnsupported
     from tests.native.harness import trace
     from tests.native.optable import OPS, f32
     from tests.native.test_ops import SMALL_BLOCKS
@@ -68,7 +72,7 @@ def main(pattern=""):
             torch.manual_seed(0)
             inputs = case.make(dt, "cpu")
             try:
-                gm = trace(case.fn, inputs)
+                gm = trace(case.fn, inputs, "symbolic" if symbolic else "fake")
                 g, _, _, emitted = plan(gm, inputs, dict(DEFAULT_OPTIONS, **opts))
                 layouts = g.buffers()
                 for i, (_, ek) in enumerate(emitted):
@@ -79,9 +83,12 @@ def main(pattern=""):
                     seen.add(key)
                     compile_kernel(f"k{len(seen)}", ek, layouts, target, tmpdir)
             except Exception as e:  # report every failure, keep going
+                if symbolic and isinstance(e, (SymbolicUnsupported, Unsupported)):
+                    continue  # such graphs compile per size, as static graphs (checked without --symbolic)
                 failures.append(f"{case.name}-{dt}-{bool(opts)}: {type(e).__name__}: {str(e)[:400]}")
     print(json.dumps({"kernels": len(seen), "failures": failures, "seconds": round(time.perf_counter() - t0, 1)}))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "")
+    args = [a for a in sys.argv[1:] if a != "--symbolic"]
+    main(args[0] if args else "", symbolic="--symbolic" in sys.argv)

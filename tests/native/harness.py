@@ -78,11 +78,12 @@ def padded(t: torch.Tensor) -> torch.Tensor:
     return v
 
 
-def trace(fn, inputs):
+def trace(fn, inputs, tracing_mode="fake"):
+    """``tracing_mode="symbolic"``: every dimension of size >= 2 becomes a size symbol (dynamic shapes)."""
     from torch.func import functionalize
     def flat(*args):  # fixes the arity (F.silu & co. have optional parameters)
         return fn(*args)
-    return make_fx(functionalize(flat), decomposition_table=DECOMPOSITIONS, tracing_mode="fake",
+    return make_fx(functionalize(flat), decomposition_table=DECOMPOSITIONS, tracing_mode=tracing_mode,
                    record_stack_traces=True)(*inputs)
 
 

@@ -26,3 +26,11 @@ def test_reduction_blocks_are_powers_of_two(xn, rn, inner):
     k = types.SimpleNamespace(is_reduction=True, xnumel=xn, rnumel=rn)
     c = choose_config(k, {}, inner)
     assert _pow2(c.XBLOCK) and _pow2(c.RBLOCK), c
+
+
+@pytest.mark.parametrize("rn", [2, 23, 768, 5000])
+def test_unbounded_symbolic_rows_loop(rn):
+    # a symbolic rnumel without a known bound: never a persistent tile sized for the hint
+    k = types.SimpleNamespace(is_reduction=True, xnumel=1024, rnumel=rn)
+    c = choose_config(k, {}, True, persistent_ok=False)
+    assert not c.persistent and _pow2(c.XBLOCK) and _pow2(c.RBLOCK), c

@@ -1,0 +1,80 @@
+"""The native backend's graph passes (ember/native/passes.py): CSE, and matmuls with sizes cuBLAS
+cannot align padded (pad_mm.py); both still match eager.
+An output that is the padded product keeps its padded row stride, as with torch.compile."""
+import pytest
+import torch
+
+from ember.native import pad_mm
+from tests.native.harness import DEVICE, run_case, trace
+
+PAD_ALWAYS = {"pad_mm_min_flops": 0}
+
+
+def _padded_nodes(fn, inputs):
+    gm = trace(fn, inputs)
+    n = pad_mm.pad_matmuls(gm, 0, on_cpu=True)
+    return n, [node.target for node in gm.graph.nodes if node.op == "call_function"]
+
+
+@pytest.mark.parametrize("m,k,n", [(12, 16, 13), (13, 16, 16), (16, 13, 16), (9, 11, 13)])
+def test_mm_misaligned_dims(m, k, n):
+    a = torch.randn(m, k, device=DEVICE, dtype=torch.bfloat16)
+    b = torch.randn(k, n, device=DEVICE, dtype=torch.bfloat16)
+    out = run_case(lambda a, b: a @ b, [a, b], options=PAD_ALWAYS, check_strides=False)(a, b)
+    assert out.stride() == ((n + 7) // 8 * 8, 1) if n % 8 else out.is_contiguous()
+    count, targets = _padded_nodes(lambda a, b: a @ b, [a, b])
+    assert count == 1 and torch.ops.aten.constant_pad_nd.default in targets
+
+
+def test_lm_head_shape_intermediate_and_output():
+    # a language-model head (transposed weight, odd vocabulary) feeding a reduction, and returned
+    h = torch.randn(2, 6, 16, device=DEVICE, dtype=torch.bfloat16)
+    w = torch.randn(37, 16, device=DEVICE, dtype=torch.bfloat16)
+
+    def head(h, w):
+        logits = torch.nn.functional.linear(h, w)
+        return logits, logits.float().logsumexp(-1)
+    logits, _ = run_case(head, [h, w], options=PAD_ALWAYS, check_strides=False)(h, w)
+    assert logits.stride() == (6 * 40, 40, 1)   # the padded row stride, seen through the view
+
+
+def test_addmm_bias_padded():
+    x = torch.randn(10, 24, device=DEVICE, dtype=torch.bfloat16)
+    w = torch.randn(21, 24, device=DEVICE, dtype=torch.bfloat16)
+    b = torch.randn(21, device=DEVICE, dtype=torch.bfloat16)
+    f = lambda x, w, b: torch.nn.functional.linear(x, w, b)  # noqa: E731
+    run_case(f, [x, w, b], options=PAD_ALWAYS, check_strides=False)
+    count, targets = _padded_nodes(f, [x, w, b])
+    assert count == 1 and torch.ops.aten.addmm.default in targets
+
+
+def test_aligned_or_small_left_alone():
+    a = torch.randn(16, 32, device=DEVICE, dtype=torch.bfloat16)
+    b = torch.randn(32, 24, device=DEVICE, dtype=torch.bfloat16)
+    assert _padded_nodes(lambda a, b: a @ b, [a, b])[0] == 0      # aligned
+    gm = trace(lambda a, b: a @ b, [a[:, :31], b[:31]])
+    assert pad_mm.pad_matmuls(gm, on_cpu=True) == 0                 # below the default flop bound
+
+
+def test_cse_merges_repeated_pure_ops_but_not_outputs():
+    from ember.native import passes
+    x = torch.randn(4, 8, device=DEVICE)
+
+    def f(x):
+        m = (x > 0).float()
+        a = torch.exp(m.expand(2, 4, 8)) + 1   # the same expand and exp, twice
+        b = torch.exp(m.expand(2, 4, 8)) + 2
+        return a, b, x.clone(), x.clone()       # two returned clones must stay two tensors
+    gm = trace(f, [x])
+    assert passes.cse(gm) == 2                     # expand and exp merged; the clones kept
+    outs = run_case(f, [x])(x)
+    assert outs[2].data_ptr() != outs[3].data_ptr()
+
+
+def test_cse_keeps_random_ops_apart():
+    from ember.native import passes
+    x = torch.randn(64, device=DEVICE)
+    gm = trace(lambda x: (torch.nn.functional.dropout(x, 0.5) + torch.nn.functional.dropout(x, 0.5)), [x])
+    before = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    passes.cse(gm)
+    assert [n.target for n in gm.graph.nodes if n.op == "call_function"] == before
