@@ -98,6 +98,9 @@ def _same_strides(sizes, a, b):
 
 class Lazy(Value):
     origins: list = []  # (op, source line) of the fx nodes folded into this value
+    # eager's strides for this value (its FX node's meta), if dense: the layout it gets when realized,
+    # so that e.g. channels_last propagates from convolutions through the pointwise ops between them
+    stride_hint: tuple | None = None
 
     def __init__(self, sizes, dtype, device, fn: Callable):
         self.sizes, self.dtype, self.device, self.fn = tuple(int(s) for s in sizes), dtype, device, fn
@@ -127,6 +130,31 @@ def squeeze_vars(sizes):
             ranges.append(int(s))
             idx.append(next(vs))
     return tuple(ranges), idx
+
+
+def ordered_vars(sizes, order):
+    """``squeeze_vars`` with the loops nested in ``order`` (dims outermost first): loop j runs over
+    dim order[j]; the index returned is still in the dims' logical order."""
+    ranges, pidx = squeeze_vars([sizes[d] for d in order])
+    idx = [sympy.Integer(0)] * len(sizes)
+    for j, d in enumerate(order):
+        idx[d] = pidx[j]
+    return ranges, idx
+
+
+def memory_order(strides) -> list:
+    """Dims from the largest stride to the smallest (ties keep their logical order)."""
+    return sorted(range(len(strides)), key=lambda d: -strides[d])
+
+
+def _hint_strides(v, meta):
+    """Record eager's strides on the Lazy values of an FX node (lists for multi-output ops)."""
+    if isinstance(v, (list, tuple)) and isinstance(meta, (list, tuple)):
+        for x, m in zip(v, meta):
+            _hint_strides(x, m)
+    elif isinstance(v, Lazy) and v.stride_hint is None and isinstance(meta, torch.Tensor) \
+            and tuple(meta.shape) == v.sizes and _dense_strides(v.sizes, meta.stride()):
+        v.stride_hint = tuple(meta.stride())
 
 
 def broadcast_loader(v: Value, out_sizes):
@@ -199,13 +227,18 @@ class GraphLowering:
 
     # -- realize --------------------------------------------------------------------------------
     def realize(self, v: Value, strides=None) -> Stored:
+        """Compute v into a new buffer with the given strides, else its ``stride_hint``, else
+        contiguous ones. The loops run in the buffer's memory order (stride-1 dim innermost), so
+        its stores are coalesced whatever the layout."""
         if isinstance(v, Stored):
             return v
         sizes = v.sizes
+        if strides is None:
+            strides = v.stride_hint
         if strides is None or not _dense_strides(sizes, strides):
             strides = ir.contiguous_strides(sizes)
         layout = ir.Layout(sizes, tuple(strides), v.dtype, v.device)
-        ranges, idx = squeeze_vars(sizes)
+        ranges, idx = ordered_vars(sizes, memory_order(strides))
         body = ir.simplify_expr(v.load(idx), dict(zip(ir.node_vars(len(ranges)), ranges)))
         store = sum((i * st for i, s, st in zip(idx, sizes, strides) if s != 1), sympy.Integer(0))
         name = self.new_name()
@@ -213,6 +246,28 @@ class GraphLowering:
         self.nodes.append(ir.ComputedNode(name, layout, ranges, body, store, origins=origins))
         self.layouts[name] = layout
         return Stored(self, name, sizes, strides, 0, v.dtype, v.device)
+
+    def load_order(self, e: ir.Expr, idx) -> list | None:
+        """The memory order of the biggest buffer that e reads with every loop variable of ``idx``
+        at its own stride (None if there is none): a reduction loops in the order its input is
+        stored, so its loads are coalesced."""
+        best = None
+        loops = [(d, i) for d, i in enumerate(idx) if isinstance(i, sympy.Symbol)]
+        for ld in ir.loads_of(e):
+            buf, index, syms = ld.attr
+            if syms or not loops:
+                continue
+            index = sympy.expand(index)
+            coeffs = [index.coeff(i) for _, i in loops]
+            if not all(c.is_Integer and c > 0 for c in coeffs) or len(set(coeffs)) != len(coeffs):
+                continue
+            nbytes = self.layouts[buf].nbytes
+            if best is None or nbytes > best[0]:
+                strides = [0] * len(idx)
+                for (d, _), c in zip(loops, coeffs):
+                    strides[d] = int(c)
+                best = (nbytes, memory_order(strides))
+        return None if best is None else best[1]
 
     def should_realize(self, v: Lazy, users: int) -> bool:
         ranges, idx = squeeze_vars(v.sizes)
@@ -248,9 +303,13 @@ class GraphLowering:
                     e = ir.op("ne", e, ir.const(0, e.dtype))
                 return ir.cast(e, out_dtype)
             return Lazy(out_sizes, out_dtype, x.device, fn)
-        ranges, idx = squeeze_vars(x.sizes)
-        squeezed_pos = [i for i, s in enumerate(x.sizes) if s != 1]
-        reduced = tuple(squeezed_pos.index(d) for d in reduced_real)
+        order = list(range(nd))
+        if rtype not in ("argmax", "argmin"):  # those return the position in logical order
+            logical = squeeze_vars(x.sizes)[1]
+            order = self.load_order(x.load(logical), logical) or order
+        ranges, idx = ordered_vars(x.sizes, order)
+        loop_dims = [d for d in order if x.sizes[d] != 1]
+        reduced = tuple(sorted(loop_dims.index(d) for d in reduced_real))
         e = x.load(idx)
         if body_fn:
             e = body_fn(e)
@@ -343,6 +402,7 @@ class GraphLowering:
                 self.env[n] = self._constant(n)
             elif n.op == "call_function":
                 v = self._call(n)
+                _hint_strides(v, n.meta.get("val"))
                 if isinstance(v, Lazy) and self.should_realize(v, uses[n]):
                     v = self.realize(v)
                 self.env[n] = v
