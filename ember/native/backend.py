@@ -1,8 +1,8 @@
 """``compile_aten_graph``: the entry point of the native backend.
 
-Pipeline (each step a module): lower (``lowering``) -> verify (``ir``, optional) -> schedule and fuse
-(``scheduler``) -> Triton source per kernel (``triton_emit``) -> wrapper source (``wrapper``) -> write
-to and import from the cache (``cache``).
+Pipeline (each step a module): lower (``lowering``) -> split long reductions (``split_reduction``) ->
+verify (``ir``, optional) -> schedule and fuse (``scheduler``) -> Triton source per kernel
+(``triton_emit``) -> wrapper source (``wrapper``) -> write to and import from the cache (``cache``).
 
 CPU tensors run the ATen graph as it is (``gm.forward``) unless Triton is forced, by the argument
 ``force_triton=True``, by ``ember.config.config.native_force_triton`` if that field exists, or by the
@@ -27,6 +27,10 @@ DEFAULT_OPTIONS = {
     "max_rblock": 8192,
     "persistent_rnumel": 8192,   # row reductions up to this many elements keep the row in registers
     "single_program_numel": 1 << 16,  # a kernel this small may run as one program (reduce across rows)
+    # a reduction that would run fewer programs than split_reduction_programs (2 per SM of an H100),
+    # each reducing split_reduction_numel elements or more, becomes two kernels (split_reduction.py)
+    "split_reduction_programs": 264,
+    "split_reduction_numel": 1 << 16,
     "fusion": True,              # False: one kernel per realized node (for comparisons)
     "verify": True,              # run ir.verify on the lowered graph
     "cache": True,               # read and write the on-disk graph cache
@@ -126,8 +130,9 @@ def _constant(gm, target, device):
 def plan(gm, example_inputs, opts):
     """Lower, verify, schedule and emit, without writing or running anything.
     Returns (graph IR, lowering, schedule, [(Kernel, EmittedKernel)])."""
-    from ember.native import ir, lowering, scheduler, triton_emit
+    from ember.native import ir, lowering, scheduler, split_reduction, triton_emit
     g, L = lowering.lower(gm, example_inputs)
+    g = split_reduction.split_reductions(g, dict(DEFAULT_OPTIONS, **opts))
     if opts.get("verify", True):
         ir.verify(g)
     sched = scheduler.schedule(g, opts)

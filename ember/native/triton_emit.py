@@ -25,6 +25,7 @@ import torch
 
 from ember.native import ir
 from ember.native.scheduler import Kernel
+from ember.native.split_reduction import contiguous_reduction
 
 TL_DTYPE = {
     torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
@@ -372,10 +373,7 @@ class TritonKernelEmitter:
     def _inner_reduction(self):
         for n in self.k.nodes:
             if self.k.roles[n.name] == "red":
-                for l in ir.loads_of(self.k.bodies[n.name]):
-                    idx = l.attr[1]
-                    last = self.vars[self.k.reduced[-1]]
-                    return sympy.expand(idx).coeff(last) == 1
+                return contiguous_reduction(self.k.bodies[n.name], self.vars[self.k.reduced[-1]])
         return True
 
     def _var_defs(self, positions, base):
