@@ -206,6 +206,7 @@ class GraphLowering:
         self._inlined: list = []
         self.env: dict = {}
         self.input_buf: dict = {}  # placeholder node -> its buffer name
+        self._fetched: dict = {}   # (buffer, offset) of another device's scalar -> its copy (_fetch_scalars)
 
     # -- naming and metadata ------------------------------------------------------------------
     def new_name(self, prefix="buf"):
@@ -450,10 +451,13 @@ class GraphLowering:
             return args[0][args[1]]
         if not isinstance(target, torch._ops.OpOverload):
             raise Unsupported(f"call of {target}")
+        if self._elsewhere(n, args, kwargs):
+            return self.extern(n, args, kwargs, reason=f"(computes off {self.device})")
         fn = LOWERINGS.get(target)
         if any(isinstance(v, ir.RuntimeValue) for v in _values((args, kwargs))):
             fn = None  # a value only known at run time: only an extern call can take it
         if fn is not None:
+            args, kwargs = self._fetch_scalars((args, kwargs))
             self._inlined = _merge_origins(*[v.origins for v in _values((args, kwargs)) if isinstance(v, Lazy)])
             try:
                 out = fn(self, n, *args, **kwargs)
@@ -470,6 +474,39 @@ class GraphLowering:
         if target in EXTERN_OPS:
             return self.extern(n, args, kwargs)
         return self.extern(n, args, kwargs, reason="(no lowering)")
+
+    # -- values on another device ----------------------------------------------------------------
+    def _elsewhere(self, n, args, kwargs) -> bool:
+        """Does n compute on another device than the graph's (CPU index math in a CUDA graph, e.g.
+        MPNet's relative position buckets, ``torch.arange(n)`` then ``.to(x.device)``)? Triton
+        kernels run on the graph's device only, so n stays an ATen call, with eager's results.
+        Ops on one-element constants, which ``_constant`` moved to the graph's device, are not."""
+        meta = n.meta.get("val")
+        devs = {m.device for m in (meta if isinstance(meta, (list, tuple)) else [meta]) if isinstance(m, torch.Tensor)}
+        if not devs or devs == {self.device}:
+            return False
+        vals = [v for v in _values((args, kwargs)) if isinstance(v, Value)]
+        return not vals or any(v.device != self.device for v in vals)
+
+    def _fetch_scalars(self, tree):
+        """tree with every one-element value of another device (a CPU scalar tensor, which eager
+        lets CUDA ops read) replaced by a copy on the graph's device, made once per buffer."""
+        if isinstance(tree, (list, tuple)):
+            return type(tree)(self._fetch_scalars(t) for t in tree)
+        if isinstance(tree, dict):
+            return {k: self._fetch_scalars(t) for k, t in tree.items()}
+        if not isinstance(tree, Stored) or tree.device == self.device or tree.numel != 1:
+            return tree
+        key = (tree.buf, tree.offset)
+        if key not in self._fetched:
+            name = self.new_name()
+            layout = ir.Layout(tree.sizes, ir.contiguous_strides(tree.sizes), tree.dtype, self.device)
+            arg = ir.BufferArg(tree.buf, tree.sizes, tree.strides, tree.offset)
+            self.nodes.append(ir.ExternNode(name, aten._to_copy.default, (arg,), {"device": self.device},
+                                            [(name, layout)], origins=self.origins(), reason="(to the graph's device)"))
+            self.layouts[name] = layout
+            self._fetched[key] = Stored(self, name, tree.sizes, layout.strides, 0, tree.dtype, self.device)
+        return self._fetched[key]
 
     def _inplace(self, n, target, args, kwargs):
         """``x.add_(y)``-style ops (graphs that were not functionalized): lower the functional op and
