@@ -30,6 +30,7 @@ from ember.native import ir
 aten = torch.ops.aten
 LOWERINGS: dict = {}   # OpOverload -> fn(L, node, *args, **kwargs) -> value
 EXTERN_OPS: set = set()  # ops lowered on purpose as extern calls (matmul, conv, attention)
+EXTERN_ALIGN: dict = {}  # OpOverload -> {argument name: alignment in elements} (aligned_arg)
 
 
 class Unsupported(Exception):
@@ -227,16 +228,17 @@ class GraphLowering:
         return _merge_origins(self._inlined, [(name, stack_trace_line(n))])
 
     # -- realize --------------------------------------------------------------------------------
-    def realize(self, v: Value, strides=None) -> Stored:
+    def realize(self, v: Value, strides=None, padded=False) -> Stored:
         """Compute v into a new buffer with the given strides, else its ``stride_hint``, else
         contiguous ones. The loops run in the buffer's memory order (stride-1 dim innermost), so
-        its stores are coalesced whatever the layout."""
+        its stores are coalesced whatever the layout. ``padded``: the strides leave gaps between
+        rows on purpose (``aligned_arg``); otherwise strides that are not dense are ignored."""
         if isinstance(v, Stored):
             return v
         sizes = v.sizes
         if strides is None:
             strides = v.stride_hint
-        if strides is None or not _dense_strides(sizes, strides):
+        if strides is None or not (padded or _dense_strides(sizes, strides)):
             strides = ir.contiguous_strides(sizes)
         layout = ir.Layout(sizes, tuple(strides), v.dtype, v.device)
         ranges, idx = ordered_vars(sizes, memory_order(strides))
@@ -340,10 +342,31 @@ class GraphLowering:
         s = self.realize(v)
         return ir.BufferArg(s.buf, s.sizes, s.strides, s.offset)
 
+    def aligned_arg(self, v: Value, align: int, meta=None) -> ir.BufferArg:
+        """v as an extern argument whose strides, all but the last dim's, must be multiples of
+        ``align`` elements (``EXTERN_ALIGN``): v's buffer if it is laid out so, else a copy into a
+        buffer with padded rows. Dims that eager broadcasts (stride 0 in ``meta``, the argument's
+        eager value) stay broadcast instead of being copied."""
+        if isinstance(v, Stored) and _aligned(v.sizes, v.strides, v.offset, align):
+            return ir.BufferArg(v.buf, v.sizes, v.strides, v.offset)
+        eager = tuple(meta.stride()) if isinstance(meta, torch.Tensor) and tuple(meta.shape) == v.sizes else None
+        like = v.strides if isinstance(v, Stored) else eager or ir.contiguous_strides(v.sizes)
+        bcast = [s > 1 and st == 0 for s, st in zip(v.sizes, like)]
+        base_sizes = tuple(1 if b else s for s, b in zip(v.sizes, bcast))
+        strides = _padded_strides(base_sizes, memory_order(like), align)
+        base = Lazy(base_sizes, v.dtype, v.device, v.load)
+        base.origins = getattr(v, "origins", [])
+        s = self.realize(base, strides, padded=True)
+        return ir.BufferArg(s.buf, v.sizes, tuple(0 if b else st for b, st in zip(bcast, strides)), 0)
+
     def extern(self, node: torch.fx.Node, args, kwargs, reason="") -> object:
         """Call node.target at run time on realized arguments; returns its value(s) as Stored."""
-        def conv(a):
+        align = EXTERN_ALIGN.get(node.target, {})
+
+        def conv(a, name=None, src=None):
             if isinstance(a, Value):
+                if name in align:
+                    return self.aligned_arg(a, align[name], getattr(src, "meta", {}).get("val"))
                 return self.buffer_arg(a)
             if isinstance(a, ir.RuntimeValue):
                 return a
@@ -352,8 +375,10 @@ class GraphLowering:
             if isinstance(a, (torch.fx.Node, sympy.Basic)) or isinstance(a, torch.SymInt):
                 raise Unsupported(f"extern {node.target} with symbolic argument")
             return a
-        cargs = tuple(conv(a) for a in args)
-        ckwargs = {k: conv(v) for k, v in kwargs.items()}
+        names = [a.name for a in node.target._schema.arguments] if align else []
+        cargs = tuple(conv(a, names[i] if i < len(names) else None, node.args[i] if i < len(node.args) else None)
+                      for i, a in enumerate(args))
+        ckwargs = {k: conv(v, k, node.kwargs.get(k)) for k, v in kwargs.items()}
         val = node.meta.get("val")
         multi = isinstance(val, (list, tuple))
         vals = list(val) if multi else [val]
@@ -612,6 +637,26 @@ def _dense_strides(sizes, strides) -> bool:
             return False
         acc *= s
     return True
+
+
+def _aligned(sizes, strides, offset, align) -> bool:
+    """Are the start and the strides of all dims but the last multiples of align, the last dim's 1?"""
+    last_ok = not sizes or sizes[-1] == 1 or strides[-1] == 1
+    return last_ok and offset % align == 0 and all(st % align == 0 for st in strides[:-1])
+
+
+def _padded_strides(sizes, order, align) -> tuple:
+    """Strides laying sizes out in order (outermost dim first), every stride but the innermost one
+    rounded up to a multiple of align: rows padded for aligned vector loads."""
+    strides, acc, inner = [0] * len(sizes), 1, True
+    for d in reversed(order):
+        if not inner:
+            acc = -(-acc // align) * align
+        strides[d] = acc
+        if sizes[d] != 1:  # a size-1 dim takes an aligned stride, and no room
+            acc *= sizes[d]
+            inner = False
+    return tuple(strides)
 
 
 def lower(gm: torch.fx.GraphModule, example_inputs) -> tuple[ir.GraphIR, GraphLowering]:
