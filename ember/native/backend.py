@@ -1,8 +1,8 @@
 """``compile_aten_graph``: the entry point of the native backend.
 
-Pipeline (each step a module): lower (``lowering``) -> verify (``ir``, optional) -> schedule and fuse
-(``scheduler``) -> Triton source per kernel (``triton_emit``) -> wrapper source (``wrapper``) -> write
-to and import from the cache (``cache``).
+Pipeline (each step a module): lower (``lowering``) -> split long reductions (``split_reduction``) ->
+verify (``ir``, optional) -> schedule and fuse (``scheduler``) -> Triton source per kernel
+(``triton_emit``) -> wrapper source (``wrapper``) -> write to and import from the cache (``cache``).
 
 Graphs traced with dynamic shapes (placeholders whose FakeTensors have SymInt sizes) compile once,
 for every size: sizes are expressions over size symbols (``symbolic.py``) that the kernels take as
@@ -35,6 +35,10 @@ DEFAULT_OPTIONS = {
     "max_rblock": 8192,
     "persistent_rnumel": 8192,   # row reductions up to this many elements keep the row in registers
     "single_program_numel": 1 << 16,  # a kernel this small may run as one program (reduce across rows)
+    # a reduction that would run fewer programs than split_reduction_programs (2 per SM of an H100),
+    # each reducing split_reduction_numel elements or more, becomes two kernels (split_reduction.py)
+    "split_reduction_programs": 264,
+    "split_reduction_numel": 1 << 16,
     "fusion": True,              # False: one kernel per realized node (for comparisons)
     "verify": True,              # run ir.verify on the lowered graph
     "cache": True,               # read and write the on-disk graph cache
@@ -149,9 +153,10 @@ def _constant(gm, target, device):
 def plan(gm, example_inputs, opts):
     """Lower, verify, schedule and emit, without writing or running anything.
     Returns (graph IR, lowering, schedule, [(Kernel, EmittedKernel)])."""
-    from ember.native import ir, lowering, passes, scheduler, triton_emit
+    from ember.native import ir, lowering, passes, scheduler, split_reduction, triton_emit
     passes.run(gm, opts, on_cpu=not _uses_cuda(gm, example_inputs))
     g, L = lowering.lower(gm, example_inputs)
+    g = split_reduction.split_reductions(g, dict(DEFAULT_OPTIONS, **opts))
     if opts.get("verify", True):
         ir.verify(g)
     sched = scheduler.schedule(g, opts)

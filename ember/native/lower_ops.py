@@ -17,7 +17,8 @@ from torch._prims_common import elementwise_dtypes
 from ember.native import ir
 from ember.native.lower_views import reshape_value
 from ember.native.symbolic import SymbolicUnsupported, eq, is_static, norm
-from ember.native.lowering import Decline, Lazy, Value, broadcast_loader, out_meta, register, register_extern
+from ember.native.lowering import (EXTERN_ALIGN, Decline, Lazy, Unsupported, Value, broadcast_loader, out_meta,
+                                   register, register_extern)
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -31,6 +32,13 @@ register_extern(
     aten._scaled_dot_product_flash_attention_backward.default,
     aten._scaled_dot_product_efficient_attention_backward.default,
 )
+# Memory-efficient attention reads its bias with 16-byte vector loads and checks that the batch, head
+# and row strides are multiples of 8 fp16/bf16 (4 fp32) elements; eager's sdpa pads the bias's rows
+# before the call, so a bias computed here gets padded rows too (wav2vec2, hubert: 79 x 79 masks).
+EXTERN_ALIGN.update({
+    aten._scaled_dot_product_efficient_attention.default: {"attn_bias": 8},
+    aten._scaled_dot_product_efficient_attention_backward.default: {"attn_bias": 8},
+})
 
 
 _out = out_meta

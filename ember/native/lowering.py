@@ -40,6 +40,7 @@ LOWERINGS: dict = {}   # OpOverload -> fn(L, node, *args, **kwargs) -> value
 # ops computing sizes of their argument: their (possibly symbolic) value is in the node's metadata
 SIZE_OPS = {aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default, aten.sym_storage_offset.default}
 EXTERN_OPS: set = set()  # ops lowered on purpose as extern calls (matmul, conv, attention)
+EXTERN_ALIGN: dict = {}  # OpOverload -> {argument name: alignment in elements} (aligned_arg)
 
 
 class Unsupported(Exception):
@@ -108,6 +109,9 @@ def _same_strides(sizes, a, b):
 
 class Lazy(Value):
     origins: list = []  # (op, source line) of the fx nodes folded into this value
+    # eager's strides for this value (its FX node's meta), if dense: the layout it gets when realized,
+    # so that e.g. channels_last propagates from convolutions through the pointwise ops between them
+    stride_hint: tuple | None = None
 
     def __init__(self, sizes, dtype, device, fn: Callable):
         self.sizes, self.dtype, self.device, self.fn = norm_sizes(sizes), dtype, device, fn
@@ -155,6 +159,45 @@ def squeeze_vars(sizes):
             ranges.append(norm(s))
             idx.append(next(vs))
     return tuple(ranges), idx
+
+
+def ordered_vars(sizes, order):
+    """``squeeze_vars`` with the loops nested in ``order`` (dims outermost first): loop j runs over
+    dim order[j]; the index returned is still in the dims' logical order."""
+    ranges, pidx = squeeze_vars([sizes[d] for d in order])
+    idx = [sympy.Integer(0)] * len(sizes)
+    for j, d in enumerate(order):
+        idx[d] = pidx[j]
+    return ranges, idx
+
+
+def memory_order(strides, hint=int) -> list:
+    """Dims from the largest stride to the smallest (ties keep their logical order); symbolic
+    strides compare by their hints (``SizeVars.hint``: dense layouts keep one order for all sizes)."""
+    return sorted(range(len(strides)), key=lambda d: -hint(strides[d]))
+
+
+def _hint_strides(v, meta):
+    """Record eager's strides on the Lazy values of an FX node (lists for multi-output ops)."""
+    if isinstance(v, (list, tuple)) and isinstance(meta, (list, tuple)):
+        for x, m in zip(v, meta):
+            _hint_strides(x, m)
+    elif isinstance(v, Lazy) and v.stride_hint is None and isinstance(meta, torch.Tensor):
+        shape, strides = _static(meta.shape), _static(meta.stride())
+        if shape is not None and strides is not None and shape == tuple(v.sizes) and _dense_strides(v.sizes, strides):
+            v.stride_hint = strides
+
+
+def _static(vals):
+    """vals as plain ints, or None if any is symbolic (symbolic layouts keep contiguous strides)."""
+    out = []
+    for x in vals:
+        if isinstance(x, torch.SymInt):
+            x = x.node.maybe_as_int()
+            if x is None:
+                return None
+        out.append(int(x))
+    return tuple(out)
 
 
 def broadcast_loader(v: Value, out_sizes):
@@ -211,6 +254,7 @@ class GraphLowering:
         # example inputs (concrete, or fake for backward graphs)
         self.symbolic = has_symbolic_inputs(gm)
         self.sv = ir.SizeVars()
+        self._fetched: dict = {}   # (buffer, offset) of another device's scalar -> its copy (_fetch_scalars)
 
     # -- naming and metadata ------------------------------------------------------------------
     def new_name(self, prefix="buf"):
@@ -231,14 +275,20 @@ class GraphLowering:
         return _merge_origins(self._inlined, [(name, stack_trace_line(n))])
 
     # -- realize --------------------------------------------------------------------------------
-    def realize(self, v: Value, strides=None) -> Stored:
+    def realize(self, v: Value, strides=None, padded=False) -> Stored:
+        """Compute v into a new buffer with the given strides, else its ``stride_hint``, else
+        contiguous ones. The loops run in the buffer's memory order (stride-1 dim innermost), so
+        its stores are coalesced whatever the layout. ``padded``: the strides leave gaps between
+        rows on purpose (``aligned_arg``); otherwise strides that are not dense are ignored."""
         if isinstance(v, Stored):
             return v
         sizes = v.sizes
-        if strides is None or not _dense_strides(sizes, strides, self.sv):
+        if strides is None:
+            strides = v.stride_hint
+        if strides is None or not (padded or _dense_strides(sizes, strides, self.sv)):
             strides = ir.contiguous_strides(sizes)
         layout = ir.Layout(sizes, tuple(strides), v.dtype, v.device)
-        ranges, idx = squeeze_vars(sizes)
+        ranges, idx = ordered_vars(sizes, memory_order(strides, self.sv.hint))
         body = ir.simplify_expr(v.load(idx), dict(zip(ir.node_vars(len(ranges)), ranges)), lower=self.sv.lower)
         store = sum((i * st for i, s, st in zip(idx, sizes, strides) if s != 1), sympy.Integer(0))
         name = self.new_name()
@@ -246,6 +296,28 @@ class GraphLowering:
         self.nodes.append(ir.ComputedNode(name, layout, ranges, body, store, origins=origins))
         self.layouts[name] = layout
         return Stored(self, name, sizes, strides, 0, v.dtype, v.device)
+
+    def load_order(self, e: ir.Expr, idx) -> list | None:
+        """The memory order of the biggest buffer that e reads with every loop variable of ``idx``
+        at its own stride (None if there is none): a reduction loops in the order its input is
+        stored, so its loads are coalesced."""
+        best = None
+        loops = [(d, i) for d, i in enumerate(idx) if isinstance(i, sympy.Symbol)]
+        for ld in ir.loads_of(e):
+            buf, index, syms = ld.attr
+            if syms or not loops:
+                continue
+            index = sympy.expand(index)
+            coeffs = [index.coeff(i) for _, i in loops]
+            if not all(c.is_Integer and c > 0 for c in coeffs) or len(set(coeffs)) != len(coeffs):
+                continue
+            nbytes = self.sv.hint(self.layouts[buf].nbytes)
+            if best is None or nbytes > best[0]:
+                strides = [0] * len(idx)
+                for (d, _), c in zip(loops, coeffs):
+                    strides[d] = int(c)
+                best = (nbytes, memory_order(strides))
+        return None if best is None else best[1]
 
     def should_realize(self, v: Lazy, users: int) -> bool:
         ranges, idx = squeeze_vars(v.sizes)
@@ -281,9 +353,13 @@ class GraphLowering:
                     e = ir.op("ne", e, ir.const(0, e.dtype))
                 return ir.cast(e, out_dtype)
             return Lazy(out_sizes, out_dtype, x.device, fn)
-        ranges, idx = squeeze_vars(x.sizes)
-        squeezed_pos = [i for i, s in enumerate(x.sizes) if s != 1]
-        reduced = tuple(squeezed_pos.index(d) for d in reduced_real)
+        order = list(range(nd))
+        if rtype not in ("argmax", "argmin"):  # those return the position in logical order
+            logical = squeeze_vars(x.sizes)[1]
+            order = self.load_order(x.load(logical), logical) or order
+        ranges, idx = ordered_vars(x.sizes, order)
+        loop_dims = [d for d in order if x.sizes[d] != 1]
+        reduced = tuple(sorted(loop_dims.index(d) for d in reduced_real))
         e = x.load(idx)
         if body_fn:
             e = body_fn(e)
@@ -318,10 +394,31 @@ class GraphLowering:
         s = hit[1]
         return ir.BufferArg(s.buf, s.sizes, s.strides, s.offset)
 
+    def aligned_arg(self, v: Value, align: int, meta=None) -> ir.BufferArg:
+        """v as an extern argument whose strides, all but the last dim's, must be multiples of
+        ``align`` elements (``EXTERN_ALIGN``): v's buffer if it is laid out so, else a copy into a
+        buffer with padded rows. Dims that eager broadcasts (stride 0 in ``meta``, the argument's
+        eager value) stay broadcast instead of being copied."""
+        if isinstance(v, Stored) and _aligned(v.sizes, v.strides, v.offset, align):
+            return ir.BufferArg(v.buf, v.sizes, v.strides, v.offset)
+        eager = tuple(meta.stride()) if isinstance(meta, torch.Tensor) and tuple(meta.shape) == v.sizes else None
+        like = v.strides if isinstance(v, Stored) else eager or ir.contiguous_strides(v.sizes)
+        bcast = [s > 1 and st == 0 for s, st in zip(v.sizes, like)]
+        base_sizes = tuple(1 if b else s for s, b in zip(v.sizes, bcast))
+        strides = _padded_strides(base_sizes, memory_order(like, self.sv.hint), align)
+        base = Lazy(base_sizes, v.dtype, v.device, v.load)
+        base.origins = getattr(v, "origins", [])
+        s = self.realize(base, strides, padded=True)
+        return ir.BufferArg(s.buf, v.sizes, tuple(0 if b else st for b, st in zip(bcast, strides)), 0)
+
     def extern(self, node: torch.fx.Node, args, kwargs, reason="") -> object:
         """Call node.target at run time on realized arguments; returns its value(s) as Stored."""
-        def conv(a):
+        align = EXTERN_ALIGN.get(node.target, {})
+
+        def conv(a, name=None, src=None):
             if isinstance(a, Value):
+                if name in align:
+                    return self.aligned_arg(a, align[name], getattr(src, "meta", {}).get("val"))
                 return self.buffer_arg(a)
             if isinstance(a, ir.RuntimeValue):
                 return a
@@ -332,8 +429,10 @@ class GraphLowering:
             if isinstance(a, (torch.SymInt, sympy.Basic)):
                 return norm(a)  # a size: the wrapper computes it from the size symbols
             return a
-        cargs = tuple(conv(a) for a in args)
-        ckwargs = {k: conv(v) for k, v in kwargs.items()}
+        names = [a.name for a in node.target._schema.arguments] if align else []
+        cargs = tuple(conv(a, names[i] if i < len(names) else None, node.args[i] if i < len(node.args) else None)
+                      for i, a in enumerate(args))
+        ckwargs = {k: conv(v, k, node.kwargs.get(k)) for k, v in kwargs.items()}
         val = node.meta.get("val")
         multi = isinstance(val, (list, tuple))
         vals = list(val) if multi else [val]
@@ -395,6 +494,7 @@ class GraphLowering:
                 self.env[n] = self._constant(n)
             elif n.op == "call_function":
                 v = self._call(n)
+                _hint_strides(v, n.meta.get("val"))
                 if isinstance(v, Lazy) and self.should_realize(v, uses[n]):
                     v = self.realize(v)
                 self.env[n] = v
@@ -462,10 +562,13 @@ class GraphLowering:
             raise SymbolicUnsupported(f"{target} computes a symbolic {type(val).__name__}")
         if not isinstance(target, torch._ops.OpOverload):
             raise Unsupported(f"call of {target}")
+        if self._elsewhere(n, args, kwargs):
+            return self.extern(n, args, kwargs, reason=f"(computes off {self.device})")
         fn = LOWERINGS.get(target)
         if any(isinstance(v, ir.RuntimeValue) for v in _values((args, kwargs))):
             fn = None  # a value only known at run time: only an extern call can take it
         if fn is not None:
+            args, kwargs = self._fetch_scalars((args, kwargs))
             self._inlined = _merge_origins(*[v.origins for v in _values((args, kwargs)) if isinstance(v, Lazy)])
             try:
                 out = fn(self, n, *args, **kwargs)
@@ -482,6 +585,39 @@ class GraphLowering:
         if target in EXTERN_OPS:
             return self.extern(n, args, kwargs)
         return self.extern(n, args, kwargs, reason="(no lowering)")
+
+    # -- values on another device ----------------------------------------------------------------
+    def _elsewhere(self, n, args, kwargs) -> bool:
+        """Does n compute on another device than the graph's (CPU index math in a CUDA graph, e.g.
+        MPNet's relative position buckets, ``torch.arange(n)`` then ``.to(x.device)``)? Triton
+        kernels run on the graph's device only, so n stays an ATen call, with eager's results.
+        Ops on one-element constants, which ``_constant`` moved to the graph's device, are not."""
+        meta = n.meta.get("val")
+        devs = {m.device for m in (meta if isinstance(meta, (list, tuple)) else [meta]) if isinstance(m, torch.Tensor)}
+        if not devs or devs == {self.device}:
+            return False
+        vals = [v for v in _values((args, kwargs)) if isinstance(v, Value)]
+        return not vals or any(v.device != self.device for v in vals)
+
+    def _fetch_scalars(self, tree):
+        """tree with every one-element value of another device (a CPU scalar tensor, which eager
+        lets CUDA ops read) replaced by a copy on the graph's device, made once per buffer."""
+        if isinstance(tree, (list, tuple)):
+            return type(tree)(self._fetch_scalars(t) for t in tree)
+        if isinstance(tree, dict):
+            return {k: self._fetch_scalars(t) for k, t in tree.items()}
+        if not isinstance(tree, Stored) or tree.device == self.device or tree.numel != 1:
+            return tree
+        key = (tree.buf, tree.offset)
+        if key not in self._fetched:
+            name = self.new_name()
+            layout = ir.Layout(tree.sizes, ir.contiguous_strides(tree.sizes), tree.dtype, self.device)
+            arg = ir.BufferArg(tree.buf, tree.sizes, tree.strides, tree.offset)
+            self.nodes.append(ir.ExternNode(name, aten._to_copy.default, (arg,), {"device": self.device},
+                                            [(name, layout)], origins=self.origins(), reason="(to the graph's device)"))
+            self.layouts[name] = layout
+            self._fetched[key] = Stored(self, name, tree.sizes, layout.strides, 0, tree.dtype, self.device)
+        return self._fetched[key]
 
     def _inplace(self, n, target, args, kwargs):
         """``x.add_(y)``-style ops (graphs that were not functionalized): lower the functional op and
@@ -603,6 +739,26 @@ def _dense_strides(sizes, strides, sv=None) -> bool:
 def tensor_layout(t: torch.Tensor) -> ir.Layout:
     """The Layout of a (Fake)Tensor, its SymInts translated to size expressions."""
     return ir.Layout(norm_sizes(t.shape), norm_sizes(t.stride()), t.dtype, t.device, norm(t.storage_offset()))
+
+
+def _aligned(sizes, strides, offset, align) -> bool:
+    """Are the start and the strides of all dims but the last multiples of align, the last dim's 1?"""
+    last_ok = not sizes or sizes[-1] == 1 or strides[-1] == 1
+    return last_ok and offset % align == 0 and all(st % align == 0 for st in strides[:-1])
+
+
+def _padded_strides(sizes, order, align) -> tuple:
+    """Strides laying sizes out in order (outermost dim first), every stride but the innermost one
+    rounded up to a multiple of align: rows padded for aligned vector loads."""
+    strides, acc, inner = [0] * len(sizes), 1, True
+    for d in reversed(order):
+        if not inner:
+            acc = -(-acc // align) * align
+        strides[d] = acc
+        if sizes[d] != 1:  # a size-1 dim takes an aligned stride, and no room
+            acc *= sizes[d]
+            inner = False
+    return tuple(strides)
 
 
 def lower(gm: torch.fx.GraphModule, example_inputs) -> tuple[ir.GraphIR, GraphLowering]:

@@ -401,16 +401,17 @@ def _mergeable(exprs, vp, vq, nq) -> bool:
     return True
 
 
-def merge_loops(ranges, reduced, bodies, stores):
+def merge_loops(ranges, reduced, bodies, stores, merge_kept=True):
     """Merge adjacent loops (both kept or both reduced) that every index walks contiguously,
-    e.g. ``7*v0 + v1`` over [10, 7] becomes ``v0`` over [70]: less index math per element."""
+    e.g. ``7*v0 + v1`` over [10, 7] becomes ``v0`` over [70]: less index math per element.
+    ``merge_kept=False`` merges only reduced loops (the kept ones must stay as other nodes see them)."""
     ranges, reduced = list(ranges), list(reduced)
     changed = True
     while changed:
         changed = False
         exprs = _index_exprs(bodies, stores)
         kept_pos = [i for i in range(len(ranges)) if i not in reduced]
-        for group in (kept_pos, reduced):
+        for group in (kept_pos, reduced) if merge_kept else (reduced,):
             for p, q in zip(group, group[1:]):
                 vs = ir.node_vars(len(ranges))
                 if not _mergeable(exprs, vs[p], vs[q], ranges[q]):

@@ -34,6 +34,7 @@ import torch
 
 from ember.native import ir
 from ember.native.scheduler import Kernel
+from ember.native.split_reduction import contiguous_reduction
 from ember.native.symbolic import is_static, print_expr
 
 TL_DTYPE = {
@@ -177,6 +178,7 @@ class TritonKernelEmitter:
         self.outer_vals: dict = {}       # reductions/outer nodes -> variable
         self.xaccs: list = []            # (node, accumulator, dtype) of cross-x reductions
         self._rlevel: dict = {}
+        self.block_masks: set = set()    # masks of masked() values that vary over the loops
         sizes = [k.numel] + [layouts[b].storage_numel for b in list(k.reads) + list(k.writes)]
         self.int64 = max(self.sv.hint(n) for n in sizes) >= 2 ** 31
         # int32 index math chosen from hints holds only while the sizes stay below 2**31: the wrapper
@@ -248,6 +250,8 @@ class TritonKernelEmitter:
         if e.op == "masked":
             m = self.value(e.args[0], scope, mask)
             inner = m if mask is None else self.emit_line(scope, f"{mask} & {m}")
+            if mask in self.block_masks or self._varies(e.args[0]):
+                self.block_masks.add(inner)
             body = self.value(e.args[1], scope, inner)
             other = _literal(e.attr, e.dtype)
             return self.emit_line(scope, f"tl.where({m}, {body}, {other})")
@@ -282,13 +286,28 @@ class TritonKernelEmitter:
             m = "xmask"
         else:
             m = None
+        addr = f"{ptr} + ({idx})"
         if mask is not None:
+            if m is None and mask in self.block_masks:
+                # a scalar address under a block mask (cat/pad of a broadcast value): Triton's load
+                # wants a block of pointers then
+                addr = f"tl.broadcast_to({addr}, {mask}.shape)"
             m = mask if m is None else f"{m} & {mask}"
-        code = f"tl.load({ptr} + ({idx}))" if m is None else f"tl.load({ptr} + ({idx}), {m}, other=0)"
+        code = f"tl.load({addr})" if m is None else f"tl.load({addr}, {m}, other=0)"
         dt = self.layouts[buf].dtype
         if dt in LOW_PRECISION:
             code += ".to(tl.float32)"
         return self.emit_line(scope, code)
+
+    def _varies(self, e: ir.Expr) -> bool:
+        """Does e depend on a loop variable (so it is a block, not a scalar)?"""
+        for x in ir.walk([e]):
+            index = x.attr if x.op == "index" else x.attr[1] if x.op == "load" else None
+            if x.op == "load" and x.attr[0] in self.nodes:
+                return True
+            if index is not None and (self._depends_on(index, "x") or self._depends_on(index, "r")):
+                return True
+        return False
 
     def r_level(self, e: ir.Expr) -> bool:
         """Does e vary along r (so it lives in an [XBLOCK, RBLOCK] tile)?"""
@@ -446,10 +465,7 @@ class TritonKernelEmitter:
     def _inner_reduction(self):
         for n in self.k.nodes:
             if self.k.roles[n.name] == "red":
-                for l in ir.loads_of(self.k.bodies[n.name]):
-                    idx = l.attr[1]
-                    last = self.vars[self.k.reduced[-1]]
-                    return sympy.expand(idx).coeff(last) == 1
+                return contiguous_reduction(self.k.bodies[n.name], self.vars[self.k.reduced[-1]])
         return True
 
     def _var_defs(self, positions, base):

@@ -50,7 +50,9 @@ def test_views_are_index_remaps_not_copies():
     g = _lower(lambda x: (x.t() * 2).sum(0), torch.randn(4, 6))
     computed = [n for n in g.nodes if isinstance(n, ir.ComputedNode)]
     assert len(computed) == 1 and computed[0].is_reduction
-    assert "load(arg0, v0 + 6*v1)" in ir.format_expr(computed[0].body)  # x.t()[v0, v1] = x[v1, v0]
+    # x.t()[i, j] = x[j, i]; the loops follow x's memory order: v0 = j (kept), v1 = i (reduced)
+    assert "load(arg0, 6*v0 + v1)" in ir.format_expr(computed[0].body)
+    assert computed[0].ranges == (4, 6) and computed[0].reduced == (1,)
 
 
 def test_verifier_rejects_bad_ir():

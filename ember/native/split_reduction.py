@@ -1,0 +1,128 @@
+"""Split reductions: a reduction with few outputs and a long reduced range becomes two nodes.
+
+Unsplit, such a reduction runs a handful of programs that each loop over the whole range while the
+rest of the GPU idles (BatchNorm statistics of a ResNet: 64 channels, each a sum over N*H*W = 800k
+elements, ran as 4 programs). Split, the first node reduces S chunks of the range into an
+``[S, outputs]`` buffer of partial results (in the accumulation dtype), with S chosen so the first
+kernel runs ``split_reduction_programs`` programs or more; the second reduces the S partials of each
+output. The second node keeps the original node's name and layout, so its readers do not change.
+
+sum, prod, max, min, any and all combine partial results with the same operation. argmax/argmin are
+not split (a position within a chunk is not a position within the range). var_mean is lowered as two
+sums (the mean, then the squared deviations from it), so each of them splits like any sum.
+
+The split is made along the outermost reduced loop (after merging the reduced loops that are
+contiguous in memory, so for a channels-last tensor all of N*H*W is one loop). Chunks are a divisor
+of that loop's size when one is near the wanted count; otherwise the last chunk's tail is masked.
+"""
+from __future__ import annotations
+
+import math
+
+import sympy
+import torch
+
+from ember.native import ir
+from ember.native.scheduler import merge_loops
+
+SPLITTABLE = ("sum", "prod", "max", "min", "any", "all")
+# Programs of a reduction whose reduced loop is strided, not contiguous: each covers this many
+# outputs along the contiguous kept dim (triton_emit.choose_config's smallest x-block for them).
+STRIDED_XBLOCK = 16
+
+
+def identity(rtype: str, dtype: torch.dtype):
+    """The value that leaves a reduction unchanged (fills the masked tail of the last chunk)."""
+    if rtype in ("sum", "any") or dtype == torch.bool and rtype == "max":
+        return 0
+    if rtype in ("prod", "all") or dtype == torch.bool and rtype == "min":
+        return 1
+    if dtype.is_floating_point:
+        return -math.inf if rtype == "max" else math.inf
+    info = torch.iinfo(dtype)
+    return info.min if rtype == "max" else info.max
+
+
+def contiguous_reduction(body: ir.Expr, last_var) -> bool:
+    """Does the innermost reduced loop walk memory contiguously (an "inner" reduction, reduced
+    along rows)? Judged by the first load that depends on it; True when none does."""
+    for ld in ir.loads_of(body):
+        index = sympy.expand(ld.attr[1])
+        if last_var in index.free_symbols:
+            return index.coeff(last_var) == 1
+    return True
+
+
+def split_count(n: ir.ComputedNode, ranges, reduced, body, options) -> int:
+    """How many chunks to split n's outermost reduced loop into (1: leave n whole)."""
+    if n.reduction_type not in SPLITTABLE:
+        return 1
+    if not all(isinstance(r, int) for r in n.ranges):
+        return 1  # symbolic sizes: how many programs a reduction runs is only known per call
+    rnumel = math.prod(ranges[i] for i in reduced)
+    xnumel = math.prod(r for i, r in enumerate(ranges) if i not in reduced)
+    if xnumel * rnumel <= options["single_program_numel"]:
+        return 1  # the scheduler may run it as one program, in one launch
+    vs = ir.node_vars(len(ranges))
+    per_program = min(xnumel, 1 if contiguous_reduction(body, vs[reduced[-1]]) else STRIDED_XBLOCK)
+    programs = -(-xnumel // per_program)
+    target = options["split_reduction_programs"]
+    if programs >= target or per_program * rnumel < options["split_reduction_numel"]:
+        return 1  # enough programs, or each one's loop is short anyway
+    size = ranges[reduced[0]]
+    want = max(2, min(-(-target // programs), size // 2))
+    for s in range(want, min(2 * want, size // 2) + 1):  # a divisor near it leaves no tail
+        if size % s == 0:
+            return s
+    chunk = -(-size // want)
+    return -(-size // chunk)  # no empty chunk
+
+
+def split_node(n: ir.ComputedNode, options) -> list:
+    """[n], or [partial, final] replacing it."""
+    ranges, reduced, bodies, stores = merge_loops(n.ranges, n.reduced, {n.name: n.body},
+                                                  {n.name: n.store_index}, merge_kept=False)
+    body, store = bodies[n.name], sympy.sympify(stores[n.name])
+    count = split_count(n, ranges, reduced, body, options)
+    if count < 2:
+        return [n]
+    p0 = reduced[0]
+    size = ranges[p0]
+    chunk = -(-size // count)
+    if chunk < 2:
+        return [n]
+    # partial: loops ranges[:p0] + [count, chunk] + ranges[p0+1:]; the split loop's old variable is
+    # chunk index * chunk + position in the chunk
+    vs, pv = ir.node_vars(len(ranges)), ir.node_vars(len(ranges) + 1)
+    to_partial = {v: pv[i + (i > p0)] for i, v in enumerate(vs)}
+    to_partial[vs[p0]] = pv[p0] * chunk + pv[p0 + 1]
+    pbody = ir.rename(body, to_partial)
+    if count * chunk != size:
+        inside = ir.op("lt", ir.index_value(to_partial[vs[p0]]), ir.const(size, torch.int64))
+        pbody = ir.masked(inside, pbody, identity(n.reduction_type, pbody.dtype))
+    span = max(n.layout.storage_numel, 1)
+    pstore = pv[p0] * span + store.xreplace(to_partial)
+    playout = ir.Layout((count,) + tuple(n.layout.sizes), (span,) + tuple(n.layout.strides), pbody.dtype,
+                        n.layout.device)
+    pranges = tuple(ranges[:p0]) + (count, chunk) + tuple(ranges[p0 + 1:])
+    preduced = tuple(r + (r >= p0) for r in reduced)
+    partial = ir.ComputedNode(f"{n.name}_partial", playout, pranges, pbody, pstore, preduced,
+                              n.reduction_type, origins=list(n.origins))
+    # final: loops [count] + the kept loops; reduces the partials of each output
+    kept = [i for i in range(len(ranges)) if i not in reduced]
+    fv = ir.node_vars(len(kept) + 1)
+    to_final = {vs[i]: fv[j + 1] for j, i in enumerate(kept)}
+    fstore = store.xreplace(to_final)
+    fbody = ir.load(partial.name, fv[0] * span + fstore, {}, pbody.dtype)
+    final = ir.ComputedNode(n.name, n.layout, (count,) + tuple(ranges[i] for i in kept), fbody, fstore, (0,),
+                            n.reduction_type, origins=list(n.origins))
+    return [partial, final]
+
+
+def split_reductions(g: ir.GraphIR, options: dict) -> ir.GraphIR:
+    """Split, in place, every reduction of g that would run too few programs for its size."""
+    nodes = []
+    for n in g.nodes:
+        nodes += split_node(n, options) if isinstance(n, ir.ComputedNode) and n.is_reduction else [n]
+    g.nodes = nodes
+    return g
