@@ -170,6 +170,66 @@ def rename(e: Expr, mapping: dict, memo: dict | None = None) -> Expr:
     return out
 
 
+def resolve_indirect(e: Expr, indirect: dict, memo: dict | None = None) -> Expr:
+    """Rewrite the ``index`` values of e that use indirect symbols (``ind*``) as value Exprs.
+
+    An indirect symbol is bound only inside the load whose index uses it (``load``'s args); a
+    lowering that also turns such an index into a value (a pad's or a cat's bounds mask, an arange
+    read at a gathered position) would leave it unbound there. Here each such symbol becomes the
+    Expr it stands for, so the value is computed in the kernel like any other."""
+    if memo is None:
+        memo = {}
+    hit = memo.get(e)
+    if hit is not None:
+        return hit
+    if e.op == "index" and any(is_indirect(s) for s in e.attr.free_symbols):
+        out = cast(_index_expr(e.attr, indirect), e.dtype)
+        out = resolve_indirect(out, indirect, memo)  # the symbols' Exprs may use other symbols
+    else:
+        args = tuple(resolve_indirect(a, indirect, memo) for a in e.args)
+        out = e if all(a is b for a, b in zip(args, e.args)) else Expr(e.op, args, e.dtype, e.attr)
+    memo[e] = out
+    return out
+
+
+def _index_expr(x, indirect: dict) -> Expr:
+    """The int64 value Expr of the index expression x (a sympy expression over loop variables,
+    size symbols and indirect symbols)."""
+    if not any(is_indirect(s) for s in x.free_symbols):
+        return Expr("index", (), torch.int64, x)
+    if is_indirect(x):
+        return cast(indirect[x], torch.int64)
+    if isinstance(x, (sympy.Add, sympy.Mul)):
+        name = "add" if isinstance(x, sympy.Add) else "mul"
+        plain = [a for a in x.args if not any(is_indirect(s) for s in a.free_symbols)]
+        rest = [a for a in x.args if any(is_indirect(s) for s in a.free_symbols)]
+        parts = [_index_expr(a, indirect) for a in rest]
+        if plain:  # the terms without indirect symbols stay one index value
+            parts.append(_index_expr(x.func(*plain), indirect))
+        out = parts[0]
+        for p in parts[1:]:
+            out = op(name, out, p)
+        return out
+    if isinstance(x, FloorDiv):
+        return op("floordiv", _index_expr(x.args[0], indirect), _index_expr(x.args[1], indirect))
+    if isinstance(x, IMod):
+        return op("remainder", _index_expr(x.args[0], indirect), _index_expr(x.args[1], indirect))
+    if isinstance(x, sympy.Pow) and x.exp.is_Integer and x.exp > 0:
+        base = _index_expr(x.base, indirect)
+        out = base
+        for _ in range(int(x.exp) - 1):
+            out = op("mul", out, base)
+        return out
+    if isinstance(x, (sympy.Max, sympy.Min)):
+        name = "maximum" if isinstance(x, sympy.Max) else "minimum"
+        parts = [_index_expr(a, indirect) for a in x.args]
+        out = parts[0]
+        for p in parts[1:]:
+            out = op(name, out, p)
+        return out
+    raise IRError(f"cannot compute index value {x} with indirect symbols")
+
+
 def loads_of(e: Expr) -> list[Expr]:
     return [x for x in walk([e]) if x.op == "load"]
 

@@ -289,7 +289,8 @@ class GraphLowering:
             strides = ir.contiguous_strides(sizes)
         layout = ir.Layout(sizes, tuple(strides), v.dtype, v.device)
         ranges, idx = ordered_vars(sizes, memory_order(strides, self.sv.hint))
-        body = ir.simplify_expr(v.load(idx), dict(zip(ir.node_vars(len(ranges)), ranges)), lower=self.sv.lower)
+        body = ir.resolve_indirect(v.load(idx), self.indirect)  # index values of gathered positions
+        body = ir.simplify_expr(body, dict(zip(ir.node_vars(len(ranges)), ranges)), lower=self.sv.lower)
         store = sum((i * st for i, s, st in zip(idx, sizes, strides) if s != 1), sympy.Integer(0))
         name = self.new_name()
         origins = getattr(v, "origins", None) or self.origins()
@@ -367,6 +368,7 @@ class GraphLowering:
             e = ir.op("ne", e, ir.const(0, e.dtype))
         elif rtype not in ("argmax", "argmin"):
             e = ir.cast(e, acc_dtype)
+        e = ir.resolve_indirect(e, self.indirect)
         e = ir.simplify_expr(e, dict(zip(ir.node_vars(len(ranges)), ranges)), lower=self.sv.lower)
         strides = ir.contiguous_strides(out_sizes)
         layout = ir.Layout(tuple(out_sizes), strides, out_dtype, x.device)

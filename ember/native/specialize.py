@@ -6,6 +6,8 @@ cover every size), only this layer generates kernels again.
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -30,8 +32,14 @@ class PerShapeGraph:
         fn = self.compiled.get(key)
         if fn is None:
             from ember.native.backend import COUNTERS
-            with torch.no_grad():
-                static = make_fx(self.gm, tracing_mode="fake")(*args)
-            fn = self.compiled[key] = self.compile_static(static, list(args))
+            try:
+                with torch.no_grad():
+                    static = make_fx(self.gm, tracing_mode="fake")(*args)
+                fn = self.compiled[key] = self.compile_static(static, list(args))
+            except Exception as e:  # noqa: BLE001 - at call time nothing above catches it: run the graph as is
+                sizes = [k[0] for k in key if isinstance(k, tuple)]
+                warnings.warn(f"ember.native: running a graph eagerly for input sizes {sizes}, "
+                              f"compiling it failed with {type(e).__name__}: {e}")
+                fn = self.compiled[key] = self.gm.forward
             COUNTERS["per_shape"] += 1
         return fn(*args)

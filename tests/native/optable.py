@@ -207,6 +207,15 @@ OPS: list[Case] = [
     C("index_select", lambda w, i: w.index_select(1, i), gen((6, 20), ("int", (7,), 0, 20))),
     C("gather", lambda w, i: torch.gather(w, 1, i), gen((6, 20), ("int", (6, 4), 0, 20))),
     C("index_adv", lambda w, i, j: (w[i], w[:, j], w[i, j]), gen((6, 20), ("int", (3,), -6, 6), ("int", (3,), 0, 20))),
+    # positions gathered from a padded / concatenated / created value: its bounds mask (or its value)
+    # reads the gathered position, which exists only inside the gathering load (convbert's unfold:
+    # pad, then index with arange windows; wrapped like Python's negative indices)
+    C("index_of_pad", lambda x, j: (F.pad(x, (0, 0, 4, 4))[:, torch.arange(x.shape[1], device=x.device)[:, None]
+                                                         + torch.arange(9, device=x.device)] * 2,
+                                    F.pad(x, (0, 0, 2, 1), value=0.5)[:, j].sum(-1),
+                                    torch.cat([x, x * 2], 1)[:, j, 1:],
+                                    torch.arange(x.shape[1] + 3, device=x.device)[j] + 1),
+      gen((2, 11, 5), ("int", (3, 4), -11, 11)), looped=True),
     C("slice_scatter", lambda a, b: torch.slice_scatter(a, b, 1, 2, 30, 4), gen(X, (13, 7))),
     C("scatter_one", lambda a, i: (torch.scatter(a, 1, i, -2.0), torch.scatter(a, 1, i, a[:, :1] * 3)),
       gen(X, ("int", (13, 1), 0, 37))),

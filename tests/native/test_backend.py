@@ -182,6 +182,26 @@ def test_graph_the_backend_cannot_take_runs_as_is():
     compare(x, expected)
 
 
+def test_per_size_compile_that_fails_runs_the_graph_as_is():
+    # a symbolic graph compiled per input sizes compiles at its first call with new sizes, where no
+    # caller catches a failure (convbert: an IRError there reached the model's caller)
+    from ember.native.specialize import PerShapeGraph
+    gm = trace(lambda x: torch.softmax(x, -1) * 2, [torch.randn(4, 5)], "symbolic")
+
+    tries = []
+
+    def broken(g, args):
+        tries.append(g)
+        raise AssertionError("a lowering bug")
+    fn = PerShapeGraph(gm, broken, "test")
+    x = torch.randn(3, 7, device=DEVICE)
+    with pytest.warns(UserWarning, match="running a graph eagerly.*a lowering bug"):
+        out = fn(x)
+    compare(out, torch.softmax(x, -1) * 2)
+    compare(fn(x), torch.softmax(x, -1) * 2)
+    assert len(tries) == 1  # the same sizes again: no second attempt
+
+
 def _inplace_chain(x):
     y = x * 2
     y.mul_(2).add_(1)

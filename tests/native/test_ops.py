@@ -41,7 +41,7 @@ SYMBOLIC_QUICK = {"add_bcast", "mul_outer", "noncontig_in", "transpose_out", "pe
                   "select_narrow", "reshape_chain", "flip", "repeat", "sum_d0", "sum_d02", "sum_all", "mean",
                   "max_dim", "argmax", "var_mean", "logsumexp", "softmax_dim0", "softmax_mid", "log_softmax",
                   "layer_norm", "batch_norm_train", "cross_entropy", "linear_relu", "attention_math", "cat",
-                  "stack", "pad", "tril_triu", "embedding", "gather", "index_adv", "slice_scatter",
+                  "stack", "pad", "index_of_pad", "tril_triu", "embedding", "gather", "index_adv", "slice_scatter",
                   "select_scatter", "arange_ops", "inplace_ops", "input_mutation"} | set(SYMBOLIC_FALLBACKS)
 SYMBOLIC = [pytest.param(c, id=c.name, marks=() if c.name in SYMBOLIC_QUICK else pytest.mark.slow) for c in OPS]
 
