@@ -99,7 +99,7 @@ def test_views_reshape_transpose_cat_slice():
         a = torch.cat([x, x[:, 1:] * 2], 1).transpose(0, 1).reshape(-1) + 1
         b = x.reshape(x.shape[0] * x.shape[1]).view(x.shape).t().contiguous() * 3
         c = F.pad(x, (1, 2))[:, 1:-2] - x.unsqueeze(1).expand(-1, y.shape[0], -1).sum(1)
-        d = torch.cat([x, y], 0)[-2:] + torch.arange(x.shape[1])
+        d = torch.cat([x, y], 0)[-2:] + torch.arange(x.shape[1], device=x.device)
         return a, b, c, d
     run_sizes(f, lambda n, m, k: [R(n, m), R(k, m)], [(3, 5, 2), (4, 7, 6), (9, 2, 3)], SMALL_BLOCKS)
 
@@ -228,7 +228,7 @@ def _generated_once(compiled, calls, warmup=2):
 
 def test_transformer_layer_over_sequence_lengths(forced):
     torch.manual_seed(0)
-    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True).train()  # train: no fused fast path
+    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True).to(DEVICE).train()  # train: no fused fast path
     compiled = ember.compile(layer)
 
     def call(s):

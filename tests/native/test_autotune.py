@@ -108,7 +108,8 @@ def test_failed_candidates_are_skipped(monkeypatch, tmp_path):
 
 
 def test_matmul_choice_needs_speed_and_the_same_result(monkeypatch):
-    a, b, bias = torch.randn(40, 24), torch.randn(24, 20), torch.randn(20)
+    a, b, bias = (torch.randn(40, 24, device=DEVICE), torch.randn(24, 20, device=DEVICE),
+                  torch.randn(20, device=DEVICE))
     layouts, sched, _ = _emitted(lambda a, b, bias: torch.addmm(bias, a, b), [a, b, bias])
     from ember.native.ir import ExternNode, BufferArg
     (e,) = [s for s in sched.steps if isinstance(s, ExternNode)]

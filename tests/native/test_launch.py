@@ -106,21 +106,25 @@ def test_wrapper_python_cost_per_call(native_cache, capsys):
     """The generated wrapper with launches stubbed out: what ember's Python adds around the kernels."""
     fn, x = _compiled_tiny(native_cache)
     mod = load_module(fn.ember_native["wrapper"])
-    stubbed = 0
-    for v in vars(mod).values():
-        if isinstance(v, Launch):
+    # the module is shared through the cache with later tests of the same graph: restore its launches
+    launches = [v for v in vars(mod).values() if isinstance(v, Launch)]
+    saved = [v.fast for v in launches]
+    assert len(launches) == 1
+    try:
+        for v in launches:
             v.fast = (lambda *a: None, 1, 1, 1, lambda d: 0, 0, None, None, ((0, True),), (16,))
-            stubbed += 1
-    assert stubbed == 1
-    for _ in range(200):
-        fn(x)
-    n = 5000
-    best = float("inf")
-    for _ in range(5):
-        t = time.perf_counter()
-        for _ in range(n):
+        for _ in range(200):
             fn(x)
-        best = min(best, (time.perf_counter() - t) / n * 1e6)
+        n = 5000
+        best = float("inf")
+        for _ in range(5):
+            t = time.perf_counter()
+            for _ in range(n):
+                fn(x)
+            best = min(best, (time.perf_counter() - t) / n * 1e6)
+    finally:
+        for v, fast in zip(launches, saved):
+            v.fast = fast
     with capsys.disabled():
         print(f"\n[ember] generated wrapper, launch stubbed: {best:.2f} us per call")
     assert best < 100  # a loose bound (shared CI machines); the number is what matters
