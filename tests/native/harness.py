@@ -132,3 +132,19 @@ def _dense(t):
 
 def _same_strides(a, b):
     return all(s == 1 or x == y for s, x, y in zip(b.shape, a.stride(), b.stride()))
+
+
+def bn_relu_training_case():
+    """(fn, inputs): forward and backward of a training batch norm + relu on a channels_last
+    activation (4x8x6x6), as one graph returning the output and the three gradients."""
+    import torch.nn.functional as F
+    torch.manual_seed(0)
+    cl = torch.channels_last
+    x = torch.randn(4, 8, 6, 6, device=DEVICE).to(memory_format=cl)
+    w, b = torch.randn(8, device=DEVICE), torch.randn(8, device=DEVICE)
+    grad = torch.randn(4, 8, 6, 6, device=DEVICE).to(memory_format=cl)
+
+    def fn(x, w, b, grad):
+        y, vjp = torch.func.vjp(lambda x, w, b: F.relu(F.batch_norm(x, None, None, w, b, training=True)), x, w, b)
+        return (y,) + tuple(vjp(grad))
+    return fn, [x, w, b, grad]

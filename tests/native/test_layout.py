@@ -10,7 +10,7 @@ import torch.nn.functional as F
 pytest.importorskip("triton")
 
 from ember.native import backend, ir  # noqa: E402
-from tests.native.harness import DEVICE, run_case, trace  # noqa: E402
+from tests.native.harness import DEVICE, bn_relu_training_case, run_case, trace  # noqa: E402
 
 CL = torch.channels_last
 
@@ -125,15 +125,9 @@ def test_argmax_keeps_logical_order(native_cache):
 def test_training_batch_norm_channels_last(native_cache):
     """Forward and backward of a training batch norm + relu: the activations and the input gradient
     stay channels_last."""
-    torch.manual_seed(0)
-    x = torch.randn(4, 8, 6, 6, device=DEVICE).to(memory_format=CL)
-    w, b = torch.randn(8, device=DEVICE), torch.randn(8, device=DEVICE)
-    grad = torch.randn(4, 8, 6, 6, device=DEVICE).to(memory_format=CL)
-
-    def fn(x, w, b, grad):
-        y, vjp = torch.func.vjp(lambda x, w, b: F.relu(F.batch_norm(x, None, None, w, b, training=True)), x, w, b)
-        return (y,) + tuple(vjp(grad))
-    run_case(fn, [x, w, b, grad], atol=1e-4, rtol=1e-4, cache_dir=native_cache)
-    g, _, _ = _plan(fn, [x, w, b, grad])
+    fn, inputs = bn_relu_training_case()
+    x = inputs[0]
+    run_case(fn, inputs, atol=1e-4, rtol=1e-4, cache_dir=native_cache)
+    g, _, _ = _plan(fn, inputs)
     big = [n for n in g.nodes if isinstance(n, ir.ComputedNode) and n.layout.numel == x.numel()]
     assert big and all(n.layout.strides == x.stride() for n in big)

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 pytest.importorskip("triton")
 
 from ember.native import backend, ir  # noqa: E402
-from tests.native.harness import DEVICE, run_case, trace  # noqa: E402
+from tests.native.harness import DEVICE, bn_relu_training_case, run_case, trace  # noqa: E402
 
 # split anything over 64 elements per program that would run fewer than 16 programs
 SPLIT = {"split_reduction_programs": 16, "split_reduction_numel": 64, "single_program_numel": 64}
@@ -79,14 +79,7 @@ def test_batch_norm_statistics_at_resnet_scale():
 def test_training_batch_norm_forward_and_backward(native_cache):
     """Training batch norm + relu, channels_last, forward and backward: the statistics (var_mean)
     and the weight/bias gradients (sums over N, H, W) are all split."""
-    torch.manual_seed(0)
-    x = torch.randn(4, 8, 6, 6, device=DEVICE).to(memory_format=CL)
-    w, b = torch.randn(8, device=DEVICE), torch.randn(8, device=DEVICE)
-    grad = torch.randn(4, 8, 6, 6, device=DEVICE).to(memory_format=CL)
-
-    def fn(x, w, b, grad):
-        y, vjp = torch.func.vjp(lambda x, w, b: F.relu(F.batch_norm(x, None, None, w, b, training=True)), x, w, b)
-        return (y,) + tuple(vjp(grad))
-    partials = _check(fn, [x, w, b, grad], 4, native_cache, atol=1e-4, rtol=1e-4)
+    fn, inputs = bn_relu_training_case()
+    partials = _check(fn, inputs, 4, native_cache, atol=1e-4, rtol=1e-4)
     for p in partials:  # 144 rows of 8 channels: 16 chunks of 9 rows, C innermost
         assert p.ranges == (16, 9, 8) and p.reduced == (1,)
