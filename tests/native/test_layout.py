@@ -5,7 +5,6 @@ iteration order and the logical one have the same sizes (C == H == W)."""
 import pytest
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 pytest.importorskip("triton")
 

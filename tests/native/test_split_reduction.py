@@ -3,7 +3,6 @@ partial reduction over chunks and a final one over the partials. The thresholds 
 here so that small shapes (fast in the Triton interpreter) split."""
 import pytest
 import torch
-import torch.nn.functional as F
 
 pytest.importorskip("triton")
 
