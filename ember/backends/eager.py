@@ -57,6 +57,16 @@ def _native_backend(cudagraphs: bool = False, autotune: bool = False):
     return _native[key]
 
 
+def _cpu_backend():
+    """The autograd layer alone, for graphs of CPU tensors: no code generator runs them, so they are
+    traced without the Triton decompositions and eager's fused CPU kernels run (softmax and
+    layer_norm split into their pieces cost 1.5x to 7x more, one ATen call each)."""
+    if "cpu" not in _native:
+        from ember.aot import aot_autograd, run_graph_eagerly
+        _native["cpu"] = aot_autograd(fw_compiler=run_graph_eagerly)
+    return _native["cpu"]
+
+
 def _on_cuda(gm, example_inputs) -> bool:
     if any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs):
         return True
@@ -73,6 +83,10 @@ def ember_default(gm, example_inputs, mode=None, options=None):
         warnings.warn(f"ember: mode={mode!r} has no effect on CPU tensors ({what} need CUDA tensors); "
                       "the graph compiles with the default settings", stacklevel=2)
         cudagraphs = autotune = False
+    if not _on_cuda(gm, example_inputs):
+        from ember.config import config
+        if not config.native_force_triton:  # forced: the Triton kernels run in the interpreter (tests)
+            return _cpu_backend()(gm, example_inputs)
     return _native_backend(cudagraphs, autotune)(gm, example_inputs)
 
 
