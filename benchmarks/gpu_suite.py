@@ -67,6 +67,20 @@ TOL_DEFAULT = 5e-2  # bf16 workloads
 
 # ------------------------------------------------------------------------------------------ workloads
 
+def _inference(model, inputs, pick=lambda out: out):
+    """(build, inputs, None) for a model called under no_grad; ``pick`` selects the output tensor."""
+    import torch
+
+    def build(c):
+        cm = c(model)
+
+        def step(*args):
+            with torch.no_grad():
+                return pick(cm(*args))
+        return step
+    return build, inputs, None
+
+
 def make(wl: str, dev: str, quick: bool):
     """(build(compiler) -> step, inputs, bytes moved or None), as peer_bench.py defines them
     (``quick``: tiny shapes for a smoke run)."""
@@ -116,16 +130,7 @@ def make(wl: str, dev: str, quick: bool):
         m = GPT2LMHeadModel(cfg).to(dev)
         ids = torch.randint(0, cfg.vocab_size, shape, device=dev)
         if wl == "gpt2_infer":
-            m = m.eval().to(torch.bfloat16)
-
-            def build(c):
-                cm = c(m)
-
-                def step(ids):
-                    with torch.no_grad():
-                        return cm(ids).logits
-                return step
-            return build, (ids,), None
+            return _inference(m.eval().to(torch.bfloat16), (ids,), lambda out: out.logits)
         opt = torch.optim.AdamW(m.parameters(), lr=1e-4, fused=dev.startswith("cuda"))
 
         def build(c):
@@ -146,17 +151,7 @@ def make(wl: str, dev: str, quick: bool):
         m = m.to(memory_format=torch.channels_last)
         x = torch.randn(*((2, 3, 32, 32) if quick else (64, 3, 224, 224)), device=dev).to(memory_format=torch.channels_last)
         if wl == "resnet50_infer":
-            m = m.eval().to(torch.bfloat16)
-            x = x.to(torch.bfloat16)
-
-            def build(c):
-                cm = c(m)
-
-                def step(x):
-                    with torch.no_grad():
-                        return cm(x)
-                return step
-            return build, (x,), None
+            return _inference(m.eval().to(torch.bfloat16), (x.to(torch.bfloat16),))
         opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
 
         def build(c):
@@ -176,15 +171,7 @@ def make(wl: str, dev: str, quick: bool):
         kw = dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4) if quick else {}
         m = timm.create_model("vit_base_patch16_224", pretrained=False, **kw).to(dev).eval().to(torch.bfloat16)
         x = torch.randn(2 if quick else 64, 3, 32 if quick else 224, 32 if quick else 224, device=dev, dtype=torch.bfloat16)
-
-        def build(c):
-            cm = c(m)
-
-            def step(x):
-                with torch.no_grad():
-                    return cm(x)
-            return step
-        return build, (x,), None
+        return _inference(m, (x,))
     if wl == "bert_infer":
         from transformers import BertConfig, BertModel
         if quick:
@@ -196,15 +183,7 @@ def make(wl: str, dev: str, quick: bool):
         cfg._attn_implementation = "sdpa"
         m = BertModel(cfg).to(dev).eval().to(torch.bfloat16)
         ids = torch.randint(0, cfg.vocab_size, shape, device=dev)
-
-        def build(c):
-            cm = c(m)
-
-            def step(ids):
-                with torch.no_grad():
-                    return cm(ids).last_hidden_state
-            return step
-        return build, (ids,), None
+        return _inference(m, (ids,), lambda out: out.last_hidden_state)
     raise SystemExit(f"unknown workload {wl}")
 
 
