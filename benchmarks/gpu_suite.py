@@ -81,6 +81,25 @@ def _inference(model, inputs, pick=lambda out: out):
     return build, inputs, None
 
 
+def _training(model, opt, dev, inputs, loss_of):
+    """(build, inputs, None) for one training step: ``loss_of(compiled, *inputs)`` under bf16
+    autocast, backward, optimizer step; the step returns the detached loss."""
+    import torch
+
+    def build(c):
+        cm = c(model)
+
+        def step(*args):
+            with torch.autocast(dev.split(":")[0], dtype=torch.bfloat16):
+                loss = loss_of(cm, *args)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss.detach()
+        return step
+    return build, inputs, None
+
+
 def make(wl: str, dev: str, quick: bool):
     """(build(compiler) -> step, inputs, bytes moved or None), as peer_bench.py defines them
     (``quick``: tiny shapes for a smoke run)."""
@@ -132,19 +151,7 @@ def make(wl: str, dev: str, quick: bool):
         if wl == "gpt2_infer":
             return _inference(m.eval().to(torch.bfloat16), (ids,), lambda out: out.logits)
         opt = torch.optim.AdamW(m.parameters(), lr=1e-4, fused=dev.startswith("cuda"))
-
-        def build(c):
-            cm = c(m)
-
-            def step(ids):
-                with torch.autocast(dev.split(":")[0], dtype=torch.bfloat16):
-                    loss = cm(ids, labels=ids).loss
-                loss.backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                return loss.detach()
-            return step
-        return build, (ids,), None
+        return _training(m, opt, dev, (ids,), lambda cm, ids: cm(ids, labels=ids).loss)
     if wl.startswith("resnet50"):
         import torchvision
         m = (torchvision.models.resnet18(num_classes=10) if quick else torchvision.models.resnet50()).to(dev)
@@ -153,19 +160,7 @@ def make(wl: str, dev: str, quick: bool):
         if wl == "resnet50_infer":
             return _inference(m.eval().to(torch.bfloat16), (x.to(torch.bfloat16),))
         opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
-
-        def build(c):
-            cm = c(m)
-
-            def step(x):
-                with torch.autocast(dev.split(":")[0], dtype=torch.bfloat16):
-                    loss = cm(x).float().logsumexp(-1).mean()
-                loss.backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                return loss.detach()
-            return step
-        return build, (x,), None
+        return _training(m, opt, dev, (x,), lambda cm, x: cm(x).float().logsumexp(-1).mean())
     if wl == "vit_infer":
         import timm
         kw = dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4) if quick else {}
@@ -249,22 +244,8 @@ def measure(wl: str, compiler: str, mode: str, dev: str, quick: bool, timing: bo
         sync()
         iters = (50 if wl in ("overhead", "mlp") else 10) if quick else (200 if wl in ("overhead", "mlp") else 30)
         loops = 3 if quick else 5
-        times = []
         with exclusive_lock(lock):
-            for _ in range(loops):
-                if cuda:
-                    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    s.record()
-                    for _ in range(iters):
-                        step(*inputs)
-                    e.record()
-                    e.synchronize()
-                    times.append(s.elapsed_time(e) / iters)
-                else:
-                    t = time.perf_counter()
-                    for _ in range(iters):
-                        step(*inputs)
-                    times.append((time.perf_counter() - t) * 1e3 / iters)
+            times = loop_times(lambda: step(*inputs), iters, loops, cuda)
         ms = statistics.median(times)
         rec.update(ms=round(ms, 4), ms_loops=[round(t, 4) for t in times], iters=iters)
         if nbytes:
@@ -277,22 +258,36 @@ def measure(wl: str, compiler: str, mode: str, dev: str, quick: bool, timing: bo
     return rec
 
 
+def loop_times(fn, iters: int, loops: int, cuda: bool) -> list:
+    """ms per call of ``fn`` in each of ``loops`` loops of ``iters`` calls: CUDA events around each
+    loop on a GPU (CPU-side overhead counts, as it does for users), wall time on a CPU."""
+    import torch
+    times = []
+    for _ in range(loops):
+        if cuda:
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            for _ in range(iters):
+                fn()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e) / iters)
+        else:
+            t = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            times.append((time.perf_counter() - t) * 1e3 / iters)
+    return times
+
+
 def copy_bandwidth(x, iters: int, loops: int) -> float:
     """GB/s of ``y.copy_(x)`` (x read once, y written once), timed like the workloads."""
     import torch
     y = torch.empty_like(x)
     for _ in range(5):
         y.copy_(x)
-    times = []
-    for _ in range(loops):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(iters):
-            y.copy_(x)
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) / iters)
-    return round(2 * x.numel() * x.element_size() / (statistics.median(times) * 1e-3) / 1e9, 1)
+    ms = statistics.median(loop_times(lambda: y.copy_(x), iters, loops, True))
+    return round(2 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9, 1)
 
 
 def ember_stats() -> dict:
