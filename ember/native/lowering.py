@@ -670,7 +670,8 @@ class GraphLowering:
                     strides = norm_sizes(meta.stride()) if isinstance(meta, torch.Tensor) else None
                     if (isinstance(v, Stored) and strides is not None and _dense_strides(v.sizes, strides, self.sv)
                             and not _same_strides(v.sizes, v.strides, strides)):
-                        # a view whose metadata promises other strides (pad_mm's sliced products)
+                        # a view whose traced metadata promises other strides: the output gets
+                        # the strides eager gives it
                         v = Lazy(v.sizes, v.dtype, v.device, v.load)
                     s = self.realize(v, strides)
                     return ir.OutBuf(s.buf, s.sizes, s.strides, s.offset)

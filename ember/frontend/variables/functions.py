@@ -371,6 +371,11 @@ class OperatorGetterVariable(CallableVariable):
         return TupleVariable(vals)
 
 
+
+def call_on_constants(fn, args, kwargs):
+    """Call ``fn`` now, on the Python values of constant trackers."""
+    return fn(*[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()})
+
 class PolyfilledFunctionVariable(CallableVariable):
     """A callable with a Python polyfill (``ember.substitute_in_graph``): calls trace the polyfill,
     or call the original while tracing when folding through constants is allowed."""
@@ -389,8 +394,7 @@ class PolyfilledFunctionVariable(CallableVariable):
 
         values = [*args, *kwargs.values()]
         if self.fold and all(v.is_constant() for v in values):
-            return wrap_const(self.original(*[a.as_constant() for a in args],
-                                            **{k: v.as_constant() for k, v in kwargs.items()}))
+            return wrap_const(call_on_constants(self.original, args, kwargs))
         src = tx.output.object_source(self.polyfill, f"polyfill of {self.describe()}")
         return UserFunctionVariable(self.polyfill, src).call(tx, args, kwargs)
 
@@ -417,7 +421,7 @@ class LruCacheVariable(CallableVariable):
 
         values = [*args, *kwargs.values()]
         if all(v.is_constant() and isinstance(v.as_constant(), _CONST_TYPES) for v in values):
-            result = self.fn(*[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()})
+            result = call_on_constants(self.fn, args, kwargs)
             if isinstance(result, _CONST_TYPES):
                 return ConstantVariable(result)
         wrapped = self.fn.__wrapped__
