@@ -6,8 +6,8 @@ import contextlib
 
 @contextlib.contextmanager
 def exclusive_lock(path: str | None):
-    """Held while timing, so parallel jobs never share the device during a measurement (their
-    compiles may still overlap). No path: no lock."""
+    """Held around a measurement, so parallel jobs never share the machine during it. No path: no
+    lock."""
     if not path:
         yield
         return

@@ -46,6 +46,7 @@ DEFAULT_OPTIONS = {
     "autotune": False,           # time launch configs and cuBLAS vs a Triton matmul on the device (autotune.py)
     "cse": True,                 # merge repeated pure ops before lowering (passes.py)
     "pad_mm": True,              # pad large matmuls with misaligned sizes for cuBLAS (pad_mm.py)
+    "emulate_precision_casts": False,  # round fp16/bf16 casts inside kernels as eager does (triton_emit.py)
     "pad_mm_min_flops": 1 << 30,
 }
 

@@ -80,10 +80,38 @@ def kept(ranges, reduced):
     return tuple(r for i, r in enumerate(ranges) if i not in reduced)
 
 
+def _static(ranges) -> bool:
+    return all(isinstance(r, int) for r in ranges)
+
+
+def reshape_map(own_vars, own_ranges, vars_, ranges):
+    """``own_vars`` (a loop nest over ``own_ranges``) as expressions of ``vars_`` (over ``ranges``) when
+    both nests visit the same number of points: the point at flat row-major position f of one is the
+    point at position f of the other. None if the counts differ or a size is symbolic.
+
+    The same values often come in two shapes: GPT-2's layer norm reduces over [B, T, C] while its
+    normalize pass, fused into the view the next matmul reads, runs over [B*T, C]. Mapped this way
+    the two fit one kernel; the div/mod the mapping introduces simplifies away when the shapes are
+    splits of each other (``v0 -> 16*k0 + k1``; ``k0 -> v0 // 16``, folded back by loop merging)."""
+    if not (_static(own_ranges) and _static(ranges)) or math.prod(own_ranges) != math.prod(ranges):
+        return None
+    flat, stride = sympy.Integer(0), 1
+    for v, r in reversed(list(zip(vars_, ranges))):
+        flat, stride = flat + v * stride, stride * r
+    known = dict(zip(vars_, ranges))
+    out, stride = {}, 1
+    for v, r in reversed(list(zip(own_vars, own_ranges))):
+        e = ir.FloorDiv(flat, stride) if stride != 1 else flat
+        out[v] = ir.simplify_index(ir.IMod(e, r), known)
+        stride *= r
+    return out
+
+
 def place(n: ir.ComputedNode, ranges, reduced, single=False):
     """(role, var mapping) of node n in a kernel over (ranges, reduced), or None if it does not fit.
     ``single``: the kernel runs as one program looping over x, so it can also reduce across x
-    (``xred``: a full reduction of kept-shaped values) and compute scalars from those (``final``)."""
+    (``xred``: a full reduction of kept-shaped values) and compute scalars from those (``final``).
+    A node of another shape with as many points fits through ``reshape_map`` (static sizes only)."""
     vs = ir.node_vars(len(ranges))
     own = ir.node_vars(len(n.ranges))
     k = [i for i in range(len(ranges)) if i not in reduced]
@@ -95,6 +123,13 @@ def place(n: ir.ComputedNode, ranges, reduced, single=False):
         if single and tuple(n.ranges) == K and tuple(n.reduced) == tuple(range(len(K))) \
                 and n.reduction_type not in ("argmax", "argmin"):
             return "xred", to_kept
+        if reduced and not single:
+            nk = [i for i in range(len(n.ranges)) if i not in n.reduced]
+            m_kept = reshape_map([own[i] for i in nk], kept(n.ranges, n.reduced), [vs[i] for i in k], K)
+            m_red = reshape_map([own[i] for i in n.reduced], [n.ranges[i] for i in n.reduced],
+                                [vs[i] for i in reduced], [ranges[i] for i in reduced])
+            if m_kept is not None and m_red is not None:
+                return "red", {**m_kept, **m_red}
         return None
     if tuple(n.ranges) == tuple(ranges):
         return "inner", {}
@@ -102,6 +137,13 @@ def place(n: ir.ComputedNode, ranges, reduced, single=False):
         return "outer", to_kept
     if single and n.ranges == ():
         return "final", {}
+    m = reshape_map(own, n.ranges, vs, ranges)
+    if m is not None:
+        return "inner", m
+    if reduced:
+        m = reshape_map(own, n.ranges, [vs[i] for i in k], K)
+        if m is not None:
+            return "outer", m
     return None
 
 
@@ -124,26 +166,46 @@ class _Group:
         return _combine(self, other, single_limit) or _combine(other, self, single_limit)
 
 
+def _same_points(a, b) -> bool:
+    """Loop nests of equal point counts, static sizes (``reshape_map`` can map one onto the other)."""
+    return _static(a) and _static(b) and math.prod(a) == math.prod(b)
+
+
 def _combine(p, q, single_limit):
     if not p.reduced:
-        if not q.reduced and p.ranges == q.ranges:
+        if not q.reduced and (p.ranges == q.ranges or _same_points(p.ranges, q.ranges)):
             return p.ranges, (), False
         return None
     K = kept(p.ranges, p.reduced)
     if q.reduced:
         if (q.ranges, q.reduced) == (p.ranges, p.reduced):
             return p.ranges, p.reduced, p.single or q.single
+        if not (p.single or q.single) and _same_points(K, kept(q.ranges, q.reduced)) \
+                and _same_points([p.ranges[i] for i in p.reduced], [q.ranges[i] for i in q.reduced]):
+            return p.ranges, p.reduced, False
         # q reduces p's per-row results to a scalar: one program can do both (cross-entropy's mean)
         numel = math.prod(p.ranges)  # an int unless symbolic: one program per call needs a known size
         if K and q.ranges == K and q.reduced == tuple(range(len(K))) and not q.single \
                 and isinstance(numel, int) and numel <= single_limit:
             return p.ranges, p.reduced, True
         return None
-    if q.ranges in (p.ranges, K):
+    if q.ranges in (p.ranges, K) or _same_points(q.ranges, p.ranges) or _same_points(q.ranges, K):
         return p.ranges, p.reduced, p.single
     if q.ranges == () and p.single:
         return p.ranges, p.reduced, True
     return None
+
+
+def _reshaped(mapping) -> bool:
+    return any(not isinstance(e, sympy.Symbol) for e in mapping.values())
+
+
+def _same_index(w, r, ranges) -> bool:
+    """Equal indices once reshape_map's div/mod is simplified over the kernel's ranges."""
+    if not (w.has(ir.FloorDiv, ir.IMod) or r.has(ir.FloorDiv, ir.IMod)):
+        return False
+    known = dict(zip(ir.node_vars(len(ranges)), ranges))
+    return sympy.expand(ir.simplify_index(w, known) - ir.simplify_index(r, known)) == 0
 
 
 def _reads(n):
@@ -235,7 +297,7 @@ class Scheduler:
                         return None
                     w = sympy.sympify(p.store_index).xreplace(placed[p.name][1])
                     r = index.xreplace(placed[q.name][1])
-                    if sympy.expand(w - r) != 0:
+                    if sympy.expand(w - r) != 0 and not _same_index(w, r, ranges):
                         return None
         if self._reaches(a, b, True) or self._reaches(b, a, True):
             return None
@@ -332,6 +394,10 @@ class Scheduler:
             roles[n.name] = role
             bodies[n.name] = ir.rename(n.body, mapping) if mapping else n.body
             stores[n.name] = sympy.sympify(n.store_index).xreplace(mapping)
+            if _reshaped(mapping):  # fold the div/mod of reshape_map where the ranges allow
+                known = dict(zip(ir.node_vars(len(ranges)), ranges))
+                bodies[n.name] = ir.simplify_expr(bodies[n.name], known)
+                stores[n.name] = ir.simplify_index(stores[n.name], known)
         local = {n.name for n in grp.members
                  if n.name not in self.outputs
                  and all(c.name in names for c in self.consumers.get(n.name, ()) if isinstance(c, ir.ComputedNode))

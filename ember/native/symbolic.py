@@ -21,6 +21,8 @@ scores) use *hints*, the sizes seen when the graph was traced.
 """
 from __future__ import annotations
 
+import math
+
 import sympy
 import torch
 
@@ -351,12 +353,41 @@ def _simplify_divmod(kind, a, d, ranges, lower):
                 b2 = bounds(rem2, ranges, lower)
                 if q2 != 0 and b2 is not None and known_nonneg(b2[0], lower) and known_lt(b2[1], c, lower):
                     return FloorDiv(q2, rest)
-        return FloorDiv(a, d)
-    if fits:
+    elif fits:
         return rem
-    if nonneg and q != 0:
+    elif nonneg and q != 0:
         return IMod(rem, d)
-    return IMod(a, d)
+    if static:
+        out = _divmod_by_common_factor(kind, a, int(d), ranges, lower)
+        if out is not None:
+            return out
+    return kind(a, d)
+
+
+def _divmod_by_common_factor(kind, a, d: int, ranges, lower):
+    """``a = g*x + r`` with ``g`` a proper factor of ``d`` and ``0 <= r < g``: then ``a // d = x // (d/g)``
+    and ``a % d = g*(x % (d/g)) + r``. Reshapes of reshapes give these: GPT-2's ``[B*T, C] -> [B, T, C]
+    -> [B*T, C]`` reads ``(C*v0 + v1) // (T*C)``, which is ``v0 // T``; without this the two views of
+    one buffer index differently and the scheduler cannot see that a layer norm's two passes read
+    the same element."""
+    factors = set()
+    for t in sympy.Add.make_args(a):
+        c = t.as_coeff_Mul()[0]
+        if c.is_Integer:
+            g = math.gcd(int(c), d)
+            if 1 < g < d:
+                factors.add(g)
+    for g in sorted(factors, reverse=True):
+        x, r = _split_terms(a, g)
+        if x == 0:
+            continue
+        bx, br = bounds(x, ranges, lower), bounds(r, ranges, lower)
+        if bx is None or br is None or not (known_nonneg(bx[0], lower) and known_nonneg(br[0], lower)
+                                            and known_lt(br[1], g, lower)):
+            continue
+        inner = _simplify_divmod(kind, x, sympy.Integer(d // g), ranges, lower)
+        return inner if kind is FloorDiv else g * inner + r
+    return None
 
 
 def _fold_divmod(e):

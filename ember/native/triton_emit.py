@@ -10,8 +10,11 @@ Three shapes of kernel:
   max) needs the finished value, so it runs in a later loop ("stage"); inner values are recomputed in
   each loop that needs them rather than kept.
 
-Values live in registers in their compute dtype (fp16/bf16 as fp32); loads upcast, stores downcast,
-explicit casts to fp16/bf16 round. Index math is int32 unless a buffer or the iteration space
+Values live in registers in their compute dtype (fp16/bf16 as fp32); loads upcast, stores downcast.
+Casts to fp16/bf16 between ops of one kernel do not round (as in the reference compiler): the fp32
+value is more accurate than eager's, and a GELU or layer norm in bf16 would otherwise spend ~2
+instructions per cast per element, enough to make it compute-bound on an H100. The option
+``emulate_precision_casts`` rounds them, for bit-closer agreement with eager. Index math is int32 unless a buffer or the iteration space
 reaches 2**31 elements. Loads/stores are masked at tails; ``masked`` subexpressions (cat, pad) mask
 their loads further, so no address outside a buffer is touched.
 
@@ -265,7 +268,8 @@ class TritonKernelEmitter:
         csrc, cdst = compute_dtype(src), compute_dtype(dst)
         if dst == torch.bool:
             return self.emit_line(scope, f"{v} != 0")
-        if dst in LOW_PRECISION:  # round like eager stores the op's result, keep computing in fp32
+        if dst in LOW_PRECISION and self.options.get("emulate_precision_casts"):
+            # round like eager stores each op's result, keep computing in fp32
             return self.emit_line(scope, f"{v}.to({TL_DTYPE[dst]}).to(tl.float32)")
         if csrc == cdst:
             return v

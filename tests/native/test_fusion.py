@@ -80,3 +80,20 @@ def test_matmul_bias_activation_epilogue(native_cache):
                         cache_dir=native_cache)
     report = compiled.ember_native["report"]
     assert (report["kernels"], report["externs"]) == (1, 1), report
+
+
+def test_layer_norm_over_3d_with_2d_epilogue_is_one_kernel(native_cache):
+    """A transformer's layer norm reduces over [B, T, C] while its normalize pass is realized in the
+    [B*T, C] view the next matmul reads: two shapes of the same points, fused into one kernel."""
+    torch.manual_seed(0)
+    B, T, C, H = 2, 6, 32, 16
+    h, a = torch.randn(B, T, C, device=DEVICE), torch.randn(B, T, C, device=DEVICE)
+    w, b = torch.randn(C, device=DEVICE), torch.randn(C, device=DEVICE)
+    proj = torch.randn(C, H, device=DEVICE)
+
+    def block(h, a, w, b, proj):
+        y = torch.nn.functional.layer_norm(h + a, (C,), w, b)
+        return (y.view(B * T, C) @ proj).view(B, T, H)
+    compiled = run_case(block, [h, a, w, b, proj], atol=1e-4, rtol=1e-4, cache_dir=native_cache)
+    report = compiled.ember_native["report"]
+    assert (report["kernels"], report["externs"]) == (1, 1), report

@@ -16,7 +16,8 @@ def test_simplify_index_flatten_unflatten():
     assert ir.simplify_index(ir.FloorDiv(flat, 7), r) == v0
     assert ir.simplify_index(ir.IMod(flat, 7), r) == v1
     assert ir.simplify_index(ir.FloorDiv(v1, 8), r) == 0
-    assert ir.simplify_index(ir.IMod(flat, 14), r) == ir.IMod(flat, 14)  # not provable: kept
+    assert ir.simplify_index(ir.IMod(flat, 15), r) == ir.IMod(flat, 15)  # not provable: kept
+    assert ir.simplify_index(ir.IMod(flat, 14), r) == 7 * ir.IMod(v0, 2) + v1  # the common factor 7
     assert ir.bounds(3 * v0 - v1 + 2, r) == (-4, 29)
 
 
@@ -106,3 +107,23 @@ def test_scheduler_local_buffers_and_report():
     (k,) = sched.steps
     assert len(k.local) == 2 and k.writes == [g.outputs[0].name if isinstance(g.outputs, tuple) else g.outputs.name]
     assert sched.report["bytes"] == 2 * 4 * 6 * 4
+
+
+def test_simplify_index_common_factor():
+    # [B*T, C] -> [B, T, C] -> [B*T, C] reads (C*v0 + v1) // (T*C): a common factor C, remainder < C
+    r = {v0: 4096, v1: 768}
+    assert ir.simplify_index(ir.FloorDiv(768 * v0 + v1, 393216), r) == ir.FloorDiv(v0, 512)
+    assert ir.simplify_index(ir.IMod(768 * v0 + v1, 393216), r) == 768 * ir.IMod(v0, 512) + v1
+    # and the whole view index folds back to the plain row-major one
+    e = v1 + 393216 * ir.FloorDiv(768 * v0 + v1, 393216) + 768 * ir.IMod(v0, 512)
+    assert ir.simplify_index(e, r) == 768 * v0 + v1
+    assert ir.simplify_index(ir.FloorDiv(6 * v0 + v1, 4), r) == ir.FloorDiv(6 * v0 + v1, 4)  # v1 may reach 2
+
+
+def test_reshape_map_between_loop_nests():
+    k0, k1, k2 = ir.node_vars(3)
+    m = scheduler.reshape_map([v0, v1], (12, 32), [k0, k1, k2], (2, 6, 32))
+    assert m == {v0: 6 * k0 + k1, v1: k2}
+    back = scheduler.reshape_map([k0, k1, k2], (2, 6, 32), [v0, v1], (12, 32))
+    assert back == {k0: ir.FloorDiv(v0, 6), k1: ir.IMod(v0, 6), k2: v1}
+    assert scheduler.reshape_map([v0], (10,), [k0], (12,)) is None

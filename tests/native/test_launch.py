@@ -79,6 +79,52 @@ def test_fast_path_after_the_first_call(fake_driver):
     assert jit.slow == 2 and len(jit.kernel.calls) == 2
 
 
+class _CudaLauncher:
+    """Triton 3.x's launcher object: a Python ``__call__`` around the compiled C ``launch``."""
+    global_scratch_size = profile_scratch_size = 0
+    launch_cooperative_grid, launch_pdl = False, True
+
+    def __init__(self, scratch=0):
+        self.global_scratch_size = scratch
+        self.direct, self.wrapped = [], []
+
+    def launch(self, *args):
+        if len(args) < 14:  # what the C launcher's argument parsing would reject
+            raise TypeError("function takes at least 14 arguments")
+        self.direct.append(args)
+
+    def __call__(self, *args):
+        self.wrapped.append(args)
+
+
+@pytest.mark.parametrize("scratch", [0, 64])
+def test_fast_path_calls_the_c_launcher_directly(fake_driver, scratch):
+    jit = _Jit()
+    jit.kernel.run = run = _CudaLauncher(scratch)
+    launch = Launch(jit, (4,), {"XBLOCK": 256, "num_warps": 4}, fresh=(1,))
+    x, out = _Ptr(4096), _Ptr(8192)
+    launch(x, out, 1000)
+    launch(x, out, 1000)
+    if scratch:  # scratch memory is allocated by the Python launcher: keep it
+        assert run.direct == [] and run.wrapped[0][5:9] == ("packed", None, None, None)
+        return
+    assert run.wrapped == [] and len(run.direct) == 1
+    assert run.direct[0] == (4, 1, 1, 1003, "fn-handle", False, True, None, None, "packed", None, None, None,
+                             x, out, 1000, 256)
+
+
+def test_direct_launch_type_error_falls_back(fake_driver):
+    jit = _Jit()
+    jit.kernel.run = run = _CudaLauncher()
+    run.launch = lambda *a: (_ for _ in ()).throw(TypeError("bad arguments"))  # another C signature
+    launch = Launch(jit, (1,), {"XBLOCK": 16, "num_warps": 1})
+    launch(_Ptr(0), _Ptr(0), 16)                    # Triton's normal path; keeps the kernel
+    launch(_Ptr(0), _Ptr(0), 16)                    # direct call rejected: the normal path runs it
+    launch(_Ptr(0), _Ptr(0), 16)                    # normal path again, which keeps the kernel
+    launch(_Ptr(0), _Ptr(0), 16)                    # then Triton's Python launcher, without binding
+    assert jit.slow == 3 and len(run.wrapped) == 1 and launch.direct is False
+
+
 def test_interpreter_or_hooks_keep_the_normal_path(fake_driver, monkeypatch):
     from triton import knobs
     jit = _Jit()
@@ -112,7 +158,7 @@ def test_wrapper_python_cost_per_call(native_cache, capsys):
     assert len(launches) == 1
     try:
         for v in launches:
-            v.fast = (lambda *a: None, 1, 1, 1, lambda d: 0, 0, None, None, ((0, True),), (16,))
+            v.fast = (lambda *a: None, 1, 1, 1, lambda d: 0, 0, None, (), ((0, True),), (16,))
         for _ in range(200):
             fn(x)
         n = 5000

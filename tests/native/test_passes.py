@@ -36,6 +36,12 @@ def test_lm_head_shape_intermediate_and_output():
         return logits, logits.float().logsumexp(-1)
     logits, _ = run_case(head, [h, w], options=PAD_ALWAYS, check_strides=False)(h, w)
     assert logits.stride() == (6 * 40, 40, 1)   # the padded row stride, seen through the view
+    # the weight (read as w.t(), column-major) is padded in its own row-major orientation
+    gm = trace(head, [h, w])
+    assert pad_mm.pad_matmuls(gm, 0, on_cpu=True) == 1
+    pads = [n for n in gm.graph.nodes if n.target == torch.ops.aten.constant_pad_nd.default]
+    pad = next(n for n in pads if n.args[0].target == torch.ops.aten.permute.default)
+    assert pad.args[1] == [0, 0, 0, 3] and pad.meta["val"].shape == (40, 16)
 
 
 def test_addmm_bias_padded():
