@@ -39,6 +39,34 @@ def decomposition_table(extra: dict | None) -> dict:
     return table
 
 
+# ------------------------------------------------------------------------ torch-level rewrites while tracing
+
+def _sdpa_with_unit_stride_mask(query, key, value, attn_mask=None, *args, **kwargs):
+    """scaled_dot_product_attention given a materialized copy of a broadcast mask (last-dim stride 0)
+    on GPUs.
+
+    Hugging Face models build an all-true padding mask and expand it when they see a compiler
+    (eagerly they pass no mask). GPU attention kernels need the mask's last dim at stride 1, so
+    SDPA falls back to its math path: two batched matmuls in fp32 and a softmax, 2-3x slower than
+    the fused kernel for BERT-base. The values are the same; only the layout changes."""
+    if (isinstance(attn_mask, torch.Tensor) and attn_mask.device.type != "cpu" and attn_mask.dim() > 0
+            and attn_mask.stride(-1) == 0 and attn_mask.size(-1) > 1):
+        attn_mask = attn_mask.contiguous()
+    return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask, *args, **kwargs)
+
+
+# torch function -> replacement with the same result, applied to the captured graph as it is traced
+TORCH_REWRITES = {torch.nn.functional.scaled_dot_product_attention: _sdpa_with_unit_stride_mask}
+
+
+class TraceRewrites(torch.overrides.TorchFunctionMode):
+    """Applies ``TORCH_REWRITES`` while the autograd layer traces a captured graph (the mode is off
+    inside a rewrite, so a rewrite calls the original function)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return TORCH_REWRITES.get(func, func)(*args, **(kwargs or {}))
+
+
 # ------------------------------------------------------------------------------------------- op classes
 
 def _packet(op):

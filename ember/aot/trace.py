@@ -18,6 +18,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from ember.aot.analysis import GraphMeta, base_of, fake_input, symbolic_dispatch
 from ember.aot.functional import from_fun, functionalize, to_fun, to_fun_leaf
+from ember.aot.ops import TraceRewrites
 
 
 @dataclass
@@ -52,7 +53,8 @@ def _user_body(gm, meta: GraphMeta, consts: list, clone_mutated: bool):
             # runtime later overwrites (which autograd's version check would reject).
             for i in meta.mutated:
                 args[i] = args[i].clone()
-        outs = gm(*args)
+        with TraceRewrites():
+            outs = gm(*args)
         if not isinstance(outs, (tuple, list)):
             outs = (outs,)
         return ([args[i] for i in meta.mutated] + [outs[j] for j in meta.plain]

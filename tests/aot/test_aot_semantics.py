@@ -435,3 +435,32 @@ def test_strict_mode_raises_instead():
     from ember.aot import aot_autograd
     with pytest.raises(Exception):
         aot_autograd(strict=True)(_nonzero_graph(), [leaf(5)])
+
+
+def test_sdpa_broadcast_mask_is_materialized_on_gpus(monkeypatch):
+    """A mask broadcast along its last dim (HF's all-true padding mask under a compiler) would send
+    GPU SDPA to its math path; the trace rewrite gives it a contiguous copy (CPU kernels take it as
+    it is). Meta tensors stand in for a GPU."""
+    from ember.aot import ops
+    seen = []
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda q, k, v, attn_mask=None, *a, **kw: seen.append(attn_mask.stride()))
+    for device in ("meta", "cpu"):
+        q = torch.empty(2, 3, 8, 4, device=device)
+        mask = torch.ones(2, 1, 8, 1, dtype=torch.bool, device=device).expand(2, 1, 8, 8)
+        ops._sdpa_with_unit_stride_mask(q, q, q, mask, 0.0, False)
+    assert seen == [(64, 64, 8, 1), (8, 8, 1, 0)]
+
+
+def test_sdpa_with_broadcast_mask_matches_eager():
+    q = torch.randn(2, 3, 8, 4, requires_grad=True)
+    keep = torch.rand(2, 1, 8, 1) > 0.2
+
+    def f(q, keep):
+        return torch.nn.functional.scaled_dot_product_attention(q, q * 2, q, attn_mask=keep.expand(2, 1, 8, 8)).sum()
+    compiled = ember.compile(f, backend="aot_eager")
+    out = compiled(q, keep)
+    assert torch.allclose(out, f(q, keep))
+    g, = torch.autograd.grad(out, q)
+    ref, = torch.autograd.grad(f(q, keep), q)
+    assert torch.allclose(g, ref, atol=1e-6)
