@@ -19,8 +19,9 @@ first one's caches: its first call is the warm compile. Steady time: a Python lo
 two CUDA events, median of 5 loops (CPU-side overhead counts, as it does for users). Error: max
 absolute difference from eager in the same process (training: the first step's loss, from an
 identical twin model, both first steps after the same seed). Processes run ``--jobs`` at a time;
-only one at a time holds the lock around compile and timing, so they overlap only start-up
-(imports, model building), never a compile or a timed loop of another process.
+only one at a time holds the device (model, reference, compile, timing), so they overlap only
+their imports. ``--merge`` keeps the other workloads' results of an earlier run in the same file
+(a long serial run split over several invocations).
 
 With CUDA graphs (reduce-overhead, max-autotune) the capture happens at the second call, so it is
 not part of the compile time shown. ``--budget`` bounds the whole run (processes that would start
@@ -215,22 +216,22 @@ def measure(wl: str, compiler: str, mode: str, dev: str, quick: bool, timing: bo
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     training = wl.endswith("_train")
-    torch.manual_seed(0)
-    build, inputs, nbytes = make(wl, dev, quick)
-    if training:  # the reference: the first step of an identical twin, run eagerly
-        torch.manual_seed(0)
-        twin_build, twin_inputs, _ = make(wl, dev, quick)
-        torch.manual_seed(1)  # the same dropout masks for both first steps (if the compiler draws like eager)
-        ref = twin_build(lambda f: f)(*twin_inputs)
-        del twin_build, twin_inputs
-    else:
-        with torch.no_grad():
-            ref = build(lambda f: f)(*inputs)
-    sync()
-    # compile and timing hold the machine alone: parallel jobs overlap only their start-up (imports,
-    # model, reference), as a compile that runs beside a timed loop slows it (torch.compile's
-    # compile workers take every core, and its autotuning the GPU), and vice versa
+    # everything that touches the device holds the machine alone: parallel jobs overlap only their
+    # imports. A compile beside a timed loop slows it (torch.compile's compile workers take every
+    # core, its autotuning the GPU), and so does another process building a model or its reference
     with exclusive_lock(lock):
+        torch.manual_seed(0)
+        build, inputs, nbytes = make(wl, dev, quick)
+        if training:  # the reference: the first step of an identical twin, run eagerly
+            torch.manual_seed(0)
+            twin_build, twin_inputs, _ = make(wl, dev, quick)
+            torch.manual_seed(1)  # the same dropout masks for both first steps (if the compiler draws like eager)
+            ref = twin_build(lambda f: f)(*twin_inputs)
+            del twin_build, twin_inputs
+        else:
+            with torch.no_grad():
+                ref = build(lambda f: f)(*inputs)
+        sync()
         rec = _compile_and_time(wl, compiler, mode, build, inputs, ref, nbytes, quick, timing, cuda, sync)
     if compiler.startswith("ember"):
         rec["ember"] = ember_stats()
@@ -513,6 +514,8 @@ def main(argv=None) -> int:
                         "ones get only the time left (results are written after every process)")
     p.add_argument("--jobs", type=int, default=None, help="processes at a time (default 4 on cuda, 1 on cpu)")
     p.add_argument("--out", default=None)
+    p.add_argument("--merge", action="store_true",
+                   help="keep the results of workloads not run now from the existing output file")
     p.add_argument("--child", nargs=2, metavar=("WORKLOAD", "COMPILER"), help=argparse.SUPPRESS)
     p.add_argument("--no-timing", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--lock", default=None, help=argparse.SUPPRESS)
@@ -539,6 +542,13 @@ def main(argv=None) -> int:
     suffix = "" if args.mode == "default" else f"-{args.mode}"
     out = args.out or os.path.join(HERE, "results", f"gpu_suite-{label}{suffix}.json")
     results, done = [], threading.Lock()
+    report_workloads = workloads
+    if args.merge and os.path.exists(out):
+        with open(out) as f:
+            old = json.load(f)
+        kept = [r for r in old.get("results", []) if r["workload"] not in workloads and r.get("mode") == args.mode]
+        results.extend(kept)
+        report_workloads = [w for w in WORKLOADS if w in workloads or any(r["workload"] == w for r in kept)]
 
     def log(rec):
         what = (f"{rec.get('ms', '-')} ms, first call {rec.get('first_call_s', '-')} s, err {rec.get('max_abs_err', '-')}"
@@ -546,7 +556,7 @@ def main(argv=None) -> int:
         print(f"[{time.perf_counter() - t0:6.1f}s] {rec['workload']:<15} {rec['compiler']:<11} {what}", flush=True)
         with done:  # results so far reach the disk at once: an interrupted run still leaves them
             results.append(rec)
-            report = write_report(out, results, workloads, args, jobs, label, time.perf_counter() - t0)
+            report = write_report(out, results, report_workloads, args, jobs, label, time.perf_counter() - t0)
         return report
 
     args.bytecode_env = bytecode_env(lock_dir)
@@ -554,7 +564,7 @@ def main(argv=None) -> int:
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         list(pool.map(lambda w: run_workload(w, args, compilers, log), order))
     shutil.rmtree(lock_dir, ignore_errors=True)
-    report = write_report(out, results, workloads, args, jobs, label, time.perf_counter() - t0)
+    report = write_report(out, results, report_workloads, args, jobs, label, time.perf_counter() - t0)
     rows = report["rows"]
     print("\n" + report["markdown"])
     print(f"\nwrote {os.path.relpath(out, ROOT)} in {report['wall_s']:.0f} s")
