@@ -22,6 +22,7 @@ class Config:
     logs: str = field(default="", metadata={"doc": "comma list of log artifacts: graph_breaks, recompiles, guards, graph_code, output_code, aot_graphs, openvino, bytecode (or all)"})
     verify: bool = field(default=False, metadata={"doc": "run torch.fx Graph.lint() on every captured graph"})
     native_force_triton: bool = field(default=False, metadata={"doc": "run the native backend's Triton kernels on CPU tensors too (needs TRITON_INTERPRET=1 before triton is imported; for tests)"})
+    emulate_precision_casts: bool = field(default=False, metadata={"doc": "native backend: round fp16/bf16 casts inside fused kernels as eager rounds each op's result (off: computed in fp32 until stored, like torch.compile; closer to exact, faster)"})
     cache_dir: str = field(default=os.path.join(os.path.expanduser("~"), ".cache", "ember"), metadata={"doc": "on-disk cache for compiled artifacts"})
 
     @classmethod

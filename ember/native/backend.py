@@ -46,7 +46,6 @@ DEFAULT_OPTIONS = {
     "autotune": False,           # time launch configs and cuBLAS vs a Triton matmul on the device (autotune.py)
     "cse": True,                 # merge repeated pure ops before lowering (passes.py)
     "pad_mm": True,              # pad large matmuls with misaligned sizes for cuBLAS (pad_mm.py)
-    "emulate_precision_casts": False,  # round fp16/bf16 casts inside kernels as eager does (triton_emit.py)
     "pad_mm_min_flops": 1 << 30,
 }
 
@@ -102,7 +101,8 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, *, force_triton
     if on_cpu and type(tl.sum).__name__ != "InterpretedFunction":
         # the interpreter is chosen when triton is imported (make_fx in fake mode imports it)
         return _as_is(gm, "Triton on CPU tensors needs TRITON_INTERPRET=1 before triton is imported")
-    opts = dict(DEFAULT_OPTIONS, **(options or {}))
+    from ember.config import config
+    opts = {**DEFAULT_OPTIONS, "emulate_precision_casts": config.emulate_precision_casts, **(options or {})}
     if has_symbolic_inputs(gm):
         try:
             return _compile(gm, example_inputs, opts)

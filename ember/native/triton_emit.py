@@ -13,10 +13,11 @@ Three shapes of kernel:
 Values live in registers in their compute dtype (fp16/bf16 as fp32); loads upcast, stores downcast.
 Casts to fp16/bf16 between ops of one kernel do not round (as in the reference compiler): the fp32
 value is more accurate than eager's, and a GELU or layer norm in bf16 would otherwise spend ~2
-instructions per cast per element, enough to make it compute-bound on an H100. The option
-``emulate_precision_casts`` rounds them, for bit-closer agreement with eager. Index math is int32 unless a buffer or the iteration space
-reaches 2**31 elements. Loads/stores are masked at tails; ``masked`` subexpressions (cat, pad) mask
-their loads further, so no address outside a buffer is touched.
+instructions per cast per element, enough to make it compute-bound on an H100.
+``EMBER_EMULATE_PRECISION_CASTS=1`` (option ``emulate_precision_casts``) rounds them, for bit-closer
+agreement with eager. Index math is int32 unless a buffer or the iteration space reaches 2**31
+elements. Loads/stores are masked at tails; ``masked`` subexpressions (cat, pad) mask their loads
+further, so no address outside a buffer is touched.
 
 Symbolic sizes: ``xnumel``, ``rnumel`` and the size symbols the index math uses (renamed ``ks0``,
 ``ks1``... in order of use) are run-time arguments that Triton does not specialize on

@@ -97,3 +97,16 @@ def test_layer_norm_over_3d_with_2d_epilogue_is_one_kernel(native_cache):
     compiled = run_case(block, [h, a, w, b, proj], atol=1e-4, rtol=1e-4, cache_dir=native_cache)
     report = compiled.ember_native["report"]
     assert (report["kernels"], report["externs"]) == (1, 1), report
+
+
+@pytest.mark.parametrize("emulate", [False, True])
+def test_low_precision_casts_inside_a_kernel(native_cache, emulate):
+    """bf16 ops fused into one kernel compute in fp32 without rounding between them (as
+    torch.compile does); emulate_precision_casts rounds each op's result as eager does."""
+    torch.manual_seed(0)
+    x = torch.randn(8, 32, device=DEVICE, dtype=torch.bfloat16)
+    compiled = run_case(lambda x: (x * 0.5 + 1).sigmoid() * x, [x], atol=2e-2, rtol=2e-2, cache_dir=native_cache,
+                        options={"emulate_precision_casts": emulate})
+    src = "".join(open(p).read() for p in compiled.ember_native["kernels"])
+    rounds = src.count(".to(tl.bfloat16).to(tl.float32)")
+    assert (rounds >= 3) if emulate else (rounds == 0), src
