@@ -22,6 +22,7 @@ hints, and single-program kernels, whose loop bound is a constant, are made for 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import sympy
@@ -95,6 +96,12 @@ def reshape_map(own_vars, own_ranges, vars_, ranges):
     splits of each other (``v0 -> 16*k0 + k1``; ``k0 -> v0 // 16``, folded back by loop merging)."""
     if not (_static(own_ranges) and _static(ranges)) or math.prod(own_ranges) != math.prod(ranges):
         return None
+    return dict(_reshape_map(tuple(own_vars), tuple(own_ranges), tuple(vars_), tuple(ranges)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _reshape_map(own_vars, own_ranges, vars_, ranges) -> tuple:
+    """reshape_map's mapping as pairs (cached: fusion asks for the same few shapes many times)."""
     flat, stride = sympy.Integer(0), 1
     for v, r in reversed(list(zip(vars_, ranges))):
         flat, stride = flat + v * stride, stride * r
@@ -104,7 +111,7 @@ def reshape_map(own_vars, own_ranges, vars_, ranges):
         e = ir.FloorDiv(flat, stride) if stride != 1 else flat
         out[v] = ir.simplify_index(ir.IMod(e, r), known)
         stride *= r
-    return out
+    return tuple(out.items())
 
 
 def place(n: ir.ComputedNode, ranges, reduced, single=False):
