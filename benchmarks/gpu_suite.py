@@ -14,7 +14,7 @@ resnet50_train (autocast bf16, SGD), vit_infer (timm vit_base_patch16_224, b64 b
 Method. Every (workload, compiler) runs in its own process with fresh caches, so the first call is
 a true cold compile: ember gets a new ``EMBER_CACHE_DIR`` and ``TRITON_CACHE_DIR``, torch.compile a
 new ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR``. Python's own bytecode cache is shared and
-warmed up first (``bytecode_env``), as on any installed system. A second ember process then reuses the
+warmed up first (``child_env``), as on any installed system. A second ember process then reuses the
 first one's caches: its first call is the warm compile. Steady time: a Python loop of N calls between
 two CUDA events, median of 5 loops (CPU-side overhead counts, as it does for users). Error: max
 absolute difference from eager in the same process (training: the first step's loss, from an
@@ -356,20 +356,21 @@ WARM_IMPORTS = ("torch", "triton", "triton.language", "torch._dynamo", "torch._i
                 "timm", "torchvision")
 
 
-def bytecode_env(tmp: str) -> dict:
-    """Environment for the measured processes: Python bytecode cached under ``tmp``, warmed up once.
+def child_env(tmp: str) -> dict:
+    """The environment of every measured process: this one's, with the repository on the path and
+    Python bytecode cached under ``tmp``, warmed up once here.
 
     Some machines (the H100 one of our runs) set ``PYTHONDONTWRITEBYTECODE``, so every process
     compiles every imported module from source: ~5 s for ember's imports and more for
     torch.compile's, counted as compile time. An installed package has its bytecode already, so the
     suite caches it in a shared prefix and imports both compilers' stacks once before measuring;
     each measured process still starts with empty compiler caches."""
-    env = {"PYTHONPYCACHEPREFIX": os.path.join(tmp, "pycache")}
-    full = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **env)
-    full.pop("PYTHONDONTWRITEBYTECODE", None)
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               PYTHONPYCACHEPREFIX=os.path.join(tmp, "pycache"))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     code = "import importlib\nfor m in %r:\n    try:\n        importlib.import_module(m)\n    except ImportError:\n        pass" % (
         WARM_IMPORTS,)
-    subprocess.run([sys.executable, "-c", code], env=full, cwd=ROOT, capture_output=True, timeout=600)
+    subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, timeout=600)
     return env
 
 
@@ -378,9 +379,7 @@ def run_workload(wl, args, compilers, log) -> list:
     tmp = tempfile.mkdtemp(prefix=f"gpu_suite_{wl}_")
     try:
         def env_for(kind):
-            env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-            env.update(args.bytecode_env)
-            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env = dict(args.child_env)
             if kind == "torch":
                 env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "inductor")
                 env["TRITON_CACHE_DIR"] = os.path.join(tmp, "triton-torch")
@@ -559,7 +558,7 @@ def main(argv=None) -> int:
             report = write_report(out, results, report_workloads, args, jobs, label, time.perf_counter() - t0)
         return report
 
-    args.bytecode_env = bytecode_env(lock_dir)
+    args.child_env = child_env(lock_dir)
     order = sorted(workloads, key=lambda w: ORDER.index(w))
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         list(pool.map(lambda w: run_workload(w, args, compilers, log), order))

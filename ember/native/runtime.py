@@ -30,7 +30,8 @@ def _direct_launcher(run, packed):
     """(callable, arguments between ``function`` and the kernel's own) for a launch. Triton 3.x's
     ``CudaLauncher.__call__`` is a Python frame that only allocates scratch memory (none for our
     kernels: no tensor descriptors, no profiling) before calling the compiled C ``launch``; calling
-    that directly saves ~2 us per launch, which adds up in training steps with ~1000 launches. A
+    that directly saves that frame on every launch (about 2 us each under cProfile in a ResNet-50
+    training step, which has ~850 launches). A
     launcher that needs scratch memory, or of another shape, keeps ``run``; a ``TypeError`` from the
     direct call (raised while parsing arguments, before any launch) switches back to Triton's path."""
     launch = getattr(run, "launch", None)
