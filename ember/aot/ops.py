@@ -95,13 +95,15 @@ VIEW_OPS = _packets("""
 CHEAP_OPS = _packets("""
     clone _to_copy full full_like zeros zeros_like ones ones_like empty empty_like empty_strided
     empty_permuted scalar_tensor arange fill copy cat constant_pad_nd index gather embedding slice_scatter
-    select_scatter squeeze_copy unsqueeze_copy view_copy permute_copy expand_copy t_copy transpose_copy
+    select_scatter scatter squeeze_copy unsqueeze_copy view_copy permute_copy expand_copy t_copy transpose_copy
     lift_fresh_copy
 """)
 
-# Reductions and normalizations: one pass over an input that is usually kept anyway. Their results are
-# small (reductions) or as large as their input (norms, softmax); the min cut recomputes them only when
-# that saves memory, e.g. a layer norm's output is rebuilt from its input and statistics.
+# Reductions and normalizations: one pass over an input that is usually kept anyway. The min cut
+# recomputes them only when that saves memory, e.g. a softmax's output is rebuilt from its input and
+# statistics. A reduction whose result is much smaller than its input (a row max, a sum of exps, a
+# layer norm's mean) is never recomputed: saving it costs almost nothing, while the cut, which counts
+# bytes only, would redo a whole pass over the input (GPT-2's loss: two extra passes over the logits).
 REDUCTION_OPS = _packets("""
     sum mean amax amin var var_mean std prod any all argmax argmin max min _softmax _log_softmax
     _safe_softmax native_layer_norm native_group_norm cumsum
@@ -120,10 +122,57 @@ NEVER_RECOMPUTE = {op: why for names, why in (
 ) for op in _packets(names)}
 
 
-def recompute_rule(target) -> tuple[bool, str]:
-    """(may the backward recompute this op?, why) for a call_function target of an ATen graph."""
+SMALL_RESULT_RATIO = 4  # a reduction whose inputs are this many times larger than its results is kept
+
+
+def _tensor_bytes(values) -> int:
+    total = 0
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            n = v.numel()
+            total += (n if isinstance(n, int) else 0) * v.element_size()
+        elif isinstance(v, (tuple, list)):
+            total += _tensor_bytes(v)
+    return total
+
+
+def _shrinks(node) -> bool:
+    """A node reducing its inputs to results at least SMALL_RESULT_RATIO times smaller (static sizes)."""
+    out = _tensor_bytes([node.meta.get("val")])
+    ins = _tensor_bytes([a.meta.get("val") for a in node.all_input_nodes])
+    return 0 < out * SMALL_RESULT_RATIO <= ins
+
+
+# Ops a backend runs as library calls (cuBLAS, cuDNN), not fused with what produces their operands:
+# an operand recomputed for them in the backward is a kernel of its own.
+LIBRARY_OPS = _packets("""
+    mm bmm addmm baddbmm convolution _convolution convolution_backward _scaled_dot_product_flash_attention
+    _scaled_dot_product_efficient_attention _scaled_dot_product_cudnn_attention
+    _scaled_dot_product_flash_attention_backward _scaled_dot_product_efficient_attention_backward
+    _scaled_dot_product_cudnn_attention_backward
+""")
+
+
+def _cast_of_inputs_for_a_library_op(node, backward: set) -> bool:
+    """A cast of graph inputs only (autocast's bf16 copy of a weight) that a matmul or convolution of
+    the backward reads. The min cut, counting bytes, would always recompute it (its input is alive
+    anyway), adding one copy kernel per weight to the backward (53 per ResNet-50 step, 48 per GPT-2
+    step); eager autograd keeps the cast copy instead, and so does this rule."""
+    if _packet(node.target) is not aten._to_copy or not node.all_input_nodes:
+        return False
+    if not all(a.op == "placeholder" for a in node.all_input_nodes):
+        return False
+    return any(u in backward and _packet(u.target) in LIBRARY_OPS for u in node.users)
+
+
+def recompute_rule(target, node=None, backward: set | None = None) -> tuple[bool, str]:
+    """(may the backward recompute this op?, why) for a call_function target of an ATen graph
+    (``node``, when given, lets the rule look at sizes, and ``backward``, the backward's nodes, at
+    the node's users there)."""
     if is_random_op(target):
         return False, "random: recomputing would draw different numbers"
+    if node is not None and backward and _cast_of_inputs_for_a_library_op(node, backward):
+        return False, "cast of an input read by a matmul/convolution of the backward: kept, as eager keeps it"
     packet = _packet(target)
     if packet in NEVER_RECOMPUTE:
         return False, NEVER_RECOMPUTE[packet]
@@ -134,6 +183,8 @@ def recompute_rule(target) -> tuple[bool, str]:
     if packet in CHEAP_OPS:
         return True, "cheap copy/factory"
     if packet in REDUCTION_OPS:
+        if node is not None and _shrinks(node):
+            return False, "reduction to a much smaller result: cheaper to keep than to re-read its input"
         return True, "reduction/normalization"
     if target is operator.getitem:
         return True, "tuple element"

@@ -270,7 +270,7 @@ def min_cut_partition(joint_gm: fx.GraphModule, joint_inputs=None, *, num_fwd_ou
         elif n.op == "get_attr":
             rules[n] = (True, "constant of the graph module")
         else:
-            rules[n] = recompute_rule(n.target)
+            rules[n] = recompute_rule(n.target, n, joint.backward)
         if not rules[n][0]:
             flow.add_edge(source, v_in[n], INF)  # must come from the forward
         for a in n.all_input_nodes:

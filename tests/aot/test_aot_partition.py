@@ -100,6 +100,50 @@ def test_min_cut_saves_less_than_saving_everything_and_gives_the_same_grads():
     assert len(cut.recomputed) > 10
 
 
+def test_small_reduction_results_are_saved_not_recomputed():
+    # a logsumexp written out: its row max and sum of exps cost a float a row to save, while
+    # recomputing them is a pass over x each in the backward (the min cut alone, counting bytes only,
+    # would recompute them: x is a graph input, alive anyway)
+    def f(x):
+        m = x.amax(-1, keepdim=True)
+        return (m + (x - m).exp().sum(-1, keepdim=True).log()).sum()
+
+    x = torch.randn(8, 1000, requires_grad=True)
+    rec = Recorder()
+    ember.compile(f, backend=rec)(x).backward()
+    summary = rec.variants[0].forward.meta["ember_partition"]
+    saved = {s.name for s in summary.saved}
+    assert {"amax", "sum_1"} <= saved, summary.render()
+    assert any("much smaller result" in s.reason for s in summary.saved), summary.render()
+    # the backward reads them; it does not redo them (it keeps the forward's node names when it does)
+    redone = [n.name for n in rec.bw_graphs[0].graph.nodes if n.op == "call_function" and n.name in saved]
+    assert not redone, rec.bw_graphs[0].code
+    ref = x.detach().clone().requires_grad_(True)
+    f(ref).backward()
+    close(x.grad, ref.grad)
+
+
+def test_weight_cast_for_a_backward_matmul_is_saved():
+    # under autocast the bf16 copy of a weight is read again by the backward's matmul: recomputed, it
+    # would be one more copy kernel in the backward; eager keeps it, and so does the partition
+    model = nn.Linear(16, 16)
+    x = torch.randn(4, 16)
+    rec = Recorder()
+    compiled = ember.compile(model, backend=rec)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = compiled(x)
+    out.float().sum().backward()
+    summary = rec.variants[0].forward.meta["ember_partition"]
+    assert any("cast of an input read by a matmul" in s.reason for s in summary.saved), summary.render()
+    assert not any("_to_copy" in why for _, why in summary.recomputed + summary.deferred), summary.render()
+    ref = nn.Linear(16, 16)
+    ref.load_state_dict(model.state_dict())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref_out = ref(x)
+    ref_out.float().sum().backward()
+    close(model.weight.grad, ref.weight.grad)
+
+
 def test_summary_explains_saved_and_recomputed_values():
     model = nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Dropout(0.3), nn.Linear(8, 2))
     variant = _compile_step(model, Recorder(), torch.randn(4, 8))

@@ -88,8 +88,11 @@ def test_batchnorm_running_stats_are_updated():
     assert_same_grads(ref, test)
     assert_same_buffers(ref, test)
     assert int(test[1].num_batches_tracked) == 1
-    # the graph mutates three buffers: they come back as traced outputs and are copied into the buffers
+    # the graph mutates three buffers: they come back as traced outputs and are copied into the buffers,
+    # all three by one _foreach_copy_ (mutations under no_grad)
     assert len(rec.variants[0].meta.mutated) == 3
+    from ember.aot.runtime import _copy_plan
+    assert [len(part) for part in _copy_plan(rec.variants[0].meta)] == [3, 0]
 
 
 def test_batchnorm_buffers_updated_on_the_inference_path():
@@ -236,6 +239,36 @@ def test_unused_parameter_gets_no_gradient():
     compiled(torch.randn(2, 3)).sum().backward()
     assert m.used.weight.grad is not None
     assert m.unused.weight.grad is None  # None, as in eager: optimizers skip it (zeros would not be skipped)
+
+
+def test_output_without_a_gradient_gets_zeros_in_the_backward():
+    # two differentiable outputs, the loss reads one: the backward still gets a (zero) gradient for
+    # the other, made by the runtime (autograd no longer materializes them: see _make_function)
+    w = torch.randn(4, 4, requires_grad=True)
+
+    def f(x, w):
+        h = x @ w
+        return h.relu(), h.sigmoid(), h.detach() + 1  # (relu, sigmoid: differentiable; last: not)
+
+    x = torch.randn(3, 4)
+    rec = Recorder()
+    a, b, c = ember.compile(f, backend=rec)(x, w)
+    a.sum().backward()
+    got = w.grad.clone()
+    w.grad = None
+    ea, eb, ec = f(x, w)
+    ea.sum().backward()
+    close(got, w.grad)
+    close(c, ec)
+    w.grad = None
+    a, b, c = ember.compile(f, backend=rec)(x, w)
+    (b * 2).sum().backward()  # now only the second one
+    got = w.grad.clone()
+    w.grad = None
+    ea, eb, ec = f(x, w)
+    (eb * 2).sum().backward()
+    close(got, w.grad)
+    assert rec.compiled and all(v.kind == "training" for g in rec.compiled for v in g.variants.values())
 
 
 def test_no_grad_region_inside_the_graph():
