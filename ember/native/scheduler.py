@@ -108,8 +108,11 @@ def _reshape_map(own_vars, own_ranges, vars_, ranges) -> tuple:
     known = dict(zip(vars_, ranges))
     out, stride = {}, 1
     for v, r in reversed(list(zip(own_vars, own_ranges))):
-        e = ir.FloorDiv(flat, stride) if stride != 1 else flat
-        out[v] = ir.simplify_index(ir.IMod(e, r), known)
+        raw = ir.IMod(ir.FloorDiv(flat, stride) if stride != 1 else flat, r)
+        simple = ir.simplify_index(raw, known)
+        # a position that stays a div/mod is kept in its raw form, of the flat position: in a whole
+        # index the digits then join back (symbolic._join_divmod), simplified apart they would not
+        out[v] = simple if not simple.has(ir.FloorDiv, ir.IMod) else raw
         stride *= r
     return tuple(out.items())
 

@@ -326,6 +326,10 @@ def simplify_index(expr, ranges: dict, lower: dict | None = None):
     ``d*(x // d) + x % d`` back into ``x``."""
     if not isinstance(expr, sympy.Basic) or expr.is_Atom:
         return expr
+    if expr.is_Add and expr.has(IMod):
+        joined = _join_divmod(expr)
+        if joined is not None:  # before the terms are simplified apart (see _join_divmod)
+            return simplify_index(joined, ranges, lower)
     args = [simplify_index(a, ranges, lower) for a in expr.args]
     if isinstance(expr, (FloorDiv, IMod)):
         return _simplify_divmod(type(expr), args[0], args[1], ranges, lower)
@@ -388,6 +392,64 @@ def _divmod_by_common_factor(kind, a, d: int, ranges, lower):
         inner = _simplify_divmod(kind, x, sympy.Integer(d // g), ranges, lower)
         return inner if kind is FloorDiv else g * inner + r
     return None
+
+
+def _divmod_term(t):
+    """t as (c, x, p, m) with t = c * ((x // p) % m), m None for ``c * (x // p)``; None if t is not
+    of that form with integer p and m."""
+    c, atom = t.as_coeff_Mul()
+    if not c.is_Integer:
+        return None
+    if isinstance(atom, IMod) and atom.args[1].is_Integer:
+        inner, m = atom.args[0], int(atom.args[1])
+        if isinstance(inner, FloorDiv) and inner.args[1].is_Integer:
+            return int(c), inner.args[0], int(inner.args[1]), m
+        return int(c), inner, 1, m
+    if isinstance(atom, FloorDiv) and atom.args[1].is_Integer:
+        return int(c), atom.args[0], int(atom.args[1]), None
+    return None
+
+
+def _join_divmod(e):
+    """Join the digits of one number: ``c*((x//p) % m) + c*m*((x//(p*m)) % m2)`` is
+    ``c*((x//p) % (m*m2))`` (``m2`` absent: ``c*(x//p)``), repeatedly, so that
+    ``802816*(x//802816) + 14336*((x//14336) % 56) + 256*((x//256) % 56) + x % 256`` is ``x``. A node
+    fused through ``reshape_map`` into a kernel of another shape indexes its buffer this way (the
+    position of each of its dims, recomputed from the kernel's flat position). Simplified term by
+    term instead, the digits lose their common ``x`` and the address stays a chain of divisions:
+    ResNet-50's batch-norm backward loaded every element twice, through two address forms. None if
+    nothing joins."""
+    terms = list(sympy.Add.make_args(e))
+    parsed = [_divmod_term(t) for t in terms]
+    changed = False
+    joined = True
+    while joined:
+        joined = False
+        for i, a in enumerate(parsed):
+            if a is None or a[3] is None:
+                continue
+            c, x, p, m = a
+            for j, b in enumerate(parsed):
+                if j == i or b is None or b[1] != x or b[2] != p * m or b[0] != c * m:
+                    continue
+                parsed[i] = (c, x, p, None if b[3] is None else m * b[3])
+                parsed[j] = terms[j] = None
+                joined = changed = True
+                break
+            if joined:
+                break
+    if not changed:
+        return None
+    out = []
+    for t, a in zip(terms, parsed):
+        if a is None:
+            if t is not None:
+                out.append(t)
+            continue
+        c, x, p, m = a
+        q = FloorDiv(x, p)
+        out.append(c * (q if m is None else IMod(q, m)))
+    return sympy.Add(*out)
 
 
 def _fold_divmod(e):

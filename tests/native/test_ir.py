@@ -125,5 +125,24 @@ def test_reshape_map_between_loop_nests():
     m = scheduler.reshape_map([v0, v1], (12, 32), [k0, k1, k2], (2, 6, 32))
     assert m == {v0: 6 * k0 + k1, v1: k2}
     back = scheduler.reshape_map([k0, k1, k2], (2, 6, 32), [v0, v1], (12, 32))
-    assert back == {k0: ir.FloorDiv(v0, 6), k1: ir.IMod(v0, 6), k2: v1}
+    known = {v0: 12, v1: 32}
+    assert {k: ir.simplify_index(e, known) for k, e in back.items()} == {k0: ir.FloorDiv(v0, 6), k1: ir.IMod(v0, 6),
+                                                                           k2: v1}
     assert scheduler.reshape_map([v0], (10,), [k0], (12,)) is None
+
+
+def test_index_through_reshape_map_joins_back():
+    # a channels-last [64, 56, 56, 256] node fused into a split column reduction over
+    # [28 splits, 7168 rows, 256 channels] (ResNet-50's batch-norm backward): its address, rebuilt
+    # from the kernel's flat position digit by digit, is the kernel's own row-major address
+    k0, k1, k2 = ir.node_vars(3)
+    n, h, w, c = ir.node_vars(4)
+    m = scheduler.reshape_map([n, h, w, c], (64, 56, 56, 256), [k0, k1, k2], (28, 7168, 256))
+    index = (802816 * n + 14336 * h + 256 * w + c).xreplace(m)
+    assert ir.simplify_index(index, {k0: 28, k1: 7168, k2: 256}) == 1835008 * k0 + 256 * k1 + k2
+    # the join alone, on digits of one number; digits of different numbers stay apart
+    x = k0 + 7 * k1
+    digits = 12 * ir.FloorDiv(x, 12) + 4 * ir.IMod(ir.FloorDiv(x, 4), 3) + ir.IMod(x, 4)
+    assert ir.simplify_index(digits, {k0: 7, k1: 100}) == x
+    apart = 12 * ir.FloorDiv(x, 12) + 4 * ir.IMod(ir.FloorDiv(k1, 4), 3) + ir.IMod(x, 4)
+    assert ir.simplify_index(apart, {k0: 7, k1: 100}).has(ir.FloorDiv)
