@@ -5,8 +5,9 @@
 
 Builds the workload as ``gpu_suite.py`` does, compiles it, warms up, then profiles 3 calls with
 ``torch.profiler`` and prints the total device time per call, the number of kernels per call and the
-most expensive kernels (time per call, launches per call, name). Complements the suite's wall-clock
-numbers: a workload whose kernel time is well under its ms/call is bound by CPU-side overhead.
+most expensive kernels (time per call, launches per call, name), after the CPU-side time per call
+(issuing 20 calls) and the wall time per call. Complements the suite's wall-clock numbers: a
+workload whose kernel time is well under its ms/call is bound by CPU-side overhead.
 """
 from __future__ import annotations
 
@@ -45,6 +46,16 @@ def main(argv=None) -> int:
     for _ in range(5):
         step(*inputs)
     torch.cuda.synchronize()
+    # CPU side: the time to issue the calls (no sync inside the loop) against the wall time to
+    # finish them; equal figures mean the GPU waits for the CPU
+    n = 20
+    t0 = time.perf_counter()
+    for _ in range(n):
+        step(*inputs)
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    print(f"cpu-side {(t1 - t0) / n * 1e3:.3f} ms per call, wall {(t2 - t0) / n * 1e3:.3f} ms per call ({n} calls)")
     calls = 3
     with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
         for _ in range(calls):
