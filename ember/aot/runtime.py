@@ -94,12 +94,26 @@ def _copy_plan(meta: GraphMeta) -> tuple:
     return plan
 
 
+def _copy_groups(pairs, args, traced) -> tuple:
+    """``pairs`` grouped by (destination dtype, device, source dtype): foreach's fused kernels take
+    lists of one dtype and device (batch norm's running statistics are float, its batch counts
+    int64; a mixed list falls back to one copy per tensor)."""
+    groups: dict = {}
+    for k, i in pairs:
+        groups.setdefault((args[i].dtype, args[i].device, traced[k].dtype), []).append((k, i))
+    return tuple(tuple(g) for g in groups.values())
+
+
 def run_epilogue(meta: GraphMeta, args, traced) -> tuple:
     """Write mutated inputs back, then assemble the outputs the captured graph returns."""
     together, one_by_one = _copy_plan(meta)
     if together:
+        groups = meta.__dict__.get("_ember_copy_groups")
+        if groups is None:  # dtypes and devices are fixed per variant (guarded): group once
+            groups = meta.__dict__["_ember_copy_groups"] = _copy_groups(together, args, traced)
         with torch.no_grad():
-            torch._foreach_copy_([args[i] for _, i in together], [traced[k] for k, _ in together])
+            for group in groups:
+                torch._foreach_copy_([args[i] for _, i in group], [traced[k] for k, _ in group])
     for k, i in one_by_one:
         if meta.inputs[i].mutation.under_no_grad:
             with torch.no_grad():
