@@ -126,18 +126,21 @@ SMALL_RESULT_RATIO = 4  # a reduction whose inputs are this many times larger th
 
 
 def _tensor_bytes(values) -> int:
+    """Bytes of the tensors in ``values`` (symbolic sizes at their hint, as the partitioner counts)."""
     total = 0
     for v in values:
         if isinstance(v, torch.Tensor):
             n = v.numel()
-            total += (n if isinstance(n, int) else 0) * v.element_size()
+            if not isinstance(n, int):
+                n = n.node.hint if isinstance(n.node.hint, int) else 0
+            total += n * v.element_size()
         elif isinstance(v, (tuple, list)):
             total += _tensor_bytes(v)
     return total
 
 
 def _shrinks(node) -> bool:
-    """A node reducing its inputs to results at least SMALL_RESULT_RATIO times smaller (static sizes)."""
+    """A node reducing its inputs to results at least SMALL_RESULT_RATIO times smaller."""
     out = _tensor_bytes([node.meta.get("val")])
     ins = _tensor_bytes([a.meta.get("val") for a in node.all_input_nodes])
     return 0 < out * SMALL_RESULT_RATIO <= ins

@@ -322,8 +322,8 @@ def _factors(d):
 
 def simplify_index(expr, ranges: dict, lower: dict | None = None):
     """Remove FloorDiv/IMod that the variable ranges make redundant (flatten-then-unflatten from
-    reshapes is the common case: ``(8*v0 + v1) // 8 -> v0`` when ``v1 < 8``), and fold
-    ``d*(x // d) + x % d`` back into ``x``."""
+    reshapes is the common case: ``(8*v0 + v1) // 8 -> v0`` when ``v1 < 8``), and join digits of one
+    number back into it (``d*(x // d) + x % d -> x``, ``_join_divmod``)."""
     if not isinstance(expr, sympy.Basic) or expr.is_Atom:
         return expr
     if expr.is_Add and expr.has(IMod):
@@ -335,7 +335,7 @@ def simplify_index(expr, ranges: dict, lower: dict | None = None):
         return _simplify_divmod(type(expr), args[0], args[1], ranges, lower)
     out = expr.func(*args)
     if out.is_Add and out.has(IMod):
-        out = _fold_divmod(out)
+        out = _join_divmod(out) or out
     return out
 
 
@@ -395,86 +395,56 @@ def _divmod_by_common_factor(kind, a, d: int, ranges, lower):
 
 
 def _divmod_term(t):
-    """t as (c, x, p, m) with t = c * ((x // p) % m), m None for ``c * (x // p)``; None if t is not
-    of that form with integer p and m."""
-    c, atom = t.as_coeff_Mul()
-    if not c.is_Integer:
+    """t as (c, x, p, m) with t = c * ((x // p) % m), m None for ``c * (x // p)``; None if t is not a
+    multiple of one FloorDiv or IMod (c, p, m may be sizes)."""
+    atoms = [f for f in sympy.Mul.make_args(t) if isinstance(f, (FloorDiv, IMod))]
+    if len(atoms) != 1:
         return None
-    if isinstance(atom, IMod) and atom.args[1].is_Integer:
-        inner, m = atom.args[0], int(atom.args[1])
-        if isinstance(inner, FloorDiv) and inner.args[1].is_Integer:
-            return int(c), inner.args[0], int(inner.args[1]), m
-        return int(c), inner, 1, m
-    if isinstance(atom, FloorDiv) and atom.args[1].is_Integer:
-        return int(c), atom.args[0], int(atom.args[1]), None
-    return None
+    atom = atoms[0]
+    c = t / atom
+    if isinstance(atom, FloorDiv):
+        return c, atom.args[0], atom.args[1], None
+    inner, m = atom.args
+    if isinstance(inner, FloorDiv):
+        return c, inner.args[0], inner.args[1], m
+    return c, inner, sympy.Integer(1), m
+
+
+def _same(a, b) -> bool:
+    return a == b or sympy.expand(a - b) == 0
 
 
 def _join_divmod(e):
     """Join the digits of one number: ``c*((x//p) % m) + c*m*((x//(p*m)) % m2)`` is
-    ``c*((x//p) % (m*m2))`` (``m2`` absent: ``c*(x//p)``), repeatedly, so that
-    ``802816*(x//802816) + 14336*((x//14336) % 56) + 256*((x//256) % 56) + x % 256`` is ``x``. A node
-    fused through ``reshape_map`` into a kernel of another shape indexes its buffer this way (the
-    position of each of its dims, recomputed from the kernel's flat position). Simplified term by
-    term instead, the digits lose their common ``x`` and the address stays a chain of divisions:
-    ResNet-50's batch-norm backward loaded every element twice, through two address forms. None if
-    nothing joins."""
-    terms = list(sympy.Add.make_args(e))
-    parsed = [_divmod_term(t) for t in terms]
-    changed = False
-    joined = True
-    while joined:
-        joined = False
-        for i, a in enumerate(parsed):
+    ``c*((x//p) % (m*m2))`` (``m2`` absent: ``c*(x//p)``; ``p = 1``: ``c*d*(x//d) + c*(x % d)`` is
+    ``c*x``), repeatedly, so that ``802816*(x//802816) + 14336*((x//14336) % 56) + 256*((x//256) % 56)
+    + x % 256`` is ``x``. A node fused through ``reshape_map`` into a kernel of another shape indexes
+    its buffer this way (the position of each of its dims, recomputed from the kernel's flat
+    position). Simplified term by term instead, the digits lose their common ``x`` and the address
+    stays a chain of divisions: ResNet-50's batch-norm backward loaded every element twice, through
+    two address forms. None if nothing joins."""
+    terms = {i: (t, _divmod_term(t)) for i, t in enumerate(sympy.Add.make_args(e))}
+
+    def join_one() -> bool:
+        for i, (_, a) in terms.items():
             if a is None or a[3] is None:
                 continue
             c, x, p, m = a
-            for j, b in enumerate(parsed):
-                if j == i or b is None or b[1] != x or b[2] != p * m or b[0] != c * m:
-                    continue
-                parsed[i] = (c, x, p, None if b[3] is None else m * b[3])
-                parsed[j] = terms[j] = None
-                joined = changed = True
-                break
-            if joined:
-                break
-    if not changed:
-        return None
-    out = []
-    for t, a in zip(terms, parsed):
-        if a is None:
-            if t is not None:
-                out.append(t)
-            continue
-        c, x, p, m = a
-        q = FloorDiv(x, p)
-        out.append(c * (q if m is None else IMod(q, m)))
-    return sympy.Add(*out)
+            for j, (_, b) in terms.items():
+                if j != i and b is not None and b[1] == x and _same(b[2], p * m) and _same(b[0], c * m):
+                    mm = None if b[3] is None else m * b[3]
+                    q = FloorDiv(x, p)
+                    joined = c * (q if mm is None else IMod(q, mm))
+                    terms[i] = (joined, (c, x, p, mm))
+                    del terms[j]
+                    return True
+        return False
 
-
-def _fold_divmod(e):
-    """``c*d*FloorDiv(x, d) + c*IMod(x, d) -> c*x`` inside a sum (c, d may be sizes)."""
-    def split(t, kind):  # t = coefficient * atom, atom a FloorDiv or IMod
-        for f in sympy.Mul.make_args(t):
-            if isinstance(f, kind):
-                return t / f, f
+    if not join_one():
         return None
-    terms = list(sympy.Add.make_args(e))
-    changed = False
-    for t in list(terms):
-        m = split(t, IMod)
-        if m is None or t not in terms:
-            continue
-        c, (x, d) = m[0], m[1].args
-        for u in terms:
-            f = split(u, FloorDiv)
-            if f is not None and f[1] == FloorDiv(x, d) and sympy.expand(f[0] - c * d) == 0:
-                terms.remove(t)
-                terms.remove(u)
-                terms.append(c * x)
-                changed = True
-                break
-    return sympy.expand(sympy.Add(*terms)) if changed else e
+    while join_one():
+        pass
+    return sympy.expand(sympy.Add(*[t for t, _ in terms.values()]))
 
 
 # --------------------------------------------------------------------------------------------------
