@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from ember.native import cache
+from ember.native import cache, ir
 from ember.native.lowering import Unsupported
 from ember.native.specialize import PerShapeGraph
 from ember.native.symbolic import SymbolicUnsupported, has_symbolic_inputs
@@ -47,6 +47,7 @@ DEFAULT_OPTIONS = {
     "cse": True,                 # merge repeated pure ops before lowering (passes.py)
     "pad_mm": True,              # pad large matmuls with misaligned sizes for cuBLAS (pad_mm.py)
     "pad_mm_min_flops": 1 << 30,
+    "small_mm_flops": 1 << 26,   # mm/addmm up to this many FLOPs run as one Triton launch (small_mm.py); 0: never
 }
 
 # graphs and kernels generated in this process (cache hits excluded), and static copies compiled by
@@ -187,6 +188,14 @@ def _generate(gm, example_inputs, opts, key, base):
     if opts.get("autotune") and not g.sizevars.symbolic:
         from ember.native import autotune
         overrides = autotune.tune(sched, kernels, g.buffers(), opts, L.device)
+    if opts.get("small_mm_flops"):
+        from ember.native import small_mm
+        layouts = g.buffers()
+        for e in sched.steps:
+            if isinstance(e, ir.ExternNode) and e.name not in overrides:
+                expr = small_mm.plan(e, layouts, opts)
+                if expr is not None:
+                    overrides[e.name] = expr
     r = sched.report
     header = (f"graph {key[:16]}: {r['kernels']} Triton kernels, {r['externs']} extern calls, "
               f"{r['bytes']} bytes moved ({r['kernel_bytes']} by kernels)")

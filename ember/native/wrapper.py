@@ -224,12 +224,22 @@ class WrapperCodegen:
         if e.name in self.extern_overrides:
             gname, expr = f"template_{e.name}", self.extern_overrides[e.name]
         self.globals[gname] = expr
-        args = [self.arg(a) for a in e.args] + [f"{k}={self.arg(v)}" for k, v in e.kwargs.items()]
+        if expr.startswith("SmallMM("):
+            # its strides and scalars are baked in: a view starting at its buffer's first element is
+            # passed as the buffer itself (one as_strided call less per operand)
+            args = [a.name if a.offset == 0 else self.arg(a) for a in e.args]
+        else:
+            args = [self.arg(a) for a in e.args] + [f"{k}={self.arg(v)}" for k, v in e.kwargs.items()]
         ops = ", ".join(sorted({o for o, _ in e.origins}))
         self.body.append(f"# extern {ops} {e.reason}".rstrip())
         call = f"{gname}({', '.join(args)})"
         if not e.multi:
             out = e.outputs[0]
+            lay = out[1] if out else None
+            if expr.startswith("SmallMM(") and lay is not None and tuple(lay.strides) == (lay.sizes[1], 1):
+                # its result is always a new contiguous [M, N] tensor: nothing to check
+                self.body.append(f"{out[0]} = {call}")
+                return
             self.body.append(f"{out[0] if out else '_'} = {self._fixed(call, out)}")
             return
         self.body.append(f"{e.name} = {call}")
@@ -261,8 +271,9 @@ class WrapperCodegen:
         lines += [f"# {l}" for l in self.header.splitlines()]
         lines += ["import torch", "from ember.native.runtime import Launch, fixed_layout, load_kernel", "",
                   "empty_strided = torch.empty_strided", "as_strided = torch.as_strided"]
-        if self.extern_overrides:
-            lines.insert(-3, "from ember.native.autotune import MMTemplate")
+        for cls, where in (("MMTemplate", "autotune"), ("SmallMM", "small_mm")):
+            if any(expr.startswith(cls + "(") for expr in self.extern_overrides.values()):
+                lines.insert(-3, f"from ember.native.{where} import {cls}")
         if any(l.split(" = ")[1].startswith("DynamicLaunch(") for l in self.launches):
             lines.insert(-3, "from ember.native.dynamic_launch import DynamicLaunch")
         for name, expr in self.globals.items():

@@ -1,0 +1,129 @@
+"""Small matmuls as one Triton launch instead of an ATen (cuBLAS) call, in every mode.
+
+Why: a matmul of a few MFLOP runs in a few microseconds on an H100, but its ATen call costs far more
+CPU than that: dispatch, cuBLASLt's heuristic and workspace lookups. On the H100 host of our runs one
+``aten.addmm`` of a batch-32 MLP took 18-26 us of CPU (``diag``-style timing of the op alone), against
+~4 us for a ``Launch`` of a compiled Triton kernel. Small-batch calls are bound by that CPU time, so
+eager, torch.compile and ember all wait on it; a kernel whose sizes and strides are baked in does not.
+
+The kernel is autotune's ``ember_mm`` (the max-autotune matmul template) with a heuristic config: no
+timing at compile time. Only 2-D ``mm``/``addmm`` with static sizes, one float dtype, and at most
+``small_mm_flops`` (native option) of work qualify: below that the tensor cores are idle most of the
+kernel anyway, so a config that is not the best one costs little device time. Larger matmuls keep
+cuBLAS (or max-autotune's timed choice).
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+
+from ember.native.ir import BufferArg
+
+OPS = ("mm", "addmm")
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def plan(e, layouts: dict, opts: dict) -> str | None:
+    """Source of a ``SmallMM(...)`` replacing extern node ``e``, or None when it keeps its ATen op."""
+    limit = opts.get("small_mm_flops", 0)
+    schema = getattr(e.target, "_schema", None)
+    if not limit or e.multi or schema is None or e.target._overloadname != "default":
+        return None
+    op = schema.name.split("::")[-1]
+    if op not in OPS:
+        return None
+    tensors = list(e.args)
+    if not all(isinstance(t, BufferArg) for t in tensors) or len(tensors) != (3 if op == "addmm" else 2):
+        return None
+    a, b = tensors[-2], tensors[-1]
+    if len(a.sizes) != 2 or len(b.sizes) != 2:
+        return None
+    dtypes = {layouts[t.name].dtype for t in tensors}
+    sizes = [v for t in tensors for v in (*t.sizes, *t.strides)]
+    if len(dtypes) != 1 or dtypes.pop() not in DTYPES or not all(isinstance(v, int) for v in sizes):
+        return None
+    (M, K), N = a.sizes, b.sizes[1]
+    if min(M, N, K) == 0 or 2 * M * N * K > limit:
+        return None
+    kw = {k: v for k, v in e.kwargs.items()}
+    alpha, beta = kw.pop("alpha", 1), kw.pop("beta", 1)
+    if kw or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (alpha, beta)):
+        return None
+    bias = None
+    if op == "addmm":
+        bias = _broadcast_strides(tensors[0], M, N)
+        if bias is None:
+            return None
+    return (f"SmallMM({op!r}, {M}, {N}, {K}, {tuple(a.strides)}, {tuple(b.strides)}, {bias}, "
+            f"{alpha!r}, {beta!r}, {config(M, N, K, layouts[a.name].dtype)!r})")
+
+
+def _broadcast_strides(bias: BufferArg, M: int, N: int):
+    """(stride along M, stride along N) of ``bias`` broadcast to [M, N], or None if it does not broadcast."""
+    sizes, strides = list(bias.sizes), list(bias.strides)
+    while len(sizes) < 2:
+        sizes.insert(0, 1)
+        strides.insert(0, 0)
+    if len(sizes) != 2 or sizes[0] not in (1, M) or sizes[1] not in (1, N):
+        return None
+    return tuple(0 if s == 1 else st for s, st in zip(sizes, strides))
+
+
+def config(M: int, N: int, K: int, dtype) -> dict:
+    """Tiles no larger than the problem; enough programs that a 32-row batch still spreads over SMs."""
+    from ember.native.triton_emit import next_pow2
+    bm = min(64, max(16, next_pow2(M)))
+    bn = 64 if triton.cdiv(M, bm) * triton.cdiv(N, 64) >= 64 else 32
+    bk = min(32 if dtype == torch.float32 else 64, max(16, next_pow2(K)))
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=4, num_stages=3)
+
+
+class SmallMM:
+    """Called like the ATen op it replaces (``addmm(bias, a, b)``/``mm(a, b)``; ``beta``/``alpha`` are
+    the compile-time ones); returns a new contiguous [M, N] tensor. Per call: one allocation and one
+    launch. ``torch.backends.cuda.matmul.allow_tf32`` is read at each call, as cuBLAS does."""
+
+    __slots__ = ("op", "M", "N", "launches", "meta")
+
+    def __init__(self, op, M, N, K, a_strides, b_strides, bias_strides, alpha, beta, cfg):
+        self.op, self.M, self.N = op, M, N
+        xs = bias_strides or (0, 0)
+        self.meta = dict(M=M, N=N, K=K, stride_ab=0, stride_am=a_strides[0], stride_ak=a_strides[1], stride_bb=0,
+                         stride_bk=b_strides[0], stride_bn=b_strides[1], stride_cb=0, stride_cm=N, stride_cn=1,
+                         stride_xb=0, stride_xm=xs[0], stride_xn=xs[1], alpha=float(alpha), beta=float(beta),
+                         HAS_BIAS=bias_strides is not None and beta != 0, ACTIVATION="", EVEN_K=K % cfg["BLOCK_K"] == 0,
+                         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=8,
+                         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        self.launches = {}  # (dtype, tf32) -> Launch
+
+    def __call__(self, *args, beta=None, alpha=None):
+        if self.op == "addmm":
+            bias, a, b = args
+        else:
+            (a, b), bias = args, None
+        out = torch.empty((self.M, self.N), dtype=a.dtype, device=a.device)
+        key = a.dtype is torch.float32 and torch.backends.cuda.matmul.allow_tf32
+        launch = self.launches.get(key)
+        if launch is None:
+            launch = self.launches[key] = self._launch(a.dtype, key)
+        launch(a, b, out, out if bias is None else bias)
+        return out
+
+    def _launch(self, dtype, tf32: bool):
+        from ember.native.autotune import ember_mm
+        from ember.native.runtime import Launch
+        m = self.meta
+        grid = (triton.cdiv(self.M, m["BLOCK_M"]) * triton.cdiv(self.N, m["BLOCK_N"]), 1)
+        # the interpreter's dot mishandles bf16 (see ember_mm); on a GPU half types feed tensor cores
+        upcast = dtype != torch.float32 and os.environ.get("TRITON_INTERPRET", "0") == "1"
+        # TF32 allowed: three TF32 products ("tf32x3", about fp32's accuracy) rather than one. Triton's
+        # single TF32 product truncates its inputs: on the batch-32 MLP it landed 2.4e-3 (relative) from
+        # eager's cuBLAS TF32, five times eager's own TF32 error; tf32x3 is 4e-4 from eager, and 4e-7
+        # from float64 (H100). Tensor cores either way, and the launch count does not change.
+        meta = dict(m, INPUT_PRECISION="tf32x3" if tf32 else "ieee", UPCAST=upcast)
+        return Launch(ember_mm, grid, meta, fresh=(2,))
+
+    def __repr__(self):
+        return f"SmallMM({self.op!r}, {self.M}, {self.N}, {self.meta['K']})"
