@@ -169,7 +169,9 @@ def _per_call_us(fn, x, n=2000):
     return (time.perf_counter() - t) / n * 1e6
 
 
-def test_replay_is_cheaper_than_the_wrapper_for_a_chain_of_kernels():
+def test_a_chain_of_kernels_replays_as_one_graph():
+    # per-call times are printed, not asserted (a timed assertion flips with the host's load; the
+    # suite's benchmarks measure speed): every steady call must be a replay, with eager's results
     def chain(x):
         for _ in range(8):
             x = torch.softmax(x, -1) * 2  # a reduction per step: several kernels
@@ -178,9 +180,13 @@ def test_replay_is_cheaper_than_the_wrapper_for_a_chain_of_kernels():
     graphs = ember.compile(_fresh_fn(chain), mode="reduce-overhead")
     x = torch.randn(32, 64, device="cuda")
     torch.testing.assert_close(graphs(x), default(x))
+    torch.testing.assert_close(graphs(x), chain(x))
+    before = cg.stats()
     t_default, t_graphs = _per_call_us(default, x), _per_call_us(graphs, x)
+    after = cg.stats()
     print(f"\nper call: default {t_default:.1f} us, reduce-overhead {t_graphs:.1f} us")
-    assert t_graphs < t_default
+    assert after["replays"] - before["replays"] == 50 + 2000
+    assert after["recordings"] == before["recordings"] and after["fallbacks"] == before["fallbacks"]
 
 
 def test_random_ops_draw_new_numbers_at_every_replay():
