@@ -47,7 +47,7 @@ def plan(e, layouts: dict, opts: dict) -> str | None:
     (M, K), N = a.sizes, b.sizes[1]
     if min(M, N, K) == 0 or 2 * M * N * K > limit:
         return None
-    kw = {k: v for k, v in e.kwargs.items()}
+    kw = dict(e.kwargs)
     alpha, beta = kw.pop("alpha", 1), kw.pop("beta", 1)
     if kw or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (alpha, beta)):
         return None
@@ -81,8 +81,8 @@ def config(M: int, N: int, K: int, dtype) -> dict:
 
 
 class SmallMM:
-    """Called like the ATen op it replaces (``addmm(bias, a, b)``/``mm(a, b)``; ``beta``/``alpha`` are
-    the compile-time ones); returns a new contiguous [M, N] tensor. Per call: one allocation and one
+    """Called like the ATen op it replaces, positionally (``addmm(bias, a, b)``/``mm(a, b)``; ``beta`` and
+    ``alpha`` are baked in, so passing them is an error, not a silent mismatch); returns a new contiguous [M, N] tensor. Per call: one allocation and one
     launch. ``torch.backends.cuda.matmul.allow_tf32`` is read at each call, as cuBLAS does."""
 
     __slots__ = ("op", "M", "N", "launches", "meta")
@@ -98,7 +98,7 @@ class SmallMM:
                          num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         self.launches = {}  # (dtype, tf32) -> Launch
 
-    def __call__(self, *args, beta=None, alpha=None):
+    def __call__(self, *args):
         if self.op == "addmm":
             bias, a, b = args
         else:
