@@ -2,8 +2,8 @@
 
 Why: a matmul of a few MFLOP runs in a few microseconds on an H100, but its ATen call costs far more
 CPU than that: dispatch, cuBLASLt's heuristic and workspace lookups. On the H100 host of our runs one
-``aten.addmm`` of a batch-32 MLP took 18-26 us of CPU (``diag``-style timing of the op alone), against
-~4 us for a ``Launch`` of a compiled Triton kernel. Small-batch calls are bound by that CPU time, so
+``aten.addmm`` of a batch-32 MLP took 18-26 us of CPU (``benchmarks/probes/mlp_split.py``), and the
+whole compiled MLP call with three of these launches 75 us against eager's 127 us (gpu_suite). Small-batch calls are bound by that CPU time, so
 eager, torch.compile and ember all wait on it; a kernel whose sizes and strides are baked in does not.
 
 The kernel is autotune's ``ember_mm`` (the max-autotune matmul template) with a heuristic config: no
@@ -22,6 +22,7 @@ import triton
 from ember.native.ir import BufferArg
 
 OPS = ("mm", "addmm")
+_tf32_allowed = torch._C._get_cublas_allow_tf32
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -82,8 +83,8 @@ def config(M: int, N: int, K: int, dtype) -> dict:
 
 class SmallMM:
     """Called like the ATen op it replaces, positionally (``addmm(bias, a, b)``/``mm(a, b)``; ``beta`` and
-    ``alpha`` are baked in, so passing them is an error, not a silent mismatch); returns a new contiguous [M, N] tensor. Per call: one allocation and one
-    launch. ``torch.backends.cuda.matmul.allow_tf32`` is read at each call, as cuBLAS does."""
+    ``alpha`` are baked in, so passing them is an error, not a silent mismatch); returns a new
+    contiguous [M, N] tensor. Per call: one allocation and one launch. ``torch.backends.cuda.matmul.allow_tf32`` is read at each call, as cuBLAS does."""
 
     __slots__ = ("op", "M", "N", "launches", "meta")
 
@@ -96,7 +97,7 @@ class SmallMM:
                          HAS_BIAS=bias_strides is not None and beta != 0, ACTIVATION="", EVEN_K=K % cfg["BLOCK_K"] == 0,
                          BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=8,
                          num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-        self.launches = {}  # (dtype, tf32) -> Launch
+        self.launches = {}  # TF32 allowed (fp32 only) -> Launch
 
     def __call__(self, *args):
         if self.op == "addmm":
@@ -104,7 +105,9 @@ class SmallMM:
         else:
             (a, b), bias = args, None
         out = torch.empty((self.M, self.N), dtype=a.dtype, device=a.device)
-        key = a.dtype is torch.float32 and torch.backends.cuda.matmul.allow_tf32
+        # what ``torch.backends.cuda.matmul.allow_tf32`` returns, without its module __getattr__
+        # (1.9 us against 0.15 us per read)
+        key = a.dtype is torch.float32 and _tf32_allowed()
         launch = self.launches.get(key)
         if launch is None:
             launch = self.launches[key] = self._launch(a.dtype, key)
@@ -121,7 +124,7 @@ class SmallMM:
         # TF32 allowed: three TF32 products ("tf32x3", about fp32's accuracy) rather than one. Triton's
         # single TF32 product truncates its inputs: on the batch-32 MLP it landed 2.4e-3 (relative) from
         # eager's cuBLAS TF32, five times eager's own TF32 error; tf32x3 is 4e-4 from eager, and 4e-7
-        # from float64 (H100). Tensor cores either way, and the launch count does not change.
+        # from float64 (H100, benchmarks/probes/mm_precision.py). Tensor cores either way, and the launch count does not change.
         meta = dict(m, INPUT_PRECISION="tf32x3" if tf32 else "ieee", UPCAST=upcast)
         return Launch(ember_mm, grid, meta, fresh=(2,))
 

@@ -224,7 +224,8 @@ class WrapperCodegen:
         if e.name in self.extern_overrides:
             gname, expr = f"template_{e.name}", self.extern_overrides[e.name]
         self.globals[gname] = expr
-        if expr.startswith("SmallMM("):
+        baked = expr.startswith("SmallMM(")  # shapes, strides and scalars fixed in the callable
+        if baked:
             # its strides and scalars are baked in: a view starting at its buffer's first element is
             # passed as the buffer itself (one as_strided call less per operand)
             args = [a.name if a.offset == 0 else self.arg(a) for a in e.args]
@@ -236,7 +237,7 @@ class WrapperCodegen:
         if not e.multi:
             out = e.outputs[0]
             lay = out[1] if out else None
-            if expr.startswith("SmallMM(") and lay is not None and tuple(lay.strides) == (lay.sizes[1], 1):
+            if baked and lay is not None and tuple(lay.strides) == (lay.sizes[1], 1):
                 # its result is always a new contiguous [M, N] tensor: nothing to check
                 self.body.append(f"{out[0]} = {call}")
                 return
