@@ -70,6 +70,9 @@ def make_compiler(backend, mode: str | None, options: dict) -> Callable:
         bound["options"] = validate_options(spec, options)
         if not spec.accepts("options"):
             raise ValueError(f"backend {spec.name!r} takes no options (got {sorted(options)})")
+    prewarm = getattr(spec.fn, "prewarm", None)  # work a backend can start now, while the frontend traces
+    if prewarm is not None:
+        prewarm()
     return functools.partial(spec.fn, **bound) if bound else spec.fn
 
 

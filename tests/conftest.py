@@ -12,6 +12,17 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _session_cache_dir(tmp_path_factory):
+    """On-disk caches (traced graphs, native wrappers) start empty each run: a test never passes
+    on what an earlier run of other code stored."""
+    from ember.config import config
+    saved = config.cache_dir
+    config.cache_dir = str(tmp_path_factory.mktemp("ember_cache"))
+    yield
+    config.cache_dir = saved
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -19,8 +19,9 @@ import torch.fx as fx
 from torch._subclasses import FakeTensorMode
 
 from ember.aot import analysis
+from ember.aot import cache as aot_cache
 from ember.aot.runtime import EagerVariant, InferenceVariant, TrainingVariant
-from ember.aot.trace import trace_forward, trace_joint
+from ember.aot.trace import JointGraph, trace_forward, trace_joint
 from ember.config import config
 from ember.diagnostics import logging as elog
 
@@ -88,8 +89,35 @@ class AOTCompiledGraph:
 
 
 def build_variant(gm: fx.GraphModule, args: list, opts: AOTOptions, name: str = "graph"):
-    """Analyze, trace, partition and compile ``gm`` for the autograd situation of ``args``."""
+    """Analyze, trace, partition and compile ``gm`` for the autograd situation of ``args``; the
+    traced graphs come from the on-disk cache (``cache.py``) when an earlier process stored them."""
     symbolic = analysis.symbolic_templates(gm)
+    key = None
+    if symbolic is None:  # (graphs with size symbols are traced every time)
+        try:
+            key = aot_cache.key_of(gm, args, opts)
+        except Exception as e:  # noqa: BLE001 - NotCacheable, or a gap in the key: trace as usual
+            aot_cache.STATS["uncacheable"] += 1
+            if not isinstance(e, aot_cache.NotCacheable):
+                elog.get_logger("graph_breaks").info(f"ember aot cache: no key for {name}: {type(e).__name__}: {e}")
+    parts = _cached_parts(key) if key is not None else None
+    if parts is None:
+        parts = _trace_parts(gm, args, opts, name, symbolic)
+        if key is not None and parts["kind"] != "eager":
+            _store(key, parts, name)
+    variant = _compile_parts(parts, gm, args, opts)
+    variant.meta = parts["meta"]
+    if config.verify:  # EMBER_VERIFY=1: check every graph this layer built
+        for graph in (getattr(variant, a, None) for a in ("graph", "forward", "backward")):
+            if graph is not None:
+                graph.graph.lint()
+    if elog.enabled(ARTIFACT):
+        elog.artifact(ARTIFACT, describe_variant(variant, name))
+    return variant
+
+
+def _trace_parts(gm, args, opts, name, symbolic) -> dict:
+    """Analysis and tracing: {kind, meta, and the traced graphs} (graphs not compiled yet)."""
     if symbolic is not None:  # dynamic shapes: trace in the frontend's ShapeEnv, with its symbols
         fake_mode, templates = symbolic
         fake_mode.allow_non_fake_inputs = True
@@ -101,28 +129,63 @@ def build_variant(gm: fx.GraphModule, args: list, opts: AOTOptions, name: str = 
     if meta.unsupported is None and needs_autograd and not wants_grads:
         meta.unsupported = "an output needs a gradient though the call does not (enable_grad inside no_grad)"
     if meta.unsupported is not None:
-        variant = EagerVariant(gm, meta.unsupported, meta)
-    elif needs_autograd:
+        return dict(kind="eager", meta=meta)
+    if needs_autograd:
         joint = trace_joint(gm, meta, args, fake_mode, opts.decompositions, templates)
         if elog.enabled(ARTIFACT):
             elog.artifact(ARTIFACT, _banner(name, "joint graph", meta) + _readable(joint.gm))
         fw, bw = opts.partition_fn(joint.gm, joint.primal_vals, num_fwd_outputs=joint.num_fw_outputs)
-        compiled_fw = opts.fw_compiler(fw, [args[i] for i in meta.graph_inputs]) or fw.forward
-        bw_examples = [n.meta.get("val") for n in bw.graph.nodes if n.op == "placeholder"]
-        compiled_bw = opts.bw_compiler(bw, bw_examples) or bw.forward
-        variant = TrainingVariant(meta, joint, fw, bw, compiled_fw, compiled_bw)
-    else:
-        graph = trace_forward(gm, meta, args, fake_mode, opts.decompositions, templates)
-        compiled = opts.inference_compiler(graph, [args[i] for i in meta.graph_inputs]) or graph.forward
-        variant = InferenceVariant(meta, graph, compiled)
-    variant.meta = meta
-    if config.verify:  # EMBER_VERIFY=1: check every graph this layer built
-        for graph in (getattr(variant, a, None) for a in ("graph", "forward", "backward")):
-            if graph is not None:
-                graph.graph.lint()
-    if elog.enabled(ARTIFACT):
-        elog.artifact(ARTIFACT, describe_variant(variant, name))
-    return variant
+        return dict(kind="training", meta=meta, fw=fw, bw=bw, num_fw_outputs=joint.num_fw_outputs,
+                    grad_inputs=joint.grad_inputs)
+    graph = trace_forward(gm, meta, args, fake_mode, opts.decompositions, templates)
+    return dict(kind="inference", meta=meta, graph=graph)
+
+
+_GRAPHS = ("graph", "fw", "bw")
+
+
+def _as_data(parts: dict) -> dict:
+    """What the cache stores: taken before the compilers run (they may rewrite graphs in place)."""
+    return {k: aot_cache.graph_data(v) if k in _GRAPHS else v for k, v in parts.items()}
+
+
+def _store(key: str, parts: dict, name: str) -> None:
+    try:
+        data = _as_data(parts)
+    except Exception as e:  # noqa: BLE001 - a graph the cache cannot describe: still compiled as traced
+        aot_cache.STATS["uncacheable"] += 1
+        elog.get_logger("graph_breaks").info(f"ember aot cache: not storing {name}: {type(e).__name__}: {e}")
+        return
+    aot_cache.store(key, data)
+
+
+def _cached_parts(key: str) -> dict | None:
+    entry = aot_cache.load(key, FakeTensorMode(allow_non_fake_inputs=True))
+    if entry is None:
+        return None
+    try:
+        return {k: aot_cache.rebuild_graph(v) if k in _GRAPHS else v for k, v in entry.items()}
+    except Exception as e:  # noqa: BLE001 - a stale or foreign entry: trace again
+        elog.get_logger("graph_breaks").info(f"ember aot cache: entry {key[:16]} not usable, tracing again: {e}")
+        aot_cache.STATS["hits"] -= 1
+        aot_cache.STATS["misses"] += 1
+        return None
+
+
+def _compile_parts(parts: dict, gm, args: list, opts: AOTOptions):
+    meta = parts["meta"]
+    if parts["kind"] == "eager":
+        return EagerVariant(gm, meta.unsupported, meta)
+    inputs = [args[i] for i in meta.graph_inputs]
+    if parts["kind"] == "inference":
+        graph = parts["graph"]
+        return InferenceVariant(meta, graph, opts.inference_compiler(graph, inputs) or graph.forward)
+    fw, bw = parts["fw"], parts["bw"]
+    joint = JointGraph(None, parts["num_fw_outputs"], parts["grad_inputs"], None)
+    compiled_fw = opts.fw_compiler(fw, inputs) or fw.forward
+    bw_examples = [n.meta.get("val") for n in bw.graph.nodes if n.op == "placeholder"]
+    compiled_bw = opts.bw_compiler(bw, bw_examples) or bw.forward
+    return TrainingVariant(meta, joint, fw, bw, compiled_fw, compiled_bw)
 
 
 # ------------------------------------------------------------------------------------------- dumps

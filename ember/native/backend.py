@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from ember.native import cache, ir
+from ember.native import cache, ir, runtime
 from ember.native.lowering import Unsupported
 from ember.native.specialize import PerShapeGraph
 from ember.native.symbolic import SymbolicUnsupported, has_symbolic_inputs
@@ -60,6 +60,11 @@ def _force_triton() -> bool:
     from ember.config import config
 
     return bool(config.native_force_triton)
+
+
+def _compile_threads() -> int:
+    from ember.config import config
+    return config.compile_threads or min(16, os.cpu_count() or 1)
 
 
 def _uses_cuda(gm, example_inputs) -> bool:
@@ -141,6 +146,8 @@ def _compile(gm, example_inputs, opts):
         info, wrapper_src, kernel_srcs = _generate(gm, example_inputs, opts, key, base)
         _emit_log(wrapper_src, kernel_srcs)
     mod = cache.load_module(info["wrapper"])
+    if info["device"] != "cpu":  # (the interpreter has nothing to build)
+        runtime.precompile(getattr(mod, "LAUNCHES", ()), _compile_threads())
     constants = [_constant(gm, t, info["device"]) for t in info["constants"]]
     call = mod.make_call(constants, gm.forward)
     call.ember_native = dict(info, cache_hit=hit, compile_s=time.perf_counter() - t0, reason=None)

@@ -1,6 +1,8 @@
 """What generated wrappers import at run time (kept small: it is on every warm start's path)."""
 from __future__ import annotations
 
+import os
+
 from ember.native.cache import load_module
 
 
@@ -55,11 +57,14 @@ class Launch:
     always aligned), and a mismatch takes the normal path. Under the interpreter, or when launch hooks
     (profilers) are set at the first call, every call takes the normal path.
     """
-    __slots__ = ("fn", "grid", "meta", "fresh", "fast", "direct")
+    __slots__ = ("fn", "grid", "meta", "fresh", "fast", "direct", "spec")
 
-    def __init__(self, fn, grid, meta, fresh=()):
+    def __init__(self, fn, grid, meta, fresh=(), spec=None):
         self.fn, self.grid, self.meta = fn, tuple(grid) + (1,) * (3 - len(grid)), meta
         self.fresh = frozenset(fresh)
+        # the arguments' shape for a build ahead of the first call (``precompile``): a torch dtype per
+        # pointer, the value of each int (Triton specializes on ints); None: built at the first call
+        self.spec = spec
         self.fast = None
         self.direct = True  # may call Triton's C launcher itself (see _direct_launcher)
 
@@ -102,3 +107,51 @@ class Launch:
         except Exception:  # any surprise in Triton's internals: keep the normal path
             self.fast = None
         return None
+
+
+_TRITON_KEY = None  # the thread computing triton_key(), once started
+
+
+def prewarm_triton_key() -> None:
+    """Compute Triton's cache key in a daemon thread (once per process). Triton is imported here, in
+    the calling thread, so the two threads never import at once; hashing releases the GIL."""
+    global _TRITON_KEY
+    if _TRITON_KEY is not None or os.environ.get("TRITON_INTERPRET", "0") == "1":
+        return
+    try:
+        from triton.runtime.cache import triton_key
+    except ImportError:
+        _TRITON_KEY = False
+        return
+    import threading
+    _TRITON_KEY = threading.Thread(target=triton_key, name="ember-triton-key", daemon=True)
+    _TRITON_KEY.start()
+
+
+def precompile(launches, threads: int) -> int:
+    """Build the kernels of ``launches`` before their first call, ``threads`` builds at a time.
+
+    Triton's ``AsyncCompileMode`` runs each ``warmup`` build in the pool; its MLIR and LLVM passes
+    release the GIL and ``ptxas`` is a subprocess, so builds overlap. The binaries land in each
+    function's in-memory cache (and Triton's disk cache) under the key of a call with aligned
+    pointers and the same ints, which the first real call then finds. A launch whose inputs turn out
+    misaligned builds its own variant at that call, as before. A failed build is left for the first
+    call to report, with Triton's own error. Returns the number of builds submitted."""
+    if _TRITON_KEY:
+        _TRITON_KEY.join()  # (rather than hash everything a second time at the first build)
+    todo = [site for site in launches if site.spec is not None and site.fast is None]
+    if threads <= 1 or len(todo) < 2:
+        return 0
+    try:
+        from triton import AsyncCompileMode
+    except ImportError:  # Triton before 3.5: every kernel builds at its first call
+        return 0
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(min(threads, len(todo)), thread_name_prefix="ember-triton") as pool, \
+            AsyncCompileMode(pool, ignore_errors=True):
+        for site in todo:
+            try:
+                site.fn.warmup(*site.spec, grid=site.grid, **site.meta)
+            except Exception:  # noqa: BLE001 - the first call builds it and raises Triton's error there
+                pass
+    return len(todo)

@@ -81,6 +81,7 @@ class WrapperCodegen:
         self.devices: dict = {}
         self.body: list[str] = []
         self.launches: list[str] = []
+        self.static_launches: list[str] = []
 
     def dev(self, device) -> str:
         device = torch.device(device)
@@ -198,7 +199,11 @@ class WrapperCodegen:
         fresh = tuple(j for j, b in enumerate(ek.args) if b in allocated)
         if is_static(ek.xnumel):
             grid = 1 if step.single else max(1, -(-ek.xnumel // xb))
-            self.launches.append(f"{launch} = Launch({name}, ({grid},), {meta!r}, fresh={fresh!r})")
+            # what the arguments look like, for runtime.precompile (static launch sites only)
+            spec = [self.layouts[b].dtype for b in ek.args] + ([] if step.single else [ek.xnumel])
+            self.launches.append(f"{launch} = Launch({name}, ({grid},), {meta!r}, fresh={fresh!r}, "
+                                 f"spec={render_const(tuple(spec))})")
+            self.static_launches.append(launch)
             return launch, []
         self.launches.append(f"{launch} = DynamicLaunch({name}, {meta!r}, fresh={fresh!r})")
         xn = render_const(ek.xnumel)
@@ -282,6 +287,8 @@ class WrapperCodegen:
         for name, path in sorted({(name, path) for name, _, path in self.kernels.values()}):
             lines.append(f"{name} = load_kernel({path!r}, {name!r})")
         lines += self.launches
+        # the launch sites whose kernels runtime.precompile may build before the first call
+        lines.append(f"LAUNCHES = [{', '.join(self.static_launches)}]")
         lines += ["", "", "def make_call(constants, fallback):"]
         if consts:
             lines.append(f"    {', '.join(consts)}, = constants")

@@ -145,7 +145,34 @@ def _compiled_tiny(native_cache):
 def test_wrapper_marks_its_own_buffers_fresh(native_cache):
     fn, x = _compiled_tiny(native_cache)
     src = open(fn.ember_native["wrapper"]).read()
-    assert re.search(r"launch0 = Launch\(\w+, \(1,\), \{.*\}, fresh=\(1,\)\)", src), src
+    assert re.search(r"launch0 = Launch\(\w+, \(1,\), \{.*\}, fresh=\(1,\), spec=\(torch.float32, torch.float32, 16\)\)",
+                     src), src
+    assert "LAUNCHES = [launch0]" in src
+
+
+class _Warm:
+    """A kernel whose ``warmup`` records what it was asked to build."""
+
+    def __init__(self):
+        self.built = []
+
+    def warmup(self, *args, grid, **meta):
+        self.built.append((args, grid, meta))
+
+
+def test_precompile_builds_each_static_site_once_ahead_of_its_call():
+    pytest.importorskip("triton", minversion="3.5")  # AsyncCompileMode
+    from ember.native.runtime import precompile
+    k = _Warm()
+    sites = [Launch(k, (4,), {"XBLOCK": 8, "num_warps": 1}, spec=(torch.float32, 32)),
+             Launch(k, (2,), {"XBLOCK": 16, "num_warps": 2}, spec=(torch.bfloat16, 32)),
+             Launch(k, (1,), {"XBLOCK": 8}),               # no spec: built at its first call
+             Launch(k, (1,), {"XBLOCK": 8}, spec=(torch.float32, 8))]
+    sites[3].fast = ()  # already called once: nothing to build
+    assert precompile(sites, threads=4) == 2
+    assert sorted(k.built, key=lambda b: b[1]) == [((torch.bfloat16, 32), (2, 1, 1), {"XBLOCK": 16, "num_warps": 2}),
+                                                    ((torch.float32, 32), (4, 1, 1), {"XBLOCK": 8, "num_warps": 1})]
+    assert precompile(sites, threads=1) == 0 and len(k.built) == 2  # one thread: each builds at its first call
 
 
 def test_wrapper_python_cost_per_call(native_cache, capsys):
@@ -201,6 +228,26 @@ def test_gpu_launches_take_the_fast_path(native_cache):
     odd = base[1:]  # 4 bytes past an aligned address: the kernel specialized on alignment must not run
     torch.testing.assert_close(fn(odd), odd * 2 + 1)
     torch.testing.assert_close(fn(x), x * 2 + 1)
+
+
+@pytest.mark.gpu
+def test_gpu_kernels_are_built_before_the_first_call(native_cache):
+    def f(x, w):
+        a = torch.softmax(x, -1)
+        b = torch.nn.functional.layer_norm(x, (x.shape[-1],), w)
+        return a.sum(0) + b.amax(0), (a * b).cos()
+    x, w = torch.randn(64, 96, device="cuda"), torch.randn(96, device="cuda")
+    fn = compile_aten_graph(trace(f, [x, w]), [x, w], options={"cache_dir": native_cache})
+    sites = load_module(fn.ember_native["wrapper"]).LAUNCHES
+    assert len({id(s.fn) for s in sites}) >= 2
+
+    def built():
+        return sum(len(c[0]) for s in {id(s.fn): s for s in sites}.values() for c in s.fn.device_caches.values())
+    before = built()
+    assert before >= len({id(s.fn) for s in sites})
+    for got, want in zip(fn(x, w), f(x, w)):
+        torch.testing.assert_close(got, want)
+    assert built() == before  # the first call found every binary built
 
 
 @pytest.mark.gpu

@@ -1,0 +1,195 @@
+"""The on-disk cache of traced graphs (``ember/aot/cache.py``): a second compile of the same graph for
+inputs of the same description loads the traced graphs instead of tracing, and still matches eager
+(outputs, gradients, mutated inputs); anything the key does not describe gets its own entry or none."""
+import copy
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import ember
+from ember.aot import aot_autograd
+from ember.aot import cache as aot_cache
+from ember.config import config
+from tests.aot.aot_helpers import Recorder, assert_same_grads, close
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr(config, "cache_dir", str(tmp_path))
+    monkeypatch.setattr(config, "aot_cache", True)
+    monkeypatch.setattr(aot_cache, "STATS", dict.fromkeys(aot_cache.STATS, 0))
+    return tmp_path
+
+
+class Net(torch.nn.Module):
+    """A mutated buffer (batch norm's running statistics), an output that is a view, a gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 16)
+        self.bn = torch.nn.BatchNorm1d(16)
+
+    def forward(self, x):
+        h = torch.nn.functional.gelu(self.bn(self.lin(x)))
+        return h.sum(-1), h.t()
+
+
+def _step(model, x, backend):
+    m = ember.compile(model, backend=backend)
+    a, b = m(x)
+    (a.sum() + b.pow(2).sum()).backward()
+    return a, b
+
+
+def test_second_compile_loads_the_traced_graphs_and_matches_eager(cache_dir):
+    torch.manual_seed(0)
+    ref, x = Net(), torch.randn(4, 8)
+    runs = [copy.deepcopy(ref) for _ in range(2)]
+    want = _step(ref, x, "eager")
+    recorders = []
+    for model in runs:  # two compiles, as two processes would do them: nothing shared but the disk
+        rec = Recorder()
+        recorders.append(rec)
+        got = _step(model, x, rec)
+        for g, w in zip(got, want):
+            close(g, w, "output")
+        assert_same_grads(ref, model)
+        close(model.bn.running_mean, ref.bn.running_mean, "running mean")
+        close(model.bn.running_var, ref.bn.running_var, "running var")
+    assert aot_cache.STATS["stores"] == 1 and aot_cache.STATS["hits"] == 1
+    assert len(list(cache_dir.glob("aot/*/*.pkl"))) == 1
+    (first,), (second,) = (r.variants for r in recorders)
+    assert second.kind == first.kind == "training"
+    for a, b in ((first.forward, second.forward), (first.backward, second.backward)):
+        assert a.code == b.code
+        vals = [(n.meta["val"].shape, n.meta["val"].dtype) for n in b.graph.nodes
+                if isinstance(n.meta.get("val"), torch.Tensor)]
+        assert vals == [(n.meta["val"].shape, n.meta["val"].dtype) for n in a.graph.nodes
+                        if isinstance(n.meta.get("val"), torch.Tensor)]
+    assert second.forward.meta["ember_partition"].render() == first.forward.meta["ember_partition"].render()
+
+
+def _key(fn, *args, backend_options=None):
+    """The cache key of the graph ``fn`` captures for ``args`` (under the current global state)."""
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(aot_cache.key_of(gm, list(example_inputs), aot_autograd().options))
+        return gm.forward
+    ember.compile(fn, backend=backend)(*args)
+    return seen[0]
+
+
+def _f(x, y):
+    return (x * y).relu() + 1
+
+
+def test_the_key_follows_what_tracing_reads(cache_dir):
+    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    base = _key(_f, x, y)
+    assert _key(_f, x.clone(), y.clone()) == base  # values do not matter
+    assert _key(_f, x.double(), y.double()) != base
+    assert _key(_f, x.t(), y) != base  # strides
+    assert _key(_f, x.requires_grad_(), y) != base
+    x.requires_grad_(False)
+    assert _key(_f, x, x) != base  # the same tensor twice: aliasing
+    with torch.no_grad():
+        assert _key(_f, x, y) != base
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert _key(_f, x, y) != base
+    assert _key(lambda x, y: (x * y).relu() + 2, x, y) != base
+
+
+def _user_op(x):
+    return x * 3
+
+
+def test_graphs_calling_code_outside_torch_are_not_cached(cache_dir):
+    graph = torch.fx.Graph()
+    graph.output(graph.call_function(_user_op, (graph.placeholder("x"),)))
+    g = torch.fx.GraphModule({}, graph)
+    with pytest.raises(aot_cache.NotCacheable, match="_user_op"):
+        aot_cache.key_of(g, [torch.randn(3)], aot_autograd().options)
+    backend = aot_autograd(decompositions={torch.ops.aten.relu.default: lambda x: x.clamp_min(0)})
+    with pytest.raises(aot_cache.NotCacheable, match="decomposition"):
+        aot_cache.key_of(torch.fx.symbolic_trace(lambda x: x + 1), [torch.randn(3)], backend.options)
+
+
+def test_a_corrupt_or_stale_entry_is_traced_again(cache_dir):
+    x, y = torch.randn(4, 4, requires_grad=True), torch.randn(4, 4)
+    want = _f(x, y)
+    ember.compile(_f, backend=aot_autograd())(x, y)
+    (path,) = cache_dir.glob("aot/*/*.pkl")
+    path.write_bytes(b"not a pickle")
+    close(ember.compile(_f, backend=aot_autograd())(x, y), want, "after a corrupt entry")
+    assert aot_cache.STATS["hits"] == 0 and aot_cache.STATS["misses"] == 2
+    # an entry whose graph no longer rebuilds to the code it was stored with (its op resolves to
+    # another one, as after a change to torch's op names)
+    data = path.read_bytes()
+    assert b"aten::relu" in data
+    path.write_bytes(data.replace(b"aten::relu", b"aten::tanh"))
+    close(ember.compile(_f, backend=aot_autograd())(x, y), want, "after a stale entry")
+    assert aot_cache.STATS["hits"] == 0
+
+
+def test_off_switch(cache_dir, monkeypatch):
+    monkeypatch.setattr(config, "aot_cache", False)
+    ember.compile(_f, backend=aot_autograd())(torch.randn(3), torch.randn(3))
+    assert not list(cache_dir.glob("aot/*/*.pkl")) and aot_cache.STATS["stores"] == 0
+
+
+def test_a_second_process_loads_what_the_first_stored(tmp_path):
+    script = textwrap.dedent("""
+        import torch, ember
+        from ember.aot import cache
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8))
+        x = torch.randn(2, 8, requires_grad=True)
+        out = ember.compile(m)(x)
+        out.sum().backward()
+        ref = m(x)
+        assert torch.allclose(out, ref, atol=1e-6), (out - ref).abs().max()
+        print(cache.STATS["hits"], cache.STATS["stores"])
+    """)
+    env = dict(os.environ, EMBER_CACHE_DIR=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+            for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-2000:]
+    assert runs[0].stdout.split()[-2:] == ["0", "1"]
+    assert runs[1].stdout.split()[-2:] == ["1", "0"]
+
+
+def test_a_graph_round_trips_through_its_data():
+    """get_attr targets with dots, op packets and overloads, FakeTensor values, a view's offset."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    root = torch.nn.Module()
+    root.sub = torch.nn.Module()
+    root.sub.weight = torch.nn.Parameter(torch.randn(3))
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    w = graph.get_attr("sub.weight")
+    y = graph.call_function(torch.ops.aten.mul, (x, w))
+    z = graph.call_function(torch.ops.aten.add.Tensor, (y, 1))
+    graph.output((z,))
+    gm = torch.fx.GraphModule(root, graph)
+    key = aot_cache.key_of(gm, [torch.randn(3)], aot_autograd().options)
+    assert key != aot_cache.key_of(gm, [torch.randn(4)], aot_autograd().options)
+    mode = FakeTensorMode()
+    with mode:
+        z.meta["val"] = torch.empty(8)[2:5]
+    data = aot_cache.graph_data(gm)
+    import io
+    buf = io.BytesIO()
+    aot_cache._Pickler(buf).dump(data)
+    buf.seek(0)
+    back = aot_cache.rebuild_graph(aot_cache._Unpickler(buf, FakeTensorMode()).load())
+    assert back.code == gm.code
+    val = [n for n in back.graph.nodes if n.name == z.name][0].meta["val"]
+    assert isinstance(val, FakeTensor) and (val.shape, val.stride(), val.storage_offset()) == ((3,), (1,), 2)
+    x = torch.randn(3)
+    torch.testing.assert_close(back(x), gm(x))
