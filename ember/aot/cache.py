@@ -12,7 +12,7 @@ The key hashes everything the trace reads, and a graph the key cannot describe i
   standard operators (anything else, a user function allowed in the graph, a custom op, could
   change without the code changing), and ``get_attr`` tensors are hashed with their values;
 * per input: tensor type (``Tensor``/``Parameter`` only), sizes, strides, storage offset, dtype,
-  device, ``requires_grad``, leaf/view status, and which inputs share storage; other inputs by
+  device, ``requires_grad``, leaf/view/inference status, and which inputs share storage; other inputs by
   type and ``repr`` (bools, ints, floats, strings, None only); symbolic graphs are not cached;
 * global state: grad mode, inference mode, autocast per device type and its dtype and cache, the
   default dtype, deterministic algorithms, the scaled-dot-product-attention backends allowed, and
@@ -86,7 +86,8 @@ def _describe_tensor(t: torch.Tensor, storages: dict) -> str:
         raise NotCacheable(f"a {type(t).__name__} input ({t.layout})")
     sid = storages.setdefault(t.untyped_storage().data_ptr(), len(storages))
     return (f"{type(t).__name__}{tuple(t.shape)}{t.stride()}+{t.storage_offset()}:{t.dtype}:{t.device}:"
-            f"rg{int(t.requires_grad)}:leaf{int(t.is_leaf)}:view{int(t._is_view())}:storage{sid}")
+            f"rg{int(t.requires_grad)}:leaf{int(t.is_leaf)}:view{int(t._is_view())}:inference{int(t.is_inference())}:"
+            f"storage{sid}")
 
 
 def _describe_value(v) -> str:
@@ -224,8 +225,8 @@ class _Unpickler(pickle.Unpickler):
 
 
 def _fake(fake_mode, shape, stride, offset, dtype, device):
-    """A FakeTensor of this description, built around a meta tensor directly (through the fake
-    mode's dispatch it costs 4x more: 0.2 s for a GPT-2 graph's values)."""
+    """A FakeTensor of this description, built around a meta tensor directly: through the fake
+    mode's dispatch, the values of a cached GPT-2 graph took most of its load time."""
     from torch._subclasses.fake_tensor import FakeTensor
     if offset:
         span = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
