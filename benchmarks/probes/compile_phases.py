@@ -36,7 +36,7 @@ import ember.frontend.convert as cv, ember.aot.pipeline as pl, ember.aot.analysi
 import ember.aot.trace as tr
 wrap(cv, "_compile", "frontend._compile (all)")
 wrap(pl, "build_variant", "aot.build_variant (incl backend)")
-wrap(pl, "_cached_parts", "aot._cached_parts (load)")
+wrap(pl.aot_cache, "load", "aot.cache.load")
 wrap(pl, "_trace_parts", "aot._trace_parts")
 wrap(pl.aot_cache, "store", "aot.cache.store")
 wrap(an, "collect", "aot.analysis.collect")

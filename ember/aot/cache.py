@@ -272,13 +272,17 @@ def _path(key: str) -> str:
     return os.path.join(config.cache_dir, "aot", key[:2], f"{key}.pkl")
 
 
-def store(key: str, entry: dict) -> None:
-    """Write an entry (atomically); an entry that cannot be pickled is skipped."""
+def store(key: str, parts: dict, graphs=()) -> None:
+    """Write ``parts`` (the entries named in ``graphs`` are graph modules, stored as data) atomically.
+    Call it before any compiler rewrites the graphs in place. An entry that cannot be described is
+    skipped (and logged): the traced graphs still compile."""
     buf = io.BytesIO()
     try:
+        entry = {k: graph_data(v) if k in graphs else v for k, v in parts.items()}
         _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(entry)
-    except (NotCacheable, pickle.PicklingError, TypeError, AttributeError):
+    except Exception as e:  # noqa: BLE001 - NotCacheable, an unpicklable value, an odd graph
         STATS["uncacheable"] += 1
+        _log(f"ember aot cache: not storing {key[:16]}: {type(e).__name__}: {e}")
         return
     path = _path(key)
     try:
@@ -292,17 +296,19 @@ def store(key: str, entry: dict) -> None:
         pass
 
 
-def load(key: str, fake_mode) -> dict | None:
-    """The entry stored under ``key`` (graphs still as data), or None. A corrupt or stale entry is
-    a miss: it is logged and retraced, never trusted."""
+def load(key: str, fake_mode, graphs=()) -> dict | None:
+    """The entry stored under ``key``, its ``graphs`` rebuilt as graph modules, or None. A corrupt
+    or stale entry (a graph that no longer rebuilds to its stored code) is a miss: logged and
+    traced again, never trusted."""
     path = _path(key)
     try:
         with open(path, "rb") as f:
             entry = _Unpickler(f, fake_mode).load()
+        entry = {k: rebuild_graph(v) if k in graphs else v for k, v in entry.items()}
     except FileNotFoundError:
         STATS["misses"] += 1
         return None
-    except Exception as e:  # noqa: BLE001 - a truncated or foreign file: trace again
+    except Exception as e:  # noqa: BLE001 - a truncated or foreign file, a stale graph: trace again
         _log(f"ember aot cache: ignoring {path}: {type(e).__name__}: {e}")
         STATS["misses"] += 1
         return None

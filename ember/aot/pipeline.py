@@ -100,11 +100,11 @@ def build_variant(gm: fx.GraphModule, args: list, opts: AOTOptions, name: str = 
             aot_cache.STATS["uncacheable"] += 1
             if not isinstance(e, aot_cache.NotCacheable):
                 elog.get_logger("graph_breaks").info(f"ember aot cache: no key for {name}: {type(e).__name__}: {e}")
-    parts = _cached_parts(key) if key is not None else None
+    parts = aot_cache.load(key, FakeTensorMode(allow_non_fake_inputs=True), _GRAPHS) if key is not None else None
     if parts is None:
         parts = _trace_parts(gm, args, opts, name, symbolic)
         if key is not None and parts["kind"] != "eager":
-            _store(key, parts, name)
+            aot_cache.store(key, parts, _GRAPHS)
     variant = _compile_parts(parts, gm, args, opts)
     variant.meta = parts["meta"]
     if config.verify:  # EMBER_VERIFY=1: check every graph this layer built
@@ -141,35 +141,7 @@ def _trace_parts(gm, args, opts, name, symbolic) -> dict:
     return dict(kind="inference", meta=meta, graph=graph)
 
 
-_GRAPHS = ("graph", "fw", "bw")
-
-
-def _as_data(parts: dict) -> dict:
-    """What the cache stores: taken before the compilers run (they may rewrite graphs in place)."""
-    return {k: aot_cache.graph_data(v) if k in _GRAPHS else v for k, v in parts.items()}
-
-
-def _store(key: str, parts: dict, name: str) -> None:
-    try:
-        data = _as_data(parts)
-    except Exception as e:  # noqa: BLE001 - a graph the cache cannot describe: still compiled as traced
-        aot_cache.STATS["uncacheable"] += 1
-        elog.get_logger("graph_breaks").info(f"ember aot cache: not storing {name}: {type(e).__name__}: {e}")
-        return
-    aot_cache.store(key, data)
-
-
-def _cached_parts(key: str) -> dict | None:
-    entry = aot_cache.load(key, FakeTensorMode(allow_non_fake_inputs=True))
-    if entry is None:
-        return None
-    try:
-        return {k: aot_cache.rebuild_graph(v) if k in _GRAPHS else v for k, v in entry.items()}
-    except Exception as e:  # noqa: BLE001 - a stale or foreign entry: trace again
-        elog.get_logger("graph_breaks").info(f"ember aot cache: entry {key[:16]} not usable, tracing again: {e}")
-        aot_cache.STATS["hits"] -= 1
-        aot_cache.STATS["misses"] += 1
-        return None
+_GRAPHS = ("graph", "fw", "bw")  # the entries of a traced-parts dict that are graph modules
 
 
 def _compile_parts(parts: dict, gm, args: list, opts: AOTOptions):

@@ -91,7 +91,7 @@ def ember_default(gm, example_inputs, mode=None, options=None):
 
 
 def _prewarm():
-    """Triton's cache key (a hash of its sources and its 60 MB library, 0.4 s on the H100 host) is
+    """Triton's cache key (a hash of its sources and its library, 0.4 s on the H100 host) is
     computed by the first kernel build or cache lookup of a process; start it in the background when
     a function is compiled for CUDA, so it overlaps the frontend's trace."""
     if torch.cuda.is_available():

@@ -174,9 +174,14 @@ class WrapperCodegen:
         lower = self.g.sizevars.lower
         return [n for n in limits if not any(m is not n and known_nonneg(m - n, lower) for m in limits)]
 
+    @staticmethod
+    def _static_sizes(step, ek) -> list:
+        """The int arguments after a static kernel's pointers."""
+        return [] if step.single else [ek.xnumel]
+
     def _launch_args(self, step, ek):
         if not ek.symbolic:
-            return list(ek.args) + ([] if step.single else [str(ek.xnumel)])
+            return list(ek.args) + [str(n) for n in self._static_sizes(step, ek)]
         sizes = [render_const(s) for s in ek.size_args]
         return list(ek.args) + sizes + [render_const(ek.xnumel)] + ([render_const(ek.rnumel)] if ek.rnumel_arg else [])
 
@@ -200,7 +205,7 @@ class WrapperCodegen:
         if is_static(ek.xnumel):
             grid = 1 if step.single else max(1, -(-ek.xnumel // xb))
             # what the arguments look like, for runtime.precompile (static launch sites only)
-            spec = [self.layouts[b].dtype for b in ek.args] + ([] if step.single else [ek.xnumel])
+            spec = [self.layouts[b].dtype for b in ek.args] + self._static_sizes(step, ek)
             self.launches.append(f"{launch} = Launch({name}, ({grid},), {meta!r}, fresh={fresh!r}, "
                                  f"spec={render_const(tuple(spec))})")
             self.static_launches.append(launch)
