@@ -111,6 +111,9 @@ def candidates(ek, single: bool, opts: dict) -> list:
     def add(xb, rb, warps, stages=None):
         if xb > max_x or (rb is not None and rb > max_r) or warps > 32 or warps < 1:
             return
+        # the kernel's masks were left out for blocks that divide its sizes (triton_emit._mask)
+        if (ek.exact_x and ek.xnumel % xb) or (ek.exact_r and rb is not None and ek.rnumel % rb):
+            return
         c = LaunchConfig(xb, rb, warps, base.persistent, stages)
         if c not in out:
             out.append(c)

@@ -668,6 +668,12 @@ class GraphLowering:
                 if isinstance(v, Value):
                     meta = a.meta.get("val")
                     strides = norm_sizes(meta.stride()) if isinstance(meta, torch.Tensor) else None
+                    hit = self._extern_args.get(id(v)) if isinstance(v, Lazy) else None
+                    if hit is not None and hit[0] is v and (strides is None or _same_strides(v.sizes, hit[1].strides, strides)):
+                        # already in a buffer as an extern's argument (autocast's bf16 copy of a weight,
+                        # read by the convolution and saved for the backward): return that buffer
+                        # rather than write the same values into a second one
+                        v = hit[1]
                     if (isinstance(v, Stored) and strides is not None and _dense_strides(v.sizes, strides, self.sv)
                             and not _same_strides(v.sizes, v.strides, strides)):
                         # a view whose traced metadata promises other strides: the output gets

@@ -2,7 +2,8 @@
 
 Every ``ComputedNode`` starts as its own group; extern nodes are groups that never fuse. Groups that
 share data are merged greedily, best score first (bytes shared, vertical before horizontal), until a
-round merges nothing. A kernel has one iteration space: ``ranges`` with the ``reduced`` ones reduced.
+round merges nothing; pointwise groups of at most ``TINY_NUMEL`` elements also merge with each other
+without sharing data (one launch instead of several). A kernel has one iteration space: ``ranges`` with the ``reduced`` ones reduced.
 A node fits a kernel as
 
 * ``red``:   a reduction over exactly those ranges and reduced dims,
@@ -33,6 +34,8 @@ MAX_FUSED_NODES = 64
 # A reduction kernel may also reduce its per-row results across rows when it can run as a single
 # program: only for small problems, where one launch instead of two wins.
 SINGLE_PROGRAM_NUMEL = 1 << 16
+# pointwise kernels this small merge with any other of the same size (no shared data needed)
+TINY_NUMEL = 1024
 
 
 @dataclasses.dataclass
@@ -315,9 +318,16 @@ class Scheduler:
 
     # -- fusion --------------------------------------------------------------------------------
     def fuse(self):
+        self._fuse_rounds(self._candidates)
+        # then tiny pointwise groups merge even without shared data: their launches cost far more
+        # than their work (batch norm's num_batches_tracked += 1, one scalar kernel per layer
+        # otherwise). Last, so that they never take a group from the kernel it shares data with.
+        self._fuse_rounds(self._tiny_pairs)
+
+    def _fuse_rounds(self, candidates):
         for _ in range(10):
             merged = False
-            for _, a, b in self._candidates():
+            for _, a, b in candidates():
                 if a not in self.groups or b not in self.groups or a is b:
                     continue
                 shape = self.can_merge(a, b)
@@ -349,6 +359,11 @@ class Scheduler:
                     scores[key] = (old[0] + int(vertical), old[1] + nbytes, a, b)
         ranked = sorted(scores.values(), key=lambda s: (-s[0], -s[1], abs(s[2].order - s[3].order)))
         return [(s[:2], s[2], s[3]) for s in ranked]
+
+    def _tiny_pairs(self):
+        tiny = [g for g in self.groups if not g.extern and not g.reduced and _static(g.ranges)
+                and math.prod(g.ranges) <= TINY_NUMEL]
+        return [((0, 0), a, b) for i, a in enumerate(tiny) for b in tiny[i + 1:i + 65]]
 
     def _merge(self, a, b, shape):
         a.members = sorted(a.members + b.members, key=lambda n: self.pos[id(n)])

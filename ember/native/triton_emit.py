@@ -68,6 +68,11 @@ TEMPLATES = {
     "bitwise_xor": "{0} ^ {1}", "bitwise_not": "~{0}", "where": "tl.where({0}, {1}, {2})",
 }
 
+# ops that cost tens of instructions per element: kernels with one get fewer warps (choose_config)
+HEAVY_OPS = frozenset({"erf", "tanh", "pow", "atan", "atan2", "asin", "acos", "sinh", "cosh", "tan", "expm1",
+                       "log1p"})
+# in kernels whose every erf result is rounded to bf16/fp16 (see TritonKernelEmitter.fast_erf)
+LOW_PRECISION_TEMPLATES = {"erf": "erf_rational({0})"}
 
 # the least size a symbolic size's hint counts as when choosing block sizes (see _config)
 SYMBOLIC_HINT_FLOOR = 1024
@@ -107,16 +112,21 @@ class EmittedKernel:
     size_args: list = dataclasses.field(default_factory=list)     # size symbols passed as ks0, ks1...
     int32_limits: list = dataclasses.field(default_factory=list)  # sizes that must stay < 2**31 (int32 math)
     rnumel_arg: bool = False    # rnumel is passed after xnumel (symbolic), not as launch metadata
+    # masks written as constant true (``_mask``): another XBLOCK/RBLOCK must divide the size too
+    exact_x: bool = False
+    exact_r: bool = False
 
     @property
     def symbolic(self) -> bool:
         return bool(self.size_args) or not (is_static(self.xnumel) and is_static(self.rnumel))
 
 
-def choose_config(k: Kernel, options: dict, inner_reduction: bool, persistent_ok: bool = True) -> LaunchConfig:
+def choose_config(k: Kernel, options: dict, inner_reduction: bool, persistent_ok: bool = True,
+                  heavy: bool = False) -> LaunchConfig:
     """Block sizes from Inductor-like heuristics; ``options`` may cap them (tests force small
     blocks so mask tails and several loop iterations get exercised). ``k`` has int sizes (hints for
-    symbolic kernels); ``persistent_ok=False`` when no bound on rnumel is known."""
+    symbolic kernels); ``persistent_ok=False`` when no bound on rnumel is known; ``heavy``: the
+    kernel computes a costly function per element (``HEAVY_OPS``)."""
     max_x = options.get("max_xblock", 4096)
     max_r = options.get("max_rblock", 4096)
     if not k.is_reduction:
@@ -149,6 +159,12 @@ def choose_config(k: Kernel, options: dict, inner_reduction: bool, persistent_ok
     elems = xb * rb
     # 8-16 elements per thread: 16-byte vector loads, few registers; a whole 8K+ row gets 16 warps
     warps = 16 if persistent and elems >= 8192 else 8 if elems >= 2048 else 4 if elems >= 512 else 2 if elems >= 128 else 1
+    if heavy and persistent and warps >= 8:
+        # more elements per thread hide a compute-bound tail better: layer_norm+gelu bf16 on an H100,
+        # 4096-wide rows 88% of copy bandwidth with 4 warps against 86% with 8, 768-wide 76% against
+        # 72%; light kernels (layer_norm, softmax) stay within 2% either way
+        # (benchmarks/probes/persistent_warps.py)
+        warps //= 2
     return LaunchConfig(xb, rb, warps, persistent)
 
 
@@ -190,6 +206,13 @@ class TritonKernelEmitter:
         self.int32_limits = [] if self.int64 else [n for n in sizes if not is_static(n)]
         self.vars = ir.node_vars(len(k.ranges))
         self.kept = [i for i in range(len(k.ranges)) if i not in k.reduced]
+        # erf as a cheaper rational function (a few float32 ulps off libdevice's) when every node
+        # computing one rounds its result to bf16/fp16, as gelu on half tensors does: the error is
+        # far below one rounding step, and libdevice's erf made such kernels compute-bound
+        ops = {n.name: {x.op for x in ir.walk([k.bodies[n.name]])} for n in k.nodes}
+        self.heavy = any(o & HEAVY_OPS for o in ops.values())
+        erf_nodes = [n for n in k.nodes if "erf" in ops[n.name]]
+        self.fast_erf = bool(erf_nodes) and all(n.layout.dtype in LOW_PRECISION for n in erf_nodes)
 
     # -- names ---------------------------------------------------------------------------------
     def pointer(self, buf, out=False):
@@ -263,7 +286,8 @@ class TritonKernelEmitter:
         if e.op == "reciprocal":
             return self.emit_line(scope, f"1.0 / {args[0]}" if compute_dtype(e.dtype) == torch.float32
                                   else f"tl.full([], 1, {TL_DTYPE[e.dtype]}) / {args[0]}")
-        return self.emit_line(scope, TEMPLATES[e.op].format(*args))
+        template = LOW_PRECISION_TEMPLATES.get(e.op) if self.fast_erf else None
+        return self.emit_line(scope, (template or TEMPLATES[e.op]).format(*args))
 
     def cast(self, v, src, dst, scope):
         csrc, cdst = compute_dtype(src), compute_dtype(dst)
@@ -387,12 +411,13 @@ class TritonKernelEmitter:
         inner_red = self._inner_reduction()
         cfg = self._config(inner_red)
         self.cfg = cfg
+        self.exact: set = set()  # "x"/"r": which masks _mask wrote as constant true
         body: list[str] = []
         idx_t = ".to(tl.int64)" if self.int64 else ""
         pid = f"tl.program_id(0){idx_t}"
         if not k.is_reduction:
             body += [f"xoffset = {pid} * XBLOCK", f"xindex = xoffset + tl.arange(0, XBLOCK){idx_t}",
-                     "xmask = xindex < xnumel"]
+                     self._mask("xmask", "xindex < xnumel", k.xnumel, cfg.XBLOCK, "[XBLOCK]")]
             body += self._var_defs(self.kept, "xindex")
             scope = _Scope(mask="xmask")
             for n in k.nodes:
@@ -403,10 +428,12 @@ class TritonKernelEmitter:
             kind = "poi"
         else:
             fscope = _Scope(mask=None)  # function level: only single-program kernels use it
-            block = [f"xindex = xoffset + tl.arange(0, XBLOCK)[:, None]{idx_t}", "xmask = xindex < xnumel"]
+            block = [f"xindex = xoffset + tl.arange(0, XBLOCK)[:, None]{idx_t}",
+                     self._mask("xmask", "xindex < xnumel", k.xnumel, cfg.XBLOCK, "[XBLOCK, 1]")]
             block += self._var_defs(self.kept, "xindex")
             if cfg.persistent:
-                block += [f"rindex = tl.arange(0, RBLOCK)[None, :]{idx_t}", "rmask = rindex < rnumel"]
+                block += [f"rindex = tl.arange(0, RBLOCK)[None, :]{idx_t}",
+                          self._mask("rmask", "rindex < rnumel", k.rnumel, cfg.RBLOCK, "[1, RBLOCK]")]
                 block += self._var_defs(list(k.reduced), "rindex")
                 block += self._persistent(fscope)
                 kind = "per"
@@ -442,7 +469,16 @@ class TritonKernelEmitter:
         src = [deco, f"def KERNEL_NAME({', '.join(params)}):"] + ["    " + l for l in body]
         return EmittedKernel("\n".join(src) + "\n", kind, list(self.args), k.xnumel, k.rnumel, cfg,
                              provenance(k), size_args=list(self.size_names), int32_limits=self.int32_limits,
-                             rnumel_arg=rnumel_arg)
+                             rnumel_arg=rnumel_arg, exact_x="x" in self.exact, exact_r="r" in self.exact)
+
+    def _mask(self, name, cond, numel, block, shape) -> str:
+        """``name = cond``, or a constant all-true mask when the static size is a multiple of the
+        block: Triton then folds the selects away and emits unpredicated vector loads and stores
+        (a persistent row of exactly RBLOCK, a pointwise size that the grid covers exactly)."""
+        if is_static(numel) and numel > 0 and numel % block == 0:
+            self.exact.add(name[0])
+            return f"{name} = tl.full({shape}, True, tl.int1)  # {cond}: always true at these sizes"
+        return f"{name} = {cond}"
 
     def _config(self, inner_red) -> LaunchConfig:
         """choose_config at the hints. A symbolic size is expected to vary, so its hint counts as
@@ -452,7 +488,7 @@ class TritonKernelEmitter:
         persistent limit; otherwise it loops."""
         k, sv = self.k, self.sv
         if all(is_static(n) for n in (k.numel, k.xnumel, k.rnumel)):
-            return choose_config(k, self.options, inner_red)
+            return choose_config(k, self.options, inner_red, heavy=self.heavy)
 
         def hint(n):
             return n if is_static(n) else max(sv.hint(n), SYMBOLIC_HINT_FLOOR)
@@ -462,10 +498,10 @@ class TritonKernelEmitter:
                                          rnumel=rnumel)
         bound = k.rnumel if is_static(k.rnumel) else sv.upper_bound(k.rnumel)
         if bound is not None:
-            cfg = choose_config(at(bound), self.options, inner_red)
+            cfg = choose_config(at(bound), self.options, inner_red, heavy=self.heavy)
             if cfg.persistent or is_static(k.rnumel):
                 return cfg
-        return choose_config(at(hint(k.rnumel)), self.options, inner_red, persistent_ok=False)
+        return choose_config(at(hint(k.rnumel)), self.options, inner_red, persistent_ok=False, heavy=self.heavy)
 
     def _inner_reduction(self):
         for n in self.k.nodes:
@@ -549,7 +585,8 @@ class TritonKernelEmitter:
             for n in reds:
                 accs[n.name] = self._init_acc(n, top)
             loop = _Scope(top, mask="xmask & rmask", hoist_to=top)
-            loop.lines += ["rindex = roffset + rbase", "rmask = rindex < rnumel"]
+            loop.lines += ["rindex = roffset + rbase",
+                           self._mask("rmask", "rindex < rnumel", k.rnumel, self.cfg.RBLOCK, "[1, RBLOCK]")]
             loop.lines += self._var_defs(list(k.reduced), "rindex")
             for n in k.nodes:
                 if n in reds:

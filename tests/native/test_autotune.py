@@ -51,6 +51,17 @@ def test_candidates_start_with_the_heuristic_and_keep_the_kernel_valid(case):
         assert any(c.num_stages == 1 for c in cands)
 
 
+def test_candidates_keep_blocks_that_divide_sizes_whose_masks_were_left_out():
+    # 3072 elements, XBLOCK 256: the emitted kernel has no xmask, so 2048 (3072 = 1.5 x 2048) must not be tried
+    _, _, emitted = _emitted(lambda x: x.sin() * 2, [torch.randn(3072)])
+    (step, ek), = emitted
+    assert ek.exact_x and "xmask = tl.full(" in ek.source
+    cands = autotune.candidates(ek, step.single, {})
+    assert {c.XBLOCK for c in cands} == {256, 512, 1024}
+    _, _, emitted = _emitted(lambda x: x.sin() * 2, [torch.randn(3000)])
+    assert not emitted[0][1].exact_x and "xmask = xindex < xnumel" in emitted[0][1].source
+
+
 def test_heuristics_keep_rows_up_to_8k_in_registers():
     _, _, emitted = _emitted(lambda x: torch.softmax(x * 0.125, -1), [torch.randn(4, 8192)])
     (_, ek), = emitted

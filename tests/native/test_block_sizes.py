@@ -34,3 +34,12 @@ def test_unbounded_symbolic_rows_loop(rn):
     k = types.SimpleNamespace(is_reduction=True, xnumel=1024, rnumel=rn)
     c = choose_config(k, {}, True, persistent_ok=False)
     assert not c.persistent and _pow2(c.XBLOCK) and _pow2(c.RBLOCK), c
+
+
+def test_heavy_persistent_reductions_get_fewer_warps():
+    """A costly op per element (gelu's erf) is compute-bound with 8 warps per 4096-wide row: 4."""
+    k = types.SimpleNamespace(is_reduction=True, xnumel=8192, rnumel=4096)
+    assert choose_config(k, {}, True).num_warps == 8
+    assert choose_config(k, {}, True, heavy=True).num_warps == 4
+    looped = types.SimpleNamespace(is_reduction=True, xnumel=8, rnumel=50000)
+    assert choose_config(looped, {}, True, heavy=True) == choose_config(looped, {}, True)

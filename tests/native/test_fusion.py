@@ -5,7 +5,10 @@ import pytest
 import torch
 
 pytest.importorskip("triton")
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
+from ember.native.triton_helpers import erf_rational  # noqa: E402
 from tests.native.harness import DEVICE, run_case  # noqa: E402
 from tests.native.optable import OPS, f32  # noqa: E402
 
@@ -110,3 +113,65 @@ def test_low_precision_casts_inside_a_kernel(native_cache, emulate):
     src = "".join(open(p).read() for p in compiled.ember_native["kernels"])
     rounds = src.count(".to(tl.bfloat16).to(tl.float32)")
     assert (rounds >= 3) if emulate else (rounds == 0), src
+
+
+def _kernel_sources(compiled) -> str:
+    return "".join(open(p).read() for p in compiled.ember_native["kernels"])
+
+
+@pytest.mark.parametrize("dtype,fast", [(torch.bfloat16, True), (torch.float16, True), (torch.float32, False)])
+def test_gelu_erf_form_follows_the_output_precision(dtype, fast, native_cache):
+    """layer_norm + gelu: rounded to a half type, erf is the rational form (cheaper); in float32 it
+    stays libdevice's (1 ulp)."""
+    def fn(x, w, b):
+        return torch.nn.functional.gelu(torch.nn.functional.layer_norm(x, (64,), w, b))
+    torch.manual_seed(0)
+    inputs = [torch.randn(8, 64, dtype=dtype, device=DEVICE) for _ in range(1)] + \
+        [torch.randn(64, dtype=dtype, device=DEVICE) for _ in range(2)]
+    compiled = run_case(fn, inputs, cache_dir=native_cache)
+    src = _kernel_sources(compiled)
+    assert ("erf_rational(" in src) is fast and ("tl.math.erf(" in src) is not fast, src
+
+
+@triton.jit
+def _erf_kernel(x_ptr, y_ptr, n, B: tl.constexpr):
+    i = tl.program_id(0) * B + tl.arange(0, B)
+    tl.store(y_ptr + i, erf_rational(tl.load(x_ptr + i, i < n)), i < n)
+
+
+def test_erf_rational_accuracy():
+    """The rational erf within 6e-7 of float64 erf over [-6, 6] and at tiny arguments (odd, so
+    erf(x) ~ 2x/sqrt(pi) keeps its relative accuracy near 0); exact +-1 past +-4."""
+    x = torch.cat([torch.linspace(-6, 6, 20001), torch.logspace(-30, 0, 301), -torch.logspace(-30, 0, 301)])
+    x = x.to(DEVICE)
+    y = torch.empty_like(x)
+    _erf_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), B=1024)
+    ref = torch.erf(x.double())
+    assert (y.double() - ref).abs().max().item() < 6e-7
+    small = x.abs() < 1e-3
+    assert ((y[small].double() - ref[small]).abs() / ref[small].abs()).max().item() < 1e-6
+    assert bool((y[x.abs() >= 4] == torch.sign(x[x.abs() >= 4])).all())
+
+
+def test_tiny_independent_kernels_merge_into_one_launch(native_cache):
+    """Batch norm's ``num_batches_tracked + 1`` per layer: scalar updates that share no data become
+    one kernel; the same at 2048 elements (above scheduler.TINY_NUMEL) stays one kernel each."""
+    def counters(a, b, c):
+        return a + 1, b + 1, c * 2
+    ints = [torch.tensor(n, device=DEVICE) for n in (3, 5, 7)]
+    assert run_case(counters, ints, cache_dir=native_cache).ember_native["report"]["kernels"] == 1
+    big = [torch.randn(2048, device=DEVICE) for _ in range(3)]
+    assert run_case(counters, big, cache_dir=native_cache).ember_native["report"]["kernels"] == 3
+
+
+def test_a_cast_read_by_an_extern_and_returned_is_written_once(native_cache):
+    """autocast's bf16 copy of a weight, read by the convolution and saved for the backward: one
+    buffer, not the same values written twice."""
+    def fn(x, w):
+        wb = w.to(torch.bfloat16)
+        return torch.nn.functional.conv2d(x.to(torch.bfloat16), wb), wb
+    x, w = torch.randn(2, 4, 5, 5, device=DEVICE), torch.randn(6, 4, 3, 3, device=DEVICE)
+    # (the interpreter rounds fp32 to bf16 by truncation: a looser tolerance than bf16's own)
+    compiled = run_case(fn, [x, w], atol=0.3, rtol=0.05, cache_dir=native_cache)
+    src = open(compiled.ember_native["wrapper"]).read()
+    assert src.count("dtype=torch.bfloat16)") == 2, src  # the two casts' buffers, nothing else
