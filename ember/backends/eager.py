@@ -40,16 +40,30 @@ def eager(gm, example_inputs):
     return gm.forward
 
 
+def native_options(cudagraphs: bool, autotune: bool) -> dict:
+    """The native compiler's options for a mode (its ``DEFAULT_OPTIONS`` fill the rest)."""
+    options = {}
+    if autotune:
+        options["autotune"] = True
+    if cudagraphs:
+        # a replayed graph launches nothing from Python, so SmallMM's saving (CPU time per call)
+        # is gone and its device time is what counts: cuBLAS is faster there (batch-32 MLP on an
+        # H100: its three matmuls take 51 us of device time as SmallMM, 25 us as cuBLAS, by
+        # benchmarks/probes/step_profile.py mlp ember|eager)
+        options["small_mm_flops"] = 0
+    return options
+
+
 def _native_backend(cudagraphs: bool = False, autotune: bool = False):
     key = (cudagraphs, autotune)
     if key not in _native:  # imported on first use: the ATen tracing and codegen stack is heavy
         from ember.aot import aot_autograd
         from ember.native import DECOMPOSITIONS, compile_aten_graph
 
-        compiler = compile_aten_graph
-        if autotune:
-            compiler = functools.partial(compile_aten_graph, options={"autotune": True})
-            compiler.__name__ = "compile_aten_graph_autotuned"
+        compiler, options = compile_aten_graph, native_options(cudagraphs, autotune)
+        if options:
+            compiler = functools.partial(compile_aten_graph, options=options)
+            compiler.__name__ = "compile_aten_graph_" + "_".join(sorted(options))
         if cudagraphs:
             from ember.cudagraphs import wrap_compiler
             compiler = wrap_compiler(compiler)
