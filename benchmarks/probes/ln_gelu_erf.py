@@ -3,6 +3,7 @@ and the absolute error of each 1+erf form. usage: python benchmarks/probes/ln_ge
 import torch, triton, triton.language as tl, os, tempfile, importlib.util, itertools
 HEAD = '''
 import triton, triton.language as tl
+from ember.native.triton_helpers import erf_rational as rat_erf  # what ember's kernels use
 @triton.jit
 def as_erf(x):
     t = tl.abs(x)
@@ -32,23 +33,6 @@ def as_erf1p(y):
     k = 1.0 / (1.0 + 0.3275911 * t)
     c = k * (0.254829592 + k * (-0.284496736 + k * (1.421413741 + k * (-1.453152027 + k * 1.061405429)))) * tl.exp(-t * t)
     return tl.where(y < 0, c, 2.0 - c)
-
-@triton.jit
-def rat_erf(x):
-    # Eigen's / XLA's float32 erf: a degree-13/8 rational function on [-4, 4] (erf rounds to +-1 beyond)
-    x = tl.minimum(tl.maximum(x, -4.0), 4.0)
-    x2 = x * x
-    p = x2 * -2.72614225801306e-10 + 2.77068142495902e-08
-    p = x2 * p + -2.10102402082508e-06
-    p = x2 * p + -5.69250639462346e-05
-    p = x2 * p + -7.34990630326855e-04
-    p = x2 * p + -2.95459980854025e-03
-    p = x2 * p + -1.60960333262415e-02
-    q = x2 * -1.45660718464996e-05 + -2.13374055278905e-04
-    q = x2 * q + -1.68282697438203e-03
-    q = x2 * q + -7.37332916720468e-03
-    q = x2 * q + -1.42647390514189e-02
-    return x * p / q
 
 @triton.jit
 def k(in_ptr0, in_ptr1, in_ptr2, out_ptr0, xnumel, rnumel: tl.constexpr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):

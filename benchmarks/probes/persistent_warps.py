@@ -2,12 +2,13 @@
 ("default"), then with the warps forced to 2..16; prints the bandwidth as a share of an fp32 8192^2 copy
 (and the bf16 8192x4096 copy's GB/s, the gpu_suite ln_gelu row's reference).
 usage: python benchmarks/probes/persistent_warps.py   (ONLY=ln_gelu: the cases whose name contains it)"""
-import tempfile, torch, ember, ember.native.triton_emit as te
+import tempfile, warnings, torch, ember, ember.native.triton_emit as te
+warnings.filterwarnings("error", message="ember")  # a graph run eagerly must not pass as a measurement
 F = torch.nn.functional
 orig = te.choose_config
 FORCE = {}
-def patched(k, options, inner, persistent_ok=True):
-    c = orig(k, options, inner, persistent_ok)
+def patched(k, options, inner, persistent_ok=True, **kw):
+    c = orig(k, options, inner, persistent_ok, **kw)
     if c.persistent and k.is_reduction and "w" in FORCE:
         c.num_warps = FORCE["w"]
     return c

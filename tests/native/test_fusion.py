@@ -141,7 +141,7 @@ def _erf_kernel(x_ptr, y_ptr, n, B: tl.constexpr):
 
 def test_erf_rational_accuracy():
     """The rational erf within 6e-7 of float64 erf over [-6, 6] and at tiny arguments (odd, so
-    erf(x) ~ 2x/sqrt(pi) keeps its relative accuracy near 0); exact +-1 past +-4."""
+    erf(x) ~ 2x/sqrt(pi) keeps its relative accuracy near 0); exact +-1 past +-4; NaN stays NaN."""
     x = torch.cat([torch.linspace(-6, 6, 20001), torch.logspace(-30, 0, 301), -torch.logspace(-30, 0, 301)])
     x = x.to(DEVICE)
     y = torch.empty_like(x)
@@ -151,6 +151,10 @@ def test_erf_rational_accuracy():
     small = x.abs() < 1e-3
     assert ((y[small].double() - ref[small]).abs() / ref[small].abs()).max().item() < 1e-6
     assert bool((y[x.abs() >= 4] == torch.sign(x[x.abs() >= 4])).all())
+    special = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0], device=DEVICE)
+    out = torch.empty_like(special)
+    _erf_kernel[(1,)](special, out, special.numel(), B=8)
+    torch.testing.assert_close(out, torch.erf(special), equal_nan=True, rtol=0, atol=0)
 
 
 def test_tiny_independent_kernels_merge_into_one_launch(native_cache):
