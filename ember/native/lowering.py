@@ -669,7 +669,8 @@ class GraphLowering:
                     meta = a.meta.get("val")
                     strides = norm_sizes(meta.stride()) if isinstance(meta, torch.Tensor) else None
                     hit = self._extern_args.get(id(v)) if isinstance(v, Lazy) else None
-                    if hit is not None and hit[0] is v and (strides is None or _same_strides(v.sizes, hit[1].strides, strides)):
+                    if hit is not None and hit[0] is v and (
+                            strides is None or _same_strides(v.sizes, hit[1].strides, strides)):
                         # already in a buffer as an extern's argument (autocast's bf16 copy of a weight,
                         # read by the convolution and saved for the backward): return that buffer
                         # rather than write the same values into a second one

@@ -2,9 +2,9 @@
 
 Every ``ComputedNode`` starts as its own group; extern nodes are groups that never fuse. Groups that
 share data are merged greedily, best score first (bytes shared, vertical before horizontal), until a
-round merges nothing; pointwise groups of at most ``TINY_NUMEL`` elements also merge with each other
-without sharing data (one launch instead of several). A kernel has one iteration space: ``ranges`` with the ``reduced`` ones reduced.
-A node fits a kernel as
+round merges nothing; then pointwise groups of at most ``TINY_NUMEL`` elements also merge with each
+other without sharing data (one launch instead of several). A kernel has one iteration space:
+``ranges`` with the ``reduced`` ones reduced. A node fits a kernel as
 
 * ``red``:   a reduction over exactly those ranges and reduced dims,
 * ``inner``: a pointwise node over all the ranges (a reduction's prologue, or the "normalize" pass

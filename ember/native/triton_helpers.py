@@ -166,7 +166,8 @@ else:
 
     @triton.jit
     def _div(a, b):
-        # erf_rational's quotient: MUFU.RCP and a multiply (2 ulp; the divisor stays in [-2.4, -0.014], far from fast division's limits)
+        # erf_rational's quotient: MUFU.RCP and a multiply (2 ulp; the divisor stays in [-2.4, -0.014],
+        # far from fast division's limits)
         return libdevice.fast_dividef(a, b)
 
     @triton.jit
