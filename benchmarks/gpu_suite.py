@@ -198,6 +198,22 @@ def compiler_fn(compiler: str, mode: str):
     raise SystemExit(f"unknown compiler {compiler}")
 
 
+def warm_step(wl: str, compiler: str, mode: str = "default", dev: str = "cuda", warmup: int = 6):
+    """(step, inputs) for one workload and compiler, with measure()'s matmul precision settings,
+    compiled and called ``warmup`` times: what the probes under benchmarks/probes time."""
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    torch.manual_seed(0)
+    build, inputs, _ = make(wl, dev, False)
+    step = build(compiler_fn(compiler, mode))
+    for _ in range(warmup):
+        step(*inputs)
+    if dev.startswith("cuda"):
+        torch.cuda.synchronize()
+    return step, inputs
+
+
 # --------------------------------------------------------------------------------- one measured process
 
 

@@ -5,12 +5,7 @@ import sys, gc, time, torch
 sys.path.insert(0, "benchmarks")
 import gpu_suite
 wl, comp = sys.argv[1], sys.argv[2]
-torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True
-torch.manual_seed(0)
-build, inputs, _ = gpu_suite.make(wl, "cuda", False)
-step = build(gpu_suite.compiler_fn(comp, "default"))
-for _ in range(6): step(*inputs)
-torch.cuda.synchronize()
+step, inputs = gpu_suite.warm_step(wl, comp)
 print(wl, comp, "gc-tracked objects", len(gc.get_objects()), "gc counts", gc.get_count(), "thresholds", gc.get_threshold())
 stats = {0: [0, 0.0], 1: [0, 0.0], 2: [0, 0.0]}; t0 = [0.0]
 def cb(phase, info):

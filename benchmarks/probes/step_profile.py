@@ -6,12 +6,7 @@ import sys, time, cProfile, pstats, io, torch
 sys.path.insert(0, "benchmarks")
 import gpu_suite
 wl, comp = sys.argv[1], sys.argv[2]
-torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True
-torch.manual_seed(0)
-build, inputs, _ = gpu_suite.make(wl, "cuda", False)
-step = build(gpu_suite.compiler_fn(comp, "default"))
-for _ in range(6): step(*inputs)
-torch.cuda.synchronize()
+step, inputs = gpu_suite.warm_step(wl, comp)
 n = 200 if wl in ("mlp", "overhead") else 20
 def timed():
     s, e = torch.cuda.Event(True), torch.cuda.Event(True); s.record()
