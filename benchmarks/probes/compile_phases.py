@@ -45,6 +45,8 @@ wrap(pl, "trace_joint", "aot.trace_joint")
 wrap(nb_, "compile_aten_graph", "native.compile_aten_graph")
 wrap(nb_, "_generate", "native._generate (cold)")
 wrap(rt, "precompile", "native.precompile")
+import ember.native.build_pool as bp
+wrap(bp, "build_ahead", "native.build_pool.build_ahead")
 wrap(nb_.cache, "graph_key", "native.graph_key")
 try:
     import triton.runtime.cache as tc
@@ -58,3 +60,4 @@ tot = time.perf_counter() - t1
 print(f"{wl} {sys.argv[2]}: first call {tot:.2f} s (+ import ember {t_imp:.2f} s)")
 for k, v in T.items():
     print(f"  {k:40s} {v:7.3f} s  x{N[k]}")
+print(f"  kernels built: {nb_.COUNTERS}; build pool: {bp.STATS}")

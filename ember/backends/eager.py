@@ -105,12 +105,12 @@ def ember_default(gm, example_inputs, mode=None, options=None):
 
 
 def _prewarm():
-    """Triton's cache key (a hash of its sources and its library, 0.4 s on the H100 host) is
-    computed by the first kernel build or cache lookup of a process; start it in the background when
-    a function is compiled for CUDA, so it overlaps the frontend's trace."""
+    """What the first kernel build of a process waits for (Triton's cache key and driver, the build
+    workers): started in the background when a function is compiled on a machine with a GPU, so it
+    overlaps the frontend's trace (``runtime.prewarm_triton``)."""
     if torch.cuda.is_available():
-        from ember.native.runtime import prewarm_triton_key
-        prewarm_triton_key()
+        from ember.native import runtime
+        runtime.prewarm_triton(runtime.compile_threads())
 
 
 ember_default.prewarm = _prewarm

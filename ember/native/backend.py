@@ -62,11 +62,6 @@ def _force_triton() -> bool:
     return bool(config.native_force_triton)
 
 
-def _compile_threads() -> int:
-    from ember.config import config
-    return config.compile_threads or min(16, os.cpu_count() or 1)
-
-
 def _uses_cuda(gm, example_inputs) -> bool:
     for x in example_inputs:
         if isinstance(x, torch.Tensor) and x.device.type == "cuda":
@@ -147,7 +142,7 @@ def _compile(gm, example_inputs, opts):
         _emit_log(wrapper_src, kernel_srcs)
     mod = cache.load_module(info["wrapper"])
     if info["device"] != "cpu":  # (the interpreter has nothing to build)
-        runtime.precompile(getattr(mod, "LAUNCHES", ()), _compile_threads())
+        runtime.precompile(getattr(mod, "LAUNCHES", ()), runtime.compile_threads())
     constants = [_constant(gm, t, info["device"]) for t in info["constants"]]
     call = mod.make_call(constants, gm.forward)
     call.ember_native = dict(info, cache_hit=hit, compile_s=time.perf_counter() - t0, reason=None)

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
 import json
 import os
-import sys
 import tempfile
 
 import torch
@@ -54,15 +52,12 @@ def write_source(kind: str, text: str, base: str | None = None, key: str | None 
 
 
 def load_module(path: str):
-    """Import a generated module from its path once per process."""
+    """Import a generated module from its path once per process (under the name a build worker
+    gives it too: the name is part of Triton's cache key)."""
     mod = _MODULES.get(path)
     if mod is None:
-        name = "ember_native_" + os.path.basename(path)[:-3]
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod  # triton.jit reads the source through the module's file
-        spec.loader.exec_module(mod)
-        _MODULES[path] = mod
+        from ember.native.build_worker import load_kernel_module
+        mod = _MODULES[path] = load_kernel_module(path)
     return mod
 
 

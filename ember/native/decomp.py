@@ -9,7 +9,9 @@ extern calls (matmul, convolution, attention), and random ops (as ``ember.aot`` 
 from __future__ import annotations
 
 import torch
-from torch._decomp import core_aten_decompositions, get_decompositions
+from torch._decomp import get_decompositions
+
+from ember.aot.ops import core_aten_table
 
 aten = torch.ops.aten
 
@@ -35,7 +37,7 @@ _KEEP = [aten.var_mean.correction, aten.var.correction, aten.addmm.default, aten
 
 
 def _build():
-    table = dict(core_aten_decompositions())
+    table = dict(core_aten_table())
     table.update(get_decompositions(_EXTRA))
     for op in _KEEP:
         table.pop(op, None)

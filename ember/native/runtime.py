@@ -57,7 +57,7 @@ class Launch:
     always aligned), and a mismatch takes the normal path. Under the interpreter, or when launch hooks
     (profilers) are set at the first call, every call takes the normal path.
     """
-    __slots__ = ("fn", "grid", "meta", "fresh", "fast", "direct", "spec")
+    __slots__ = ("fn", "grid", "meta", "fresh", "fast", "direct", "spec", "ahead")
 
     def __init__(self, fn, grid, meta, fresh=(), spec=None):
         self.fn, self.grid, self.meta = fn, tuple(grid) + (1,) * (3 - len(grid)), meta
@@ -67,6 +67,7 @@ class Launch:
         self.spec = spec
         self.fast = None
         self.direct = True  # may call Triton's C launcher itself (see _direct_launcher)
+        self.ahead = None  # the cache hash of the build a worker process did for this site (build_pool)
 
     def __call__(self, *args):
         fast = self.fast
@@ -87,7 +88,11 @@ class Launch:
         return self.fn[self.grid](*args, **self.meta)
 
     def _first(self, args):
+        from ember.native import build_pool
+        build_pool.wait()  # (the worker processes' builds: this one then finds its binary on disk)
         kernel = self._slow(args)
+        if self.ahead is not None and getattr(kernel, "hash", self.ahead) != self.ahead:
+            build_pool.STATS["key_mismatch"] += 1  # built twice: the worker keyed it differently
         try:
             from triton import knobs
             from triton.runtime import driver
@@ -109,45 +114,93 @@ class Launch:
         return None
 
 
-_TRITON_KEY = None  # the thread computing triton_key(), once started
+def compile_threads() -> int:
+    """Kernel builds at once (threads, and worker processes): ``config.compile_threads``, or one per
+    core up to 16."""
+    from ember.config import config
+    return config.compile_threads or min(16, os.cpu_count() or 1)
 
 
-def prewarm_triton_key() -> None:
-    """Compute Triton's cache key in a daemon thread (once per process). Triton is imported here, in
-    the calling thread, so the two threads never import at once; hashing releases the GIL."""
-    global _TRITON_KEY
-    if _TRITON_KEY is not None or os.environ.get("TRITON_INTERPRET", "0") == "1":
+_PREWARM = None  # the thread computing triton_key() and creating Triton's driver, once started
+
+
+def prewarm_triton(pool_workers: int = 0) -> None:
+    """Start, once per process, what every first kernel build waits for: Triton's cache key (a hash
+    of its sources, 0.4 s on the H100 host) and its CUDA driver (whose C helper module Triton
+    compiles with the system C compiler on a cold cache, 0.3 s), in a daemon thread (hashing and the
+    compiler subprocess release the GIL); and the kernel-build worker processes (``build_pool``).
+    Triton is imported here, in the calling thread, so the two threads never import at once."""
+    global _PREWARM
+    if _PREWARM is not None or os.environ.get("TRITON_INTERPRET", "0") == "1":
         return
     try:
+        from triton.runtime import driver
         from triton.runtime.cache import triton_key
     except ImportError:
-        _TRITON_KEY = False
+        _PREWARM = False
         return
     import threading
-    _TRITON_KEY = threading.Thread(target=triton_key, name="ember-triton-key", daemon=True)
-    _TRITON_KEY.start()
+
+    def work():
+        try:
+            triton_key()
+            driver.active  # noqa: B018 - creating it builds (or loads) the C helper module
+        except Exception:  # noqa: BLE001 - the first build meets the same error and reports it
+            pass
+    _PREWARM = threading.Thread(target=work, name="ember-triton-prewarm", daemon=True)
+    _PREWARM.start()
+    if pool_workers > 1:
+        from ember.native import build_pool
+        build_pool.start(pool_workers)
+
+
+def _launcher_first(compile_fn):
+    """A build followed by its launcher: the C module Triton otherwise compiles at the kernel's
+    first launch (in the caller's thread, one at a time); built here it lands in Triton's cache."""
+    def run():
+        kernel = compile_fn()
+        try:
+            from triton.runtime import driver
+            driver.active.launcher_cls(kernel.src, kernel.metadata)
+        except Exception:  # noqa: BLE001 - the first launch builds it and reports any error
+            pass
+        return kernel
+    return run
 
 
 def precompile(launches, threads: int) -> int:
     """Build the kernels of ``launches`` before their first call, ``threads`` builds at a time.
 
-    Triton's ``AsyncCompileMode`` runs each ``warmup`` build in the pool; its MLIR and LLVM passes
-    release the GIL and ``ptxas`` is a subprocess, so builds overlap. The binaries land in each
-    function's in-memory cache (and Triton's disk cache) under the key of a call with aligned
-    pointers and the same ints, which the first real call then finds. A launch whose inputs turn out
-    misaligned builds its own variant at that call, as before. A failed build is left for the first
-    call to report, with Triton's own error. Returns the number of builds submitted."""
-    if _TRITON_KEY:
-        _TRITON_KEY.join()  # (rather than hash everything a second time at the first build)
+    With the worker processes of ``build_pool`` running, the kernels and their launchers are built
+    there, truly in parallel and in the background: this returns at once, and each kernel's first
+    launch finds its binary in Triton's disk cache. Otherwise they are built here through Triton's
+    ``AsyncCompileMode``, each build in a thread pool (where its launcher is built too: a C compiler
+    subprocess, so those overlap even when the builds do not). The binaries land in each function's
+    in-memory cache under the key of a call with aligned pointers and the same ints, which the first
+    real call then finds. A launch whose inputs turn out misaligned builds its own variant at that
+    call, as before. A failed build is left for the first call to report, with Triton's own error.
+    Returns the number of builds submitted."""
+    if _PREWARM:
+        _PREWARM.join()  # (rather than hash everything a second time at the first build)
     todo = [site for site in launches if site.spec is not None and site.fast is None]
-    if threads <= 1 or len(todo) < 2:
+    if threads <= 1 or not todo:
         return 0
     try:
         from triton import AsyncCompileMode
     except ImportError:  # Triton before 3.5: every kernel builds at its first call
         return 0
+    from ember.native import build_pool
+    if build_pool.build_ahead(todo):
+        return len(todo)
+    if len(todo) < 2:
+        return 0
     from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(min(threads, len(todo)), thread_name_prefix="ember-triton") as pool, \
+
+    class Executor(ThreadPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):
+            return super().submit(_launcher_first(fn), *args, **kwargs)
+
+    with Executor(min(threads, len(todo)), thread_name_prefix="ember-triton") as pool, \
             AsyncCompileMode(pool, ignore_errors=True):
         for site in todo:
             try:

@@ -1,0 +1,229 @@
+"""Worker processes that build Triton kernels in parallel (the worker side: ``build_worker.py``).
+
+The pool starts when a function is compiled on a machine with a GPU (``ember.compile``, before the
+frontend traces), so the workers have imported Triton by the time the first graph's kernels are
+generated. ``precompile`` in ``runtime`` hands it every kernel a graph still needs: each request is
+the kernel module's path and the specialization Triton's ``jit_cache_hook`` reports for the build
+the parent is about to do, so a worker computes the same cache key and writes the binary (and its C
+launcher) where the parent's own build then finds it. Batches are built in the background while
+the parent goes on (a training step's backward graph is generated while the forward's kernels
+build); a kernel's first launch waits for them (``wait``), then builds the kernel itself through
+Triton's normal path, a cache hit. So a worker that fails, dies or keys a build differently costs
+time, never correctness; ``STATS`` counts each case.
+
+``EMBER_COMPILE_THREADS=1`` turns the pool off (each kernel is then built at its first launch).
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import selectors
+import subprocess
+import sys
+import threading
+import time
+
+from ember.native import build_worker
+
+STATS = {"submitted": 0, "built": 0, "failed": 0, "launchers": 0, "key_mismatch": 0, "worker_deaths": 0,
+         "worker_s": 0.0, "slowest_s": 0.0, "wait_s": 0.0}
+POOL_MIN_KERNELS = 4  # fewer builds wait for no starting worker: this process builds them (threads)
+_POOL: "BuildPool | None" = None
+_PENDING: list = []  # the threads of batches being built
+_LAUNCHERS: set = set()  # kernel signatures whose C launcher a worker has been asked to build
+_LOCK = threading.Lock()
+
+
+class BuildPool:
+    def __init__(self, n: int):
+        self.lock = threading.Lock()  # one batch at a time (each worker holds one request)
+        self.procs = [self._spawn() for _ in range(n)]
+        self.ready: set = set()  # workers that have said they have imported Triton
+
+    @staticmethod
+    def _spawn():
+        return subprocess.Popen([sys.executable, os.path.abspath(build_worker.__file__)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True, bufsize=1, close_fds=True)
+
+    def alive(self) -> list:
+        return [p for p in self.procs if p.poll() is None]
+
+    def n_ready(self) -> int:
+        """How many workers are up (reads their "ready" lines without waiting). While a batch is
+        being built the workers are evidently in use: at least 1."""
+        up = len([p for p in self.ready if p.poll() is None])
+        if up or not self.lock.acquire(blocking=False):
+            return max(up, 1)
+        try:
+            waiting = [p for p in self.alive() if p not in self.ready]
+            if waiting:
+                with selectors.DefaultSelector() as sel:
+                    for p in waiting:
+                        sel.register(p.stdout, selectors.EVENT_READ, p)
+                    for key, _ in sel.select(timeout=0):
+                        if "ready" in json.loads(key.data.stdout.readline() or '{"dead": 1}'):
+                            self.ready.add(key.data)
+            return len([p for p in self.ready if p.poll() is None])
+        finally:
+            self.lock.release()
+
+    def build(self, jobs: list) -> dict:
+        """Run ``jobs`` (dicts with an ``id``) on the workers; {id: the worker's answer}. Returns when
+        every job is answered or every worker has died (their jobs are left unanswered). A worker
+        still starting takes its first job when it is up."""
+        results: dict = {}
+        with self.lock:
+            queue, busy = list(reversed(jobs)), {}
+            sel = selectors.DefaultSelector()
+
+            def feed(p) -> bool:
+                if queue:
+                    job = queue.pop()
+                    try:
+                        p.stdin.write(json.dumps(job) + "\n")
+                        p.stdin.flush()
+                        busy[p] = job
+                    except OSError:  # died before its request: put the job back for another worker
+                        queue.append(job)
+                        sel.unregister(p.stdout)
+                        return False
+                return True
+
+            for p in self.alive():
+                sel.register(p.stdout, selectors.EVENT_READ, p)
+                feed(p)
+            while busy:
+                for key, _ in sel.select():
+                    p = key.data
+                    line = p.stdout.readline()
+                    if not line:  # the worker died (with its request, if it had one: the parent builds it)
+                        STATS["worker_deaths"] += 1
+                        busy.pop(p, None)
+                        sel.unregister(p.stdout)
+                        continue
+                    res = json.loads(line)
+                    if "ready" in res:
+                        self.ready.add(p)
+                        continue
+                    busy.pop(p, None)
+                    results[res["id"]] = res
+                    feed(p)
+            sel.close()
+        return results
+
+    def close(self):
+        for p in self.procs:
+            try:
+                p.stdin.close()  # a worker exits at the end of its input
+            except OSError:
+                pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def start(n: int) -> "BuildPool | None":
+    """The process's pool, started with ``n`` workers on first use; None when ``n <= 1`` or under the
+    Triton interpreter (nothing to build)."""
+    global _POOL
+    if n <= 1 or os.environ.get("TRITON_INTERPRET", "0") == "1":
+        return None
+    with _LOCK:
+        if _POOL is None:
+            try:  # (one core left to this process, which generates code meanwhile)
+                _POOL = BuildPool(min(n, max(2, (os.cpu_count() or 2) - 1)))
+            except OSError:  # no processes to be had: builds stay in this process
+                return None
+            atexit.register(_POOL.close)
+        return _POOL
+
+
+def get() -> "BuildPool | None":
+    return _POOL
+
+
+# ------------------------------------------------------------------------------- the parent's side
+
+def specializations(sites) -> list:
+    """(site, request) for every launch site whose kernel is not built yet: what Triton would build
+    for the site's first call, captured by ``jit_cache_hook`` (which also stops the build)."""
+    from triton import knobs
+    from triton.runtime import driver
+    captured: list = []
+
+    def hook(*, compile, **_):
+        captured.append(compile["specialization_data"])
+        return True  # skip the build here
+
+    t = driver.active.get_current_target()
+    target = [t.backend, t.arch, t.warp_size]
+    out, seen = [], {}
+    old, knobs.runtime.jit_cache_hook = knobs.runtime.jit_cache_hook, hook
+    try:
+        for site in sites:
+            captured.clear()
+            try:
+                site.fn.warmup(*site.spec, grid=site.grid, **site.meta)
+                mod = sys.modules.get(site.fn.fn.__module__)  # (a JITFunction's Python function)
+            except Exception:  # noqa: BLE001 - the parent's own build reports it
+                continue
+            if not captured or getattr(mod, "__file__", None) is None:
+                continue
+            req = dict(path=mod.__file__, name=site.fn.fn.__name__, spec=captured[-1], target=target)
+            ident = (req["path"], req["name"], req["spec"])
+            if ident not in seen:
+                # a launcher's C source depends on the argument types only: one build per signature
+                sig = tuple(json.loads(req["spec"])["signature"].values())
+                seen[ident] = req = dict(req, id=len(seen), launcher=sig not in _LAUNCHERS)
+                _LAUNCHERS.add(sig)
+                out.append((site, req))
+            else:
+                out.append((site, seen[ident]))
+    finally:
+        knobs.runtime.jit_cache_hook = old
+    return out
+
+
+def build_ahead(sites) -> bool:
+    """Start building the kernels of ``sites`` on the pool, in a background thread, and return: the
+    caller goes on (the next graph's code generation overlaps these builds) and ``wait()`` before a
+    first launch. Each site gets ``ahead``: the Triton cache hash its worker built. False (nothing
+    started) without a running pool, or for a few kernels while no worker is up yet (a worker starts
+    in ~0.7 s: Triton's import and cache key; a small first graph is ready before that)."""
+    pool = get()
+    if pool is None or not pool.alive() or (len(sites) < POOL_MIN_KERNELS and pool.n_ready() == 0):
+        return False
+    pairs = specializations(sites)
+    jobs = list({req["id"]: req for _, req in pairs}.values())
+    if not jobs:
+        return False
+    STATS["submitted"] += len(jobs)
+
+    def run():
+        results = pool.build(jobs)
+        for site, req in pairs:
+            res = results.get(req["id"])
+            if res is not None and res.get("ok"):
+                site.ahead = res.get("hash")
+        for res in results.values():
+            STATS["built" if res.get("ok") else "failed"] += 1
+            STATS["launchers"] += bool(res.get("launcher"))
+            STATS["worker_s"] = round(STATS["worker_s"] + res.get("s", 0.0), 3)
+            STATS["slowest_s"] = max(STATS["slowest_s"], res.get("s", 0.0))
+    t = threading.Thread(target=run, name="ember-build-pool", daemon=True)
+    t.start()
+    _PENDING.append(t)
+    return True
+
+
+def wait() -> None:
+    """Until every batch handed to the pool is built (called before a kernel's first launch)."""
+    if _PENDING:
+        t0 = time.perf_counter()
+        while _PENDING:
+            _PENDING.pop(0).join()
+        STATS["wait_s"] = round(STATS["wait_s"] + time.perf_counter() - t0, 3)

@@ -1,0 +1,125 @@
+"""A kernel-build worker process: builds Triton kernels (and their launchers) into Triton's disk cache.
+
+Started by ``build_pool`` as ``python build_worker.py``; it reads one JSON request per line on stdin
+and answers one JSON line on stdout. Why a process: a Triton build is mostly Python (the AST to
+TTIR code generator) and C++ passes called with the GIL held, so threads of one process do not
+overlap (measured on the H100 host: a GPT-2 graph built in the same time with 1 thread and 16).
+Processes do, and each build lands in the cache directory the parent uses too, where the parent's
+own build call then finds it.
+
+This file imports neither torch nor the ``ember`` package (a worker starts in about 0.3 s instead of
+about 1.5 s): a kernel module's only ember import, ``ember.native.triton_helpers``, is loaded from
+its file under its full name before any kernel module (see ``load_kernel_module``), so Python never
+imports the ``ember`` package itself. The parent imports kernel modules through the same function,
+so ``fn.__module__`` (part of Triton's cache key) is the same on both sides.
+
+A request names a kernel module, the function in it and its specialization as Triton's
+``jit_cache_hook`` serializes it (``JITFunction.preload`` takes the same text, and compiles with the
+same source, signature, constants, attributes and options as the parent's own build would), and
+the target (backend, arch, warp size): no CUDA context is ever created here (the target driver
+below answers the two questions a build asks of a driver). The launcher (a small C module that
+Triton otherwise compiles with the system C compiler at a kernel's first launch, 0.3 s each) is
+built too, for the ``cuda`` backend.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import time
+
+_HELPERS = "ember.native.triton_helpers"
+
+
+def module_name(path: str) -> str:
+    """The module name a generated kernel module is imported under, in any process."""
+    return "ember_native_" + os.path.basename(path)[:-3]
+
+
+def _import_path(name: str, path: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # triton.jit reads the source through the module's file
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def load_kernel_module(path: str):
+    """Import the generated module at ``path`` (once per process)."""
+    name = module_name(path)
+    mod = sys.modules.get(name)
+    if mod is not None and getattr(mod, "__file__", None) == path:
+        return mod
+    if _HELPERS not in sys.modules:  # (in the parent, the ember package has imported it already)
+        _import_path(_HELPERS, os.path.join(os.path.dirname(os.path.abspath(__file__)), "triton_helpers.py"))
+    return _import_path(name, path)
+
+
+class TargetDriver:
+    """The driver a build sees: it answers "which device" and "which target" without touching the
+    GPU. Launching anything through it is an error, which is the point."""
+
+    def __init__(self, backend: str, arch, warp_size: int):
+        from triton.backends.compiler import GPUTarget
+        self.target = GPUTarget(backend, arch, warp_size)
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_target(self):
+        return self.target
+
+    def __getattr__(self, name):
+        raise RuntimeError(f"ember build worker: the driver has no {name!r} here (builds only)")
+
+
+_DRIVERS: dict = {}
+
+
+def build(req: dict) -> dict:
+    """Build one kernel; returns its Triton cache hash."""
+    from triton.runtime import driver
+    target = tuple(req["target"])
+    drv = _DRIVERS.get(target)
+    if drv is None:
+        drv = _DRIVERS[target] = TargetDriver(*target)
+    driver.set_active(drv)
+    fn = getattr(load_kernel_module(req["path"]), req["name"])
+    kernel = fn.preload(req["spec"])
+    out = {"hash": getattr(kernel, "hash", None), "launcher": False}
+    if req.get("launcher") and target[0] == "cuda":
+        t0 = time.perf_counter()
+        try:  # compiling it writes it to the cache; loading it needs libcuda, absent on a GPU-less host
+            from triton.backends.nvidia.driver import CudaLauncher
+            CudaLauncher(kernel.src, kernel.metadata)
+            out["launcher"] = True
+            out["launcher_s"] = round(time.perf_counter() - t0, 4)
+        except Exception as e:  # noqa: BLE001 - the parent builds it at the first launch, as without us
+            out["launcher_error"] = f"{type(e).__name__}: {e}"[:300]
+    return out
+
+
+def main() -> int:
+    here = os.path.dirname(os.path.abspath(__file__))
+    if sys.path and os.path.abspath(sys.path[0] or ".") == here:  # run as a script: this package's
+        del sys.path[0]  # modules (cache, ir, ...) must not shadow top-level names
+    from triton.runtime.cache import triton_key  # before the first request: workers start ahead of need
+    triton_key()  # (a hash of Triton's sources, ~0.4 s, once per process)
+    sys.stdout.write('{"ready": true}\n')
+    sys.stdout.flush()
+    for line in sys.stdin:
+        req = json.loads(line)
+        t0 = time.perf_counter()
+        try:
+            res = dict(build(req), ok=True)
+        except BaseException as e:  # noqa: BLE001 - reported; the parent builds this kernel itself
+            res = {"ok": False, "error": f"{type(e).__name__}: {e}"[:2000]}
+        res.update(id=req["id"], s=round(time.perf_counter() - t0, 4))
+        sys.stdout.write(json.dumps(res) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""Kernel builds in worker processes (ember/native/build_pool.py): a worker must key its build as the
+parent does, so the parent's own build is a disk-cache hit; a failing or dead worker costs time, not
+correctness. Checked for sm_90 without a GPU, in a subprocess without TRITON_INTERPRET
+(build_pool_check.py)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("triton")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def test_workers_build_what_the_parent_then_finds_in_the_cache():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, os.path.join(HERE, "build_pool_check.py")], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    stats = res["stats"]
+    # four distinct builds (one site repeats another) + one after a worker was killed
+    assert res["submitted"] == 5 and stats["submitted"] == 5, res
+    assert stats["built"] == 4 and stats["failed"] == 1, res  # the broken kernel fails in its worker
+    assert res["broken_ahead"] is None, res
+    assert res["same"] == [True] * 4, res  # the parent's builds have the workers' hashes...
+    assert res["binaries"] == 3, res  # ...and added no binary
+    assert res["late"] == [True, True] and res["alive"] == 1, res  # the surviving worker took the late one
+
+
+def test_no_pool_for_one_thread_or_the_interpreter(monkeypatch):
+    from ember.native import build_pool
+    monkeypatch.setattr(build_pool, "_POOL", None)
+    assert build_pool.start(1) is None
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert build_pool.start(8) is None and build_pool.get() is None
