@@ -178,7 +178,8 @@ def specializations(sites) -> list:
             if ident not in seen:
                 # a launcher's C source depends on the argument types only: one build per signature
                 sig = tuple(json.loads(req["spec"])["signature"].values())
-                seen[ident] = req = dict(req, id=len(seen), launcher=sig not in _LAUNCHERS)
+                seen[ident] = req = dict(req, id=len(seen), launcher=sig not in _LAUNCHERS,
+                                         cost=len(getattr(site.fn, "src", "")))
                 _LAUNCHERS.add(sig)
                 out.append((site, req))
             else:
@@ -198,7 +199,9 @@ def build_ahead(sites) -> bool:
     if pool is None or not pool.alive() or (len(sites) < POOL_MIN_KERNELS and pool.n_ready() == 0):
         return False
     pairs = specializations(sites)
-    jobs = list({req["id"]: req for _, req in pairs}.values())
+    # longest source first: the slowest build (ptxas on a large fused kernel, ~1.7 s) is what a
+    # first launch ends up waiting for, so it must not start last
+    jobs = sorted({req["id"]: req for _, req in pairs}.values(), key=lambda r: -r["cost"])
     if not jobs:
         return False
     STATS["submitted"] += len(jobs)
