@@ -26,8 +26,9 @@ import time
 
 from ember.native import build_worker
 
-STATS = {"submitted": 0, "built": 0, "failed": 0, "launchers": 0, "key_mismatch": 0, "worker_deaths": 0,
+STATS = {"submitted": 0, "built": 0, "failed": 0, "launchers": 0, "key_mismatch": 0, "worker_deaths": 0, "stalls": 0,
          "worker_s": 0.0, "slowest_s": 0.0, "wait_s": 0.0}
+STALL_S = 600.0  # no answer from any busy worker for this long: give up on the pool
 POOL_MIN_KERNELS = 4  # fewer builds wait for no starting worker: this process builds them (threads)
 _POOL: "BuildPool | None" = None
 _PENDING: list = []  # the threads of batches being built
@@ -36,19 +37,40 @@ _LOCK = threading.Lock()
 
 
 class BuildPool:
+    """Workers answer one JSON line per message. Their pipes are read with ``os.read`` into a buffer
+    per worker, never through Python's buffered readers: a reader that took two lines at once
+    would leave the second in its buffer, where ``select`` cannot see it (a worker still starting
+    writes "ready" and, a cache hit later, its first answer: the two often arrive together)."""
+
     def __init__(self, n: int):
         self.lock = threading.Lock()  # one batch at a time (each worker holds one request)
         self.procs = [self._spawn() for _ in range(n)]
         self.ready: set = set()  # workers that have said they have imported Triton
+        self.pending = {p: b"" for p in self.procs}  # bytes read past the last complete line
 
     @staticmethod
     def _spawn():
         return subprocess.Popen([sys.executable, os.path.abspath(build_worker.__file__)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                text=True, bufsize=1, close_fds=True)
+                                bufsize=0, close_fds=True)
 
     def alive(self) -> list:
         return [p for p in self.procs if p.poll() is None]
+
+    def _messages(self, p):
+        """The complete messages ``p`` has sent (call when its pipe is readable); None at its end."""
+        chunk = os.read(p.stdout.fileno(), 1 << 16)
+        if not chunk:
+            return None
+        *lines, self.pending[p] = (self.pending[p] + chunk).split(b"\n")
+        out = []
+        for line in lines:
+            msg = json.loads(line)
+            if "ready" in msg:
+                self.ready.add(p)
+            else:
+                out.append(msg)
+        return out
 
     def n_ready(self) -> int:
         """How many workers are up (reads their "ready" lines without waiting). While a batch is
@@ -63,53 +85,56 @@ class BuildPool:
                     for p in waiting:
                         sel.register(p.stdout, selectors.EVENT_READ, p)
                     for key, _ in sel.select(timeout=0):
-                        if "ready" in json.loads(key.data.stdout.readline() or '{"dead": 1}'):
-                            self.ready.add(key.data)
+                        self._messages(key.data)  # (only "ready" lines: no request is out)
             return len([p for p in self.ready if p.poll() is None])
         finally:
             self.lock.release()
 
     def build(self, jobs: list) -> dict:
         """Run ``jobs`` (dicts with an ``id``) on the workers; {id: the worker's answer}. Returns when
-        every job is answered or every worker has died (their jobs are left unanswered). A worker
-        still starting takes its first job when it is up."""
+        every job is answered, every worker has died (their jobs are left unanswered), or no worker
+        has answered for ``STALL_S`` (the pool is then shut down: this process builds the rest).
+        A worker still starting takes its first job when it is up."""
         results: dict = {}
         with self.lock:
             queue, busy = list(reversed(jobs)), {}
             sel = selectors.DefaultSelector()
 
-            def feed(p) -> bool:
+            def feed(p):
                 if queue:
                     job = queue.pop()
                     try:
-                        p.stdin.write(json.dumps(job) + "\n")
-                        p.stdin.flush()
+                        data = memoryview((json.dumps(job) + "\n").encode())
+                        while data:  # (an unbuffered pipe may take a long request in parts)
+                            data = data[p.stdin.write(data):]
                         busy[p] = job
                     except OSError:  # died before its request: put the job back for another worker
                         queue.append(job)
                         sel.unregister(p.stdout)
-                        return False
-                return True
 
             for p in self.alive():
                 sel.register(p.stdout, selectors.EVENT_READ, p)
                 feed(p)
+            last = time.monotonic()
             while busy:
-                for key, _ in sel.select():
+                events = sel.select(timeout=10)
+                if not events and time.monotonic() - last > STALL_S:
+                    STATS["stalls"] += 1
+                    self.close()
+                    break
+                for key, _ in events:
                     p = key.data
-                    line = p.stdout.readline()
-                    if not line:  # the worker died (with its request, if it had one: the parent builds it)
+                    msgs = self._messages(p)
+                    if msgs is None:  # the worker died (with its request, if it had one: the parent builds it)
                         STATS["worker_deaths"] += 1
                         busy.pop(p, None)
                         sel.unregister(p.stdout)
                         continue
-                    res = json.loads(line)
-                    if "ready" in res:
-                        self.ready.add(p)
-                        continue
-                    busy.pop(p, None)
-                    results[res["id"]] = res
-                    feed(p)
+                    for res in msgs:
+                        last = time.monotonic()
+                        busy.pop(p, None)
+                        results[res["id"]] = res
+                        feed(p)
             sel.close()
         return results
 

@@ -5,6 +5,7 @@ launch) must be a hit in Triton's disk cache, under the same hash the worker rep
 import glob
 import json
 import os
+import signal
 import sys
 import tempfile
 
@@ -67,6 +68,19 @@ pool.procs[0].wait()
 late = runtime.Launch(mod.pointwise, (8,), {"XBLOCK": 64}, spec=(f32, f32, 999))
 started = build_pool.build_ahead([late])
 build_pool.wait()
+
+# a new pool asked at once for builds it finds in the disk cache: each worker's "ready" line and its
+# first answer arrive together (a buffered reader once swallowed the second: a hang)
+signal.alarm(120)
+build_pool._POOL = None
+build_pool.start(2)
+for s in sites[:4]:
+    s.fn.device_caches.clear()  # (so that the parent asks again)
+    s.ahead = None
+again = build_pool.build_ahead(sites[:4])
+build_pool.wait()
+signal.alarm(0)
 print(json.dumps(dict(submitted=submitted, stats=build_pool.STATS, binaries=binaries, same=same,
-                      broken_ahead=sites[4].ahead, late=[started, late.ahead is not None], alive=len(pool.alive()))))
+                      broken_ahead=sites[4].ahead, late=[started, late.ahead is not None], alive=len(pool.alive()),
+                      again=[again] + [s.ahead is not None for s in sites[:4]])))
 sys.stdout.flush()

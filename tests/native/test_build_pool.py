@@ -21,13 +21,14 @@ def test_workers_build_what_the_parent_then_finds_in_the_cache():
     assert out.returncode == 0, out.stderr[-3000:]
     res = json.loads(out.stdout.strip().splitlines()[-1])
     stats = res["stats"]
-    # four distinct builds (one site repeats another) + one after a worker was killed
-    assert res["submitted"] == 5 and stats["submitted"] == 5, res
-    assert stats["built"] == 4 and stats["failed"] == 1, res  # the broken kernel fails in its worker
+    # four distinct builds (one site repeats another) + one after a worker was killed (+ 3 again)
+    assert res["submitted"] == 5 and stats["submitted"] == 8, res
+    assert stats["built"] == 7 and stats["failed"] == 1, res  # the broken kernel fails in its worker
     assert res["broken_ahead"] is None, res
     assert res["same"] == [True] * 4, res  # the parent's builds have the workers' hashes...
     assert res["binaries"] == 3, res  # ...and added no binary
     assert res["late"] == [True, True] and res["alive"] == 1, res  # the surviving worker took the late one
+    assert res["again"] == [True] * 5, res  # a starting pool's answers to cache hits (no hang)
 
 
 def test_no_pool_for_one_thread_or_the_interpreter(monkeypatch):
@@ -36,3 +37,31 @@ def test_no_pool_for_one_thread_or_the_interpreter(monkeypatch):
     assert build_pool.start(1) is None
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert build_pool.start(8) is None and build_pool.get() is None
+
+
+# a worker that answers its first request in the same write as its "ready" line
+_ECHO = ("import json, sys\n"
+         "req = json.loads(sys.stdin.readline())\n"
+         "sys.stdout.write('{\"ready\": true}\\n' + json.dumps({'id': req['id'], 'ok': True}) + '\\n')\n"
+         "sys.stdout.flush()\n"
+         "sys.stdin.read()\n")
+
+
+def test_two_messages_in_one_read_are_both_seen(monkeypatch):
+    """A buffered reader that took both lines at once would leave the answer where select cannot
+    see it, and the batch would never end (seen on the H100: a process that found every kernel in
+    the disk cache hung at its first call)."""
+    import subprocess
+    import threading
+
+    from ember.native import build_pool
+    monkeypatch.setattr(build_pool.BuildPool, "_spawn", staticmethod(lambda: subprocess.Popen(
+        [sys.executable, "-c", _ECHO], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)))
+    pool = build_pool.BuildPool(1)
+    out = {}
+    t = threading.Thread(target=lambda: out.update(pool.build([{"id": 7}])), daemon=True)
+    t.start()
+    t.join(timeout=30)
+    pool.close()
+    assert not t.is_alive() and out == {7: {"id": 7, "ok": True}}
+    assert pool.ready == set(pool.procs)
