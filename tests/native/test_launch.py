@@ -265,3 +265,23 @@ def test_gpu_tiny_call_per_call_time(capsys):
     with capsys.disabled():  # the acceptance figure is gpu_suite.py's overhead row, not a timed assertion
         print(f"\n[ember] x*2+1 on 16 floats: eager {eager_us:.1f} us, ember {ember_us:.1f} us per call")
     torch.testing.assert_close(compiled(x), f(x))
+
+
+def test_precompile_with_a_build_pool_builds_stand_ins_once(monkeypatch):
+    """With worker processes up (as on a GPU machine), sites whose kernel is not a Triton function
+    still build once each, in this process."""
+    pytest.importorskip("triton", minversion="3.5")
+    from ember.native import build_pool
+    from ember.native.runtime import precompile
+
+    class Pool:
+        def alive(self):
+            return [object()]
+
+        def n_ready(self):
+            return 1
+    monkeypatch.setattr(build_pool, "_POOL", Pool())
+    k = _Warm()
+    sites = [Launch(k, (4,), {"XBLOCK": 8}, spec=(torch.float32, 32)),
+             Launch(k, (2,), {"XBLOCK": 16}, spec=(torch.bfloat16, 32))]
+    assert precompile(sites, threads=4) == 2 and len(k.built) == 2
