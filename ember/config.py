@@ -23,7 +23,7 @@ class Config:
     verify: bool = field(default=False, metadata={"doc": "run torch.fx Graph.lint() on every captured graph"})
     native_force_triton: bool = field(default=False, metadata={"doc": "run the native backend's Triton kernels on CPU tensors too (needs TRITON_INTERPRET=1 before triton is imported; for tests)"})
     emulate_precision_casts: bool = field(default=False, metadata={"doc": "native backend: round fp16/bf16 casts inside fused kernels as eager rounds each op's result (off: computed in fp32 until stored, like torch.compile; closer to exact, faster)"})
-    compile_threads: int = field(default=0, metadata={"doc": "native backend: Triton kernels built at once before a graph's first call (0: one per CPU core, up to 16; 1: each at its first launch)"})
+    compile_threads: int = field(default=0, metadata={"doc": "native backend: Triton kernel builds at once, in worker processes, before a graph's first call (0: one per CPU core, up to 16; 1: no workers, each kernel built at its first launch)"})
     aot_cache: bool = field(default=True, metadata={"doc": "keep traced forward/backward graphs on disk (under cache_dir), so a later process skips analysis and tracing"})
     cache_dir: str = field(default=os.path.join(os.path.expanduser("~"), ".cache", "ember"), metadata={"doc": "on-disk cache for compiled artifacts"})
 
