@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 from ember.native.cache import load_module
 
@@ -168,6 +169,13 @@ def _launcher_first(compile_fn):
     return run
 
 
+class _LauncherFirstExecutor(ThreadPoolExecutor):
+    """The thread pool ``AsyncCompileMode`` hands builds to: each build also builds its launcher."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        return super().submit(_launcher_first(fn), *args, **kwargs)
+
+
 def precompile(launches, threads: int) -> int:
     """Build the kernels of ``launches`` before their first call, ``threads`` builds at a time.
 
@@ -194,13 +202,7 @@ def precompile(launches, threads: int) -> int:
         return len(todo)
     if len(todo) < 2:
         return 0
-    from concurrent.futures import ThreadPoolExecutor
-
-    class Executor(ThreadPoolExecutor):
-        def submit(self, fn, /, *args, **kwargs):
-            return super().submit(_launcher_first(fn), *args, **kwargs)
-
-    with Executor(min(threads, len(todo)), thread_name_prefix="ember-triton") as pool, \
+    with _LauncherFirstExecutor(min(threads, len(todo)), thread_name_prefix="ember-triton") as pool, \
             AsyncCompileMode(pool, ignore_errors=True):
         for site in todo:
             try:
