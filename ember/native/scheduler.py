@@ -263,10 +263,11 @@ class Scheduler:
 
     # -- legality ------------------------------------------------------------------------------
     def _succ(self, grp):
-        """The groups that read what ``grp`` writes. Cached per group (fusion asks for the same ones
-        thousands of times: 40% of a GPT-2 training step's scheduling): a cached set is brought up to
-        date through ``group_of`` (a merged-away group's nodes belong to the group that took them),
-        and a group's own entry is dropped when it takes another."""
+        """The groups that read what ``grp`` writes. Cached per group: fusion asks for the same ones
+        thousands of times (reachability checks were 37% of GPT-2 training's scheduling time under
+        cProfile). A cached set is brought up to date through ``group_of`` (a merged-away group's
+        nodes belong to the group that took them); a group's own entry is dropped when it takes
+        another."""
         hit = self._succ_cache.get(id(grp))
         if hit is not None and hit[0] is grp:
             live = {self.group_of[id(g.members[0])] for g in hit[1]}
