@@ -185,6 +185,8 @@ def specializations(sites) -> list:
         return True  # skip the build here
 
     sites = [s for s in sites if hasattr(s.fn, "device_caches")]  # JITFunctions (not a test's stand-in)
+    if not sites:
+        return []
     try:
         t = driver.active.get_current_target()
     except Exception:  # noqa: BLE001 - no usable driver: nothing for the pool
