@@ -13,7 +13,7 @@ its file under its full name before any kernel module (see ``load_kernel_module`
 imports the ``ember`` package itself. The parent imports kernel modules through the same function,
 so ``fn.__module__`` (part of Triton's cache key) is the same on both sides.
 
-A request names a kernel module, the function in it and its specialization as Triton's
+A request names a kernel module (its file and module name), the function in it and its specialization as Triton's
 ``jit_cache_hook`` serializes it (``JITFunction.preload`` takes the same text, and compiles with the
 same source, signature, constants, attributes and options as the parent's own build would), and
 the target (backend, arch, warp size): no CUDA context is ever created here (the target driver
@@ -45,9 +45,10 @@ def _import_path(name: str, path: str):
     return mod
 
 
-def load_kernel_module(path: str):
-    """Import the generated module at ``path`` (once per process)."""
-    name = module_name(path)
+def load_kernel_module(path: str, name: str | None = None):
+    """Import the kernel module at ``path`` (once per process), under ``name``: by default a generated
+    module's (``module_name``); a fixed kernel of ember's own (``mm_kernel``) keeps its package name."""
+    name = name or module_name(path)
     mod = sys.modules.get(name)
     if mod is not None and getattr(mod, "__file__", None) == path:
         return mod
@@ -85,7 +86,7 @@ def build(req: dict) -> dict:
     if drv is None:
         drv = _DRIVERS[target] = TargetDriver(*target)
     driver.set_active(drv)
-    fn = getattr(load_kernel_module(req["path"]), req["name"])
+    fn = getattr(load_kernel_module(req["path"], req.get("module")), req["name"])
     kernel = fn.preload(req["spec"])
     out = {"hash": getattr(kernel, "hash", None), "launcher": False}
     if req.get("launcher") and target[0] == "cuda":

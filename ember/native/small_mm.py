@@ -57,8 +57,9 @@ def plan(e, layouts: dict, opts: dict) -> str | None:
         bias = _broadcast_strides(tensors[0], M, N)
         if bias is None:
             return None
+    dtype = layouts[a.name].dtype
     return (f"SmallMM({op!r}, {M}, {N}, {K}, {tuple(a.strides)}, {tuple(b.strides)}, {bias}, "
-            f"{alpha!r}, {beta!r}, {config(M, N, K, layouts[a.name].dtype)!r})")
+            f"{alpha!r}, {beta!r}, {config(M, N, K, dtype)!r}, {dtype})")
 
 
 def _broadcast_strides(bias: BufferArg, M: int, N: int):
@@ -84,11 +85,15 @@ def config(M: int, N: int, K: int, dtype) -> dict:
 class SmallMM:
     """Called like the ATen op it replaces, positionally (``addmm(bias, a, b)``/``mm(a, b)``; ``beta`` and
     ``alpha`` are baked in, so passing them is an error, not a silent mismatch); returns a new
-    contiguous [M, N] tensor. Per call: one allocation and one launch. ``torch.backends.cuda.matmul.allow_tf32`` is read at each call, as cuBLAS does."""
+    contiguous [M, N] tensor. Per call: one allocation and one launch. ``torch.backends.cuda.matmul.allow_tf32`` is read at each call, as cuBLAS does.
 
-    __slots__ = ("op", "M", "N", "launches", "meta")
+    ``site``: the launch for ``dtype`` under the TF32 setting of the time the wrapper was loaded,
+    listed with the wrapper's static launch sites so that its kernel is built ahead of the first call
+    with the generated ones (``runtime.precompile``)."""
 
-    def __init__(self, op, M, N, K, a_strides, b_strides, bias_strides, alpha, beta, cfg):
+    __slots__ = ("op", "M", "N", "launches", "meta", "site")
+
+    def __init__(self, op, M, N, K, a_strides, b_strides, bias_strides, alpha, beta, cfg, dtype=torch.float32):
         self.op, self.M, self.N = op, M, N
         xs = bias_strides or (0, 0)
         self.meta = dict(M=M, N=N, K=K, stride_ab=0, stride_am=a_strides[0], stride_ak=a_strides[1], stride_bb=0,
@@ -98,6 +103,8 @@ class SmallMM:
                          BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=8,
                          num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         self.launches = {}  # TF32 allowed (fp32 only) -> Launch
+        key = dtype is torch.float32 and _tf32_allowed()
+        self.site = self.launches[key] = self._launch(dtype, key)
 
     def __call__(self, *args):
         if self.op == "addmm":
@@ -126,7 +133,7 @@ class SmallMM:
         # eager's cuBLAS TF32, five times eager's own TF32 error; tf32x3 is 4e-4 from eager, and 4e-7
         # from float64 (H100, benchmarks/probes/mm_precision.py). Tensor cores either way, and the launch count does not change.
         meta = dict(m, INPUT_PRECISION="tf32x3" if tf32 else "ieee", UPCAST=upcast)
-        return Launch(ember_mm, grid, meta, fresh=(2,))
+        return Launch(ember_mm, grid, meta, fresh=(2,), spec=(dtype,) * 4)  # (A, B, C, Bias: one dtype)
 
     def __repr__(self):
         return f"SmallMM({self.op!r}, {self.M}, {self.N}, {self.meta['K']})"

@@ -236,6 +236,7 @@ class WrapperCodegen:
         self.globals[gname] = expr
         baked = expr.startswith("SmallMM(")  # shapes, strides and scalars fixed in the callable
         if baked:
+            self.static_launches.append(f"{gname}.site")  # (its kernel builds ahead like a generated one)
             # its strides and scalars are baked in: a view starting at its buffer's first element is
             # passed as the buffer itself (one as_strided call less per operand)
             args = [a.name if a.offset == 0 else self.arg(a) for a in e.args]

@@ -15,7 +15,7 @@ os.environ["TRITON_CACHE_DIR"] = os.path.join(tmp, "triton")
 import torch  # noqa: E402
 from triton.runtime import driver  # noqa: E402
 
-from ember.native import build_pool, build_worker, cache, runtime  # noqa: E402
+from ember.native import build_pool, build_worker, cache, runtime, small_mm  # noqa: E402
 
 
 class Driver(build_worker.TargetDriver):  # what the parent's build path asks of a driver (no GPU)
@@ -53,12 +53,15 @@ sites = [runtime.Launch(mod.pointwise, (8,), {"XBLOCK": 128}, spec=(f32, f32, 10
          runtime.Launch(mod.pointwise, (8,), {"XBLOCK": 128}, spec=(f32, f32, 1000)),  # the same build
          runtime.Launch(mod.pointwise, (8,), {"XBLOCK": 256}, spec=(bf16, bf16, 1000)),
          runtime.Launch(mod.row_sum, (64,), {"RBLOCK": 512}, spec=(f32, f32)),
+         # ember's own matmul kernel (mm_kernel.py, imported by the worker under its package name)
+         small_mm.SmallMM("addmm", 32, 64, 128, (128, 1), (1, 128), (0, 1), 1, 1,
+                          small_mm.config(32, 64, 128, f32), f32).site,
          runtime.Launch(mod.broken, (1,), {"XBLOCK": 64}, spec=(f32,))]
 assert build_pool.start(2) is not None
 submitted = runtime.precompile(sites, threads=2)  # returns while the workers build
 build_pool.wait()
 # the parent's own builds, as a first launch does them (a call with aligned pointers): disk-cache hits
-same = [s.fn.warmup(*s.spec, grid=s.grid, **s.meta).hash == s.ahead for s in sites[:4]]
+same = [s.fn.warmup(*s.spec, grid=s.grid, **s.meta).hash == s.ahead for s in sites[:5]]
 binaries = len(glob.glob(os.path.join(tmp, "triton", "*", "*.cubin")))  # (the broken build leaves an empty dir)
 
 # a dead worker costs its request, never a hang: kill one, then build a new variant
@@ -74,13 +77,13 @@ build_pool.wait()
 signal.alarm(120)
 build_pool._POOL = None
 build_pool.start(2)
-for s in sites[:4]:
+for s in sites[:5]:
     s.fn.device_caches.clear()  # (so that the parent asks again)
     s.ahead = None
-again = build_pool.build_ahead(sites[:4])
+again = build_pool.build_ahead(sites[:5])
 build_pool.wait()
 signal.alarm(0)
 print(json.dumps(dict(submitted=submitted, stats=build_pool.STATS, binaries=binaries, same=same,
-                      broken_ahead=sites[4].ahead, late=[started, late.ahead is not None], alive=len(pool.alive()),
-                      again=[again] + [s.ahead is not None for s in sites[:4]])))
+                      broken_ahead=sites[5].ahead, late=[started, late.ahead is not None], alive=len(pool.alive()),
+                      again=[again] + [s.ahead is not None for s in sites[:5]])))
 sys.stdout.flush()

@@ -21,14 +21,14 @@ def test_workers_build_what_the_parent_then_finds_in_the_cache():
     assert out.returncode == 0, out.stderr[-3000:]
     res = json.loads(out.stdout.strip().splitlines()[-1])
     stats = res["stats"]
-    # four distinct builds (one site repeats another) + one after a worker was killed (+ 3 again)
-    assert res["submitted"] == 5 and stats["submitted"] == 8, res
-    assert stats["built"] == 7 and stats["failed"] == 1, res  # the broken kernel fails in its worker
+    # five distinct builds (one site repeats another) + one after a worker was killed (+ 4 again)
+    assert res["submitted"] == 6 and stats["submitted"] == 10, res
+    assert stats["built"] == 9 and stats["failed"] == 1, res  # the broken kernel fails in its worker
     assert res["broken_ahead"] is None, res
-    assert res["same"] == [True] * 4, res  # the parent's builds have the workers' hashes...
-    assert res["binaries"] == 3, res  # ...and added no binary
+    assert res["same"] == [True] * 5, res  # the parent's builds have the workers' hashes...
+    assert res["binaries"] == 4, res  # ...and added no binary
     assert res["late"] == [True, True] and res["alive"] == 1, res  # the surviving worker took the late one
-    assert res["again"] == [True] * 5, res  # a starting pool's answers to cache hits (no hang)
+    assert res["again"] == [True] * 6, res  # a starting pool's answers to cache hits (no hang)
 
 
 def test_no_pool_for_one_thread_or_the_interpreter(monkeypatch):
