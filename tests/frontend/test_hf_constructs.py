@@ -6,6 +6,7 @@ helpers, autograd.Functions, modules made inside forward), so they run without t
 """
 import copy
 import functools
+import logging
 
 import pytest
 import torch
@@ -157,6 +158,55 @@ def test_lru_cache_helpers():
     x = torch.randn(2)
     torch.testing.assert_close(_explain(f, x).out, x * 3 + 3)
     assert calls == ["abc"]  # once, as eager's cache would: the compiled code reuses the answer
+
+
+class _OnceLogger(logging.Logger):
+    """transformers' ``logger.warning_once``: an lru_cache'd method (transformers sets it on
+    ``logging.Logger`` itself; a subclass keeps this test from touching every logger)."""
+
+    @functools.lru_cache(None)
+    def warning_once(self, *args):
+        self.warning(*args)
+
+
+def test_logger_warning_once_prints_once_without_a_graph_break():
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    log = _OnceLogger("ember-test-warning-once")
+    log.addHandler(Keep())
+    log.propagate = False
+
+    def f(x, kind):
+        log.warning_once(f"`loss_type={kind}` is unrecognized")
+        return x * 2
+
+    x = torch.randn(3)
+    report = _explain(f, x, None)  # no graph break: logging's lock is never traced
+    torch.testing.assert_close(report.out, x * 2)
+    compiled = ember.compile(f)
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x, None), x * 2)
+    compiled(x, "other")  # a new message: printed once more, as eager would
+    compiled(x, "other")
+    assert records == ["`loss_type=None` is unrecognized", "`loss_type=other` is unrecognized"]
+    other = _OnceLogger("ember-test-warning-once-2")  # the cached answer is for that logger only
+    other.addHandler(Keep())
+    other.propagate = False
+    log_before = log
+
+    def g(x, lg):
+        lg.warning_once("hello")
+        return x + 1
+
+    cg = ember.compile(g)
+    cg(x, log_before)
+    cg(x, other)
+    cg(x, other)
+    assert records[2:] == ["hello", "hello"]
 
 
 # ---- torch.jit.script helpers -------------------------------------------------------------------

@@ -7,6 +7,7 @@ import types
 
 from ember.frontend import trace_rules
 from ember.frontend.errors import Unsupported
+from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 
@@ -405,9 +406,15 @@ class PolyfilledFunctionVariable(CallableVariable):
 
 
 class LruCacheVariable(CallableVariable):
-    """A ``functools.lru_cache`` wrapper. With constant arguments its answer is fixed by the cache
-    after the first call (the program sees the cached value whenever it calls), so the call runs
-    now and an immutable answer is folded; otherwise the wrapped function is traced, ignoring the cache."""
+    """A ``functools.lru_cache`` wrapper. With arguments the trace knows for sure its answer is fixed
+    by the cache after the first call (the program sees the cached value whenever it calls), so the
+    call runs now and an immutable answer is folded; otherwise the wrapped function is traced,
+    ignoring the cache.
+
+    Known for sure: constants, and existing objects hashed by identity, guarded to be the same object.
+    The second is what transformers' ``logger.warning_once(msg)`` passes (a ``Logger`` as ``self``):
+    folded, the warning prints once, at the first compile (as at the first eager call), where tracing
+    into ``logging`` would break the graph on its lock."""
 
     def __init__(self, fn, source=None):
         self.fn = fn
@@ -419,9 +426,12 @@ class LruCacheVariable(CallableVariable):
     def call(self, tx, args, kwargs):
         from ember.frontend.variables.builder import _CONST_TYPES, wrap
 
-        values = [*args, *kwargs.values()]
-        if all(v.is_constant() and isinstance(v.as_constant(), _CONST_TYPES) for v in values):
-            result = call_on_constants(self.fn, args, kwargs)
+        known = [_cache_key_value(tx, v) for v in args], {k: _cache_key_value(tx, v) for k, v in kwargs.items()}
+        if not any(v is _UNKNOWN for v in [*known[0], *known[1].values()]):
+            for v in [*args, *kwargs.values()]:
+                if not v.is_constant():  # (an object the cache keys on by identity: it must stay the same)
+                    tx.output.guards.add(v.source, GuardKind.ID, v.value)
+            result = self.fn(*known[0], **known[1])
             if isinstance(result, _CONST_TYPES):
                 return ConstantVariable(result)
         wrapped = self.fn.__wrapped__
@@ -439,6 +449,26 @@ class LruCacheVariable(CallableVariable):
         if self.source is not None:
             return cg.load(self.source)
         return cg.const(self.fn, "lru_cache_wrapper")
+
+
+_UNKNOWN = object()
+
+
+def _cache_key_value(tx, v):
+    """The value an ``lru_cache`` would key on for tracker ``v`` when the trace knows it for sure, else
+    ``_UNKNOWN``: a constant, or an existing object with a source whose class hashes and compares by
+    identity and that this trace has not written to."""
+    from ember.frontend.variables.builder import _CONST_TYPES
+    from ember.frontend.variables.objects import UserObjectVariable
+
+    if v.is_constant():
+        value = v.as_constant()
+        return value if isinstance(value, _CONST_TYPES) else _UNKNOWN
+    if type(v) is UserObjectVariable and v.source is not None and not tx.output.side_effects.written_attrs(v.value):
+        cls = type(v.value)
+        if cls.__hash__ is object.__hash__ and cls.__eq__ is object.__eq__:
+            return v.value
+    return _UNKNOWN
 
 
 class DisabledFunctionVariable(OpaqueCallableVariable):
