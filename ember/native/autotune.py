@@ -230,7 +230,7 @@ class MMTemplate:
         xs = bias.stride() if has_bias else (0, 0, 0)
         if self._launch is None:
             self._launch = self._make_launch(nb, M, N, K, a.dtype, has_bias)
-        self._launch(a, b, out, bias, M, N, K, *a.stride(), *b.stride(), *out.stride(), *xs, float(alpha), float(beta))
+        self._launch(a, b, out, bias, out, M, N, K, *a.stride(), *b.stride(), *out.stride(), *xs, float(alpha), float(beta))
         return out if batched else out[0]
 
     def _make_launch(self, nb, M, N, K, dtype, has_bias):
@@ -241,7 +241,7 @@ class MMTemplate:
         upcast = dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET", "0") == "1"
         meta = dict(HAS_BIAS=has_bias, ACTIVATION=self.activation, INPUT_PRECISION=precision, UPCAST=upcast,
                     EVEN_K=K % c["BLOCK_K"] == 0, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"],
-                    BLOCK_K=c["BLOCK_K"], GROUP_M=8,
+                    BLOCK_K=c["BLOCK_K"], GROUP_M=8, STORE_PRE=False,
                     num_warps=c["num_warps"], num_stages=c["num_stages"])
         return Launch(ember_mm, grid, meta)
 

@@ -11,12 +11,14 @@ import triton.language as tl
 
 
 @triton.jit
-def ember_mm(A, B, C, Bias, M, N, K: tl.constexpr, stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn,
+def ember_mm(A, B, C, Bias, Pre, M, N, K: tl.constexpr, stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn,
              stride_cb, stride_cm, stride_cn, stride_xb, stride_xm, stride_xn, alpha, beta,
              HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
              EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-             GROUP_M: tl.constexpr):
-    """C[b] = act(alpha * A[b] @ B[b] + beta * Bias[b]); program (tile, batch). Tiles are visited in
+             GROUP_M: tl.constexpr, STORE_PRE: tl.constexpr = False):
+    """C[b] = act(alpha * A[b] @ B[b] + beta * Bias[b]); program (tile, batch). With ``STORE_PRE``, the
+    value before the activation is stored too, in ``Pre`` (laid out as C): what a training graph
+    keeps for the activation's backward. Tiles are visited in
     groups of GROUP_M rows so neighbouring programs share B tiles in L2. K is a constexpr: shapes are
     static here, and the interpreter of Triton 3.6 cannot loop over a runtime bound under numpy 2."""
     pid = tl.program_id(0)
@@ -53,9 +55,11 @@ def ember_mm(A, B, C, Bias, M, N, K: tl.constexpr, stride_ab, stride_am, stride_
     if HAS_BIAS:
         bias = tl.load(Bias + bid * stride_xb + rm[:, None] * stride_xm + rn[None, :] * stride_xn, mask=mask, other=0.0)
         acc = acc + beta * bias.to(tl.float32)
+    c_off = bid * stride_cb + rm[:, None] * stride_cm + rn[None, :] * stride_cn
+    if STORE_PRE:
+        tl.store(Pre + c_off, acc.to(Pre.dtype.element_ty), mask=mask)
     if ACTIVATION == "relu":
         acc = tl.maximum(acc, 0.0)
     if ACTIVATION == "gelu":
         acc = 0.5 * acc * (1.0 + tl.math.erf(acc * 0.7071067811865476))
-    c_ptrs = C + bid * stride_cb + rm[:, None] * stride_cm + rn[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(C.dtype.element_ty), mask=mask)
+    tl.store(C + c_off, acc.to(C.dtype.element_ty), mask=mask)

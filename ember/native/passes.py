@@ -7,6 +7,8 @@ count, for logs and tests). ``run`` applies the ones whose option is on.
   Hugging Face encoder expands the same padding mask, and each copy would otherwise be lowered,
   realized and written to memory once per layer (BERT-base: 12 x 25 MB per call).
 * ``pad_mm``: matmuls whose sizes break cuBLAS's alignment (``pad_mm.py``).
+* ``small_mm_flops`` (``fuse_activations``): a ReLU/GELU after a matmul that becomes a ``SmallMM``
+  runs in its epilogue (``small_mm.py``).
 """
 from __future__ import annotations
 
@@ -77,8 +79,13 @@ def _pad_mm(gm, opts, on_cpu) -> int:
     return pad_mm.pad_matmuls(gm, opts.get("pad_mm_min_flops", pad_mm.DEFAULT_MIN_FLOPS), on_cpu=on_cpu)
 
 
+def _fuse_activations(gm, opts, on_cpu) -> int:
+    from ember.native import small_mm  # (imports Triton)
+    return small_mm.fuse_activations(gm, opts, on_cpu)
+
+
 # (option that enables it, pass)
-PASSES = [("cse", cse), ("pad_mm", _pad_mm)]
+PASSES = [("cse", cse), ("pad_mm", _pad_mm), ("small_mm_flops", _fuse_activations)]
 
 
 def run(gm: torch.fx.GraphModule, opts: dict, on_cpu: bool = False) -> dict:

@@ -11,9 +11,17 @@ timing at compile time. Only 2-D ``mm``/``addmm`` with static sizes, one float d
 ``small_mm_flops`` (native option) of work qualify: below that the tensor cores are idle most of the
 kernel anyway, so a config that is not the best one costs little device time. Larger matmuls keep
 cuBLAS (or max-autotune's timed choice).
+
+Activations. A ReLU or (erf) GELU applied to such a matmul's result runs in the matmul's epilogue:
+the FX pass ``fuse_activations`` rewrites ``addmm`` and the activation's ops into one
+``ember_native::addmm_act`` (or ``addmm_act2``, which also returns the value before the activation,
+when a training graph keeps it for the backward). A small MLP layer is then one launch and one
+allocation instead of two, which is what its per-call CPU time is made of. The ops have eager
+implementations, used wherever the matmul does not become a ``SmallMM`` after all.
 """
 from __future__ import annotations
 
+import operator
 import os
 
 import torch
@@ -21,22 +29,136 @@ import triton
 
 from ember.native.ir import BufferArg
 
-OPS = ("mm", "addmm")
+OPS = ("mm", "addmm", "addmm_act", "addmm_act2")
 _tf32_allowed = torch._C._get_cublas_allow_tf32
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+aten = torch.ops.aten
+
+
+# ---- addmm + activation as one op ----------------------------------------------------------------
+def _act(x: torch.Tensor, activation: str) -> torch.Tensor:
+    return torch.relu(x) if activation == "relu" else torch.nn.functional.gelu(x)
+
+
+@torch.library.custom_op("ember_native::addmm_act", mutates_args=())
+def addmm_act(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, activation: str) -> torch.Tensor:
+    """``act(addmm(bias, a, b))``, activation "relu" or "gelu" (erf form)."""
+    return _act(torch.addmm(bias, a, b), activation)
+
+
+@torch.library.custom_op("ember_native::addmm_act2", mutates_args=())
+def addmm_act2(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, activation: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(pre, act(pre))`` with ``pre = addmm(bias, a, b)``."""
+    pre = torch.addmm(bias, a, b)
+    return pre, _act(pre, activation)
+
+
+@addmm_act.register_fake
+def _(bias, a, b, activation):
+    return a.new_empty((a.shape[0], b.shape[1]))
+
+
+@addmm_act2.register_fake
+def _(bias, a, b, activation):
+    return a.new_empty((a.shape[0], b.shape[1])), a.new_empty((a.shape[0], b.shape[1]))
+
+
+def _is_call(n, target, *args) -> bool:
+    return (isinstance(n, torch.fx.Node) and n.op == "call_function" and n.target is target
+            and len(n.args) == len(args) and all(x is None or x == y for x, y in zip(args, n.args)) and not n.kwargs)
+
+
+def _gelu_of(pre):
+    """The node computing erf-GELU of ``pre`` in its decomposed form, ``(pre * 0.5) * (erf(pre *
+    M_SQRT1_2) + 1)``, with the intermediate nodes used only there; else None."""
+    users = list(pre.users)
+    half = [u for u in users if _is_call(u, aten.mul.Tensor, pre, 0.5)]
+    scaled = [u for u in users if _is_call(u, aten.mul.Tensor, pre, 0.7071067811865476)]
+    if len(half) != 1 or len(scaled) != 1 or len(scaled[0].users) != 1 or len(half[0].users) != 1:
+        return None
+    erf = next(iter(scaled[0].users))
+    if not _is_call(erf, aten.erf.default, scaled[0]) or len(erf.users) != 1:
+        return None
+    plus = next(iter(erf.users))
+    if not _is_call(plus, aten.add.Tensor, erf, 1) or len(plus.users) != 1:
+        return None
+    out = next(iter(plus.users))
+    if out is not next(iter(half[0].users)) or out.op != "call_function" or out.target is not aten.mul.Tensor \
+            or set(out.args) != {half[0], plus} or out.kwargs:
+        return None
+    return out, [half[0], scaled[0], erf, plus]
+
+
+def _qualifies(n, opts: dict, on_cpu: bool) -> bool:
+    """Would ``n`` (an ``addmm`` node) become a SmallMM: 2-D static float, small, no alpha/beta?"""
+    if not _is_call(n, aten.addmm.default, None, None, None):
+        return False
+    vals = [getattr(x, "meta", {}).get("val") for x in (n, *n.args)]
+    if not all(isinstance(v, torch.Tensor) for v in vals) or not (vals[0].device.type == "cuda" or on_cpu):
+        return False
+    out, a, b = vals[0], vals[2], vals[3]
+    if out.dim() != 2 or a.dim() != 2 or b.dim() != 2 or out.dtype not in DTYPES or len({v.dtype for v in vals}) != 1:
+        return False
+    sizes = [*out.shape, *a.shape]
+    if not all(type(s) is int for s in sizes):
+        return False
+    return 0 < 2 * a.shape[0] * a.shape[1] * b.shape[1] <= opts.get("small_mm_flops", 0)
+
+
+def fuse_activations(gm: torch.fx.GraphModule, opts: dict, on_cpu: bool = False) -> int:
+    """FX pass: ``act(addmm(...))`` -> ``addmm_act`` for the matmuls that will be SmallMMs (module
+    docstring); ``addmm_act2`` when the pre-activation value has other users. Returns the count."""
+    if not opts.get("small_mm_flops"):
+        return 0
+    g, fused = gm.graph, 0
+    for n in list(g.nodes):
+        if not _qualifies(n, opts, on_cpu):
+            continue
+        relu = [u for u in n.users if _is_call(u, aten.relu.default, n)]
+        match = (relu[0], [], "relu") if relu else (*(_gelu_of(n) or (None, None)), "gelu")
+        act, inner, kind = match
+        if act is None:
+            continue
+        if act.meta["val"].dtype != n.meta["val"].dtype:
+            continue
+        keep = any(u is not act and u not in inner for u in n.users)
+        with g.inserting_before(n.next):  # (where n's other users, if any, can see ``pre``)
+            if keep:
+                both = g.call_function(torch.ops.ember_native.addmm_act2.default, (*n.args, kind))
+                both.meta["val"] = (n.meta["val"], act.meta["val"])
+                pre = g.call_function(operator.getitem, (both, 0))
+                post = g.call_function(operator.getitem, (both, 1))
+                pre.meta["val"], post.meta["val"] = n.meta["val"], act.meta["val"]
+            else:
+                post = g.call_function(torch.ops.ember_native.addmm_act.default, (*n.args, kind))
+                post.meta["val"] = act.meta["val"]
+        act.replace_all_uses_with(post)
+        for x in [act, *reversed(inner)]:
+            g.erase_node(x)
+        if keep:
+            n.replace_all_uses_with(pre)
+        g.erase_node(n)
+        fused += 1
+    if fused:
+        gm.recompile()
+    return fused
 
 
 def plan(e, layouts: dict, opts: dict) -> str | None:
     """Source of a ``SmallMM(...)`` replacing extern node ``e``, or None when it keeps its ATen op."""
     limit = opts.get("small_mm_flops", 0)
     schema = getattr(e.target, "_schema", None)
-    if not limit or e.multi or schema is None or e.target._overloadname != "default":
+    if not limit or schema is None or e.target._overloadname != "default":
         return None
     op = schema.name.split("::")[-1]
-    if op not in OPS:
+    if op not in OPS or e.multi != (op == "addmm_act2"):
         return None
-    tensors = list(e.args)
-    if not all(isinstance(t, BufferArg) for t in tensors) or len(tensors) != (3 if op == "addmm" else 2):
+    tensors, activation = list(e.args), ""
+    if op.startswith("addmm_act"):
+        tensors, activation = tensors[:3], tensors[3]
+        if activation not in ("relu", "gelu"):
+            return None
+    if not all(isinstance(t, BufferArg) for t in tensors) or len(tensors) != (2 if op == "mm" else 3):
         return None
     a, b = tensors[-2], tensors[-1]
     if len(a.sizes) != 2 or len(b.sizes) != 2:
@@ -53,13 +175,14 @@ def plan(e, layouts: dict, opts: dict) -> str | None:
     if kw or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (alpha, beta)):
         return None
     bias = None
-    if op == "addmm":
+    if op != "mm":
         bias = _broadcast_strides(tensors[0], M, N)
         if bias is None:
             return None
     dtype = layouts[a.name].dtype
+    act = f", {activation!r}, {op == 'addmm_act2'}" if activation else ""
     return (f"SmallMM({op!r}, {M}, {N}, {K}, {tuple(a.strides)}, {tuple(b.strides)}, {bias}, "
-            f"{alpha!r}, {beta!r}, {config(M, N, K, dtype)!r}, {dtype})")
+            f"{alpha!r}, {beta!r}, {config(M, N, K, dtype)!r}, {dtype}{act})")
 
 
 def _broadcast_strides(bias: BufferArg, M: int, N: int):
@@ -83,23 +206,25 @@ def config(M: int, N: int, K: int, dtype) -> dict:
 
 
 class SmallMM:
-    """Called like the ATen op it replaces, positionally (``addmm(bias, a, b)``/``mm(a, b)``; ``beta`` and
-    ``alpha`` are baked in, so passing them is an error, not a silent mismatch); returns a new
-    contiguous [M, N] tensor. Per call: one allocation and one launch. ``torch.backends.cuda.matmul.allow_tf32`` is read at each call, as cuBLAS does.
+    """Called like the op it replaces, positionally (``addmm(bias, a, b)``/``mm(a, b)``/``addmm_act(bias, a,
+    b, activation)``; ``beta`` and ``alpha`` are baked in, so passing them is an error, not a silent
+    mismatch); returns a new contiguous [M, N] tensor (``addmm_act2``: two, before and after the
+    activation). Per call: one allocation per result and one launch. ``torch.backends.cuda.matmul.allow_tf32`` is read at each call, as cuBLAS does.
 
     ``site``: the launch for ``dtype`` under the TF32 setting of the time the wrapper was loaded,
     listed with the wrapper's static launch sites so that its kernel is built ahead of the first call
     with the generated ones (``runtime.precompile``)."""
 
-    __slots__ = ("op", "M", "N", "launches", "meta", "site")
+    __slots__ = ("op", "M", "N", "launches", "meta", "site", "keep_pre")
 
-    def __init__(self, op, M, N, K, a_strides, b_strides, bias_strides, alpha, beta, cfg, dtype=torch.float32):
-        self.op, self.M, self.N = op, M, N
+    def __init__(self, op, M, N, K, a_strides, b_strides, bias_strides, alpha, beta, cfg, dtype=torch.float32,
+                 activation="", keep_pre=False):
+        self.op, self.M, self.N, self.keep_pre = op, M, N, keep_pre
         xs = bias_strides or (0, 0)
         self.meta = dict(M=M, N=N, K=K, stride_ab=0, stride_am=a_strides[0], stride_ak=a_strides[1], stride_bb=0,
                          stride_bk=b_strides[0], stride_bn=b_strides[1], stride_cb=0, stride_cm=N, stride_cn=1,
                          stride_xb=0, stride_xm=xs[0], stride_xn=xs[1], alpha=float(alpha), beta=float(beta),
-                         HAS_BIAS=bias_strides is not None and beta != 0, ACTIVATION="", EVEN_K=K % cfg["BLOCK_K"] == 0,
+                         HAS_BIAS=bias_strides is not None and beta != 0, ACTIVATION=activation, STORE_PRE=keep_pre, EVEN_K=K % cfg["BLOCK_K"] == 0,
                          BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=8,
                          num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         self.launches = {}  # TF32 allowed (fp32 only) -> Launch
@@ -107,10 +232,10 @@ class SmallMM:
         self.site = self.launches[key] = self._launch(dtype, key)
 
     def __call__(self, *args):
-        if self.op == "addmm":
-            bias, a, b = args
-        else:
+        if self.op == "mm":
             (a, b), bias = args, None
+        else:
+            bias, a, b = args[:3]
         out = torch.empty((self.M, self.N), dtype=a.dtype, device=a.device)
         # what ``torch.backends.cuda.matmul.allow_tf32`` returns, without its module __getattr__
         # (1.9 us against 0.15 us per read)
@@ -118,7 +243,11 @@ class SmallMM:
         launch = self.launches.get(key)
         if launch is None:
             launch = self.launches[key] = self._launch(a.dtype, key)
-        launch(a, b, out, out if bias is None else bias)
+        if self.keep_pre:
+            pre = torch.empty((self.M, self.N), dtype=a.dtype, device=a.device)
+            launch(a, b, out, out if bias is None else bias, pre)
+            return pre, out
+        launch(a, b, out, out if bias is None else bias, out)
         return out
 
     def _launch(self, dtype, tf32: bool):
@@ -133,7 +262,8 @@ class SmallMM:
         # eager's cuBLAS TF32, five times eager's own TF32 error; tf32x3 is 4e-4 from eager, and 4e-7
         # from float64 (H100, benchmarks/probes/mm_precision.py). Tensor cores either way, and the launch count does not change.
         meta = dict(m, INPUT_PRECISION="tf32x3" if tf32 else "ieee", UPCAST=upcast)
-        return Launch(ember_mm, grid, meta, fresh=(2,), spec=(dtype,) * 4)  # (A, B, C, Bias: one dtype)
+        return Launch(ember_mm, grid, meta, fresh=(2, 4), spec=(dtype,) * 5)  # (A, B, C, Bias, Pre: one dtype)
 
     def __repr__(self):
-        return f"SmallMM({self.op!r}, {self.M}, {self.N}, {self.meta['K']})"
+        act = f", {self.meta['ACTIVATION']!r}" if self.meta["ACTIVATION"] else ""
+        return f"SmallMM({self.op!r}, {self.M}, {self.N}, {self.meta['K']}{act})"

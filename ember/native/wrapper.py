@@ -239,19 +239,20 @@ class WrapperCodegen:
             self.static_launches.append(f"{gname}.site")  # (its kernel builds ahead like a generated one)
             # its strides and scalars are baked in: a view starting at its buffer's first element is
             # passed as the buffer itself (one as_strided call less per operand)
-            args = [a.name if a.offset == 0 else self.arg(a) for a in e.args]
+            # (its other arguments, an activation's name, are baked in too)
+            args = [a.name if a.offset == 0 else self.arg(a) for a in e.args if isinstance(a, ir.BufferArg)]
         else:
             args = [self.arg(a) for a in e.args] + [f"{k}={self.arg(v)}" for k, v in e.kwargs.items()]
         ops = ", ".join(sorted({o for o, _ in e.origins}))
         self.body.append(f"# extern {ops} {e.reason}".rstrip())
         call = f"{gname}({', '.join(args)})"
+        contiguous = baked and all(o is not None and o[1] is not None and tuple(o[1].strides) == (o[1].sizes[1], 1)
+                                   for o in e.outputs)
+        if contiguous:  # its results are always new contiguous [M, N] tensors: nothing to check
+            self.body.append(f"{', '.join(o[0] for o in e.outputs)} = {call}")
+            return
         if not e.multi:
             out = e.outputs[0]
-            lay = out[1] if out else None
-            if baked and lay is not None and tuple(lay.strides) == (lay.sizes[1], 1):
-                # its result is always a new contiguous [M, N] tensor: nothing to check
-                self.body.append(f"{out[0]} = {call}")
-                return
             self.body.append(f"{out[0] if out else '_'} = {self._fixed(call, out)}")
             return
         self.body.append(f"{e.name} = {call}")
@@ -286,6 +287,8 @@ class WrapperCodegen:
         for cls, where in (("MMTemplate", "autotune"), ("SmallMM", "small_mm")):
             if any(expr.startswith(cls + "(") for expr in self.extern_overrides.values()):
                 lines.insert(-3, f"from ember.native.{where} import {cls}")
+        if any(expr.startswith("torch.ops.ember_native.") for expr in self.globals.values()):
+            lines.insert(-3, "import ember.native.small_mm  # noqa: F401 - (defines the ember_native ops)")
         if any(l.split(" = ")[1].startswith("DynamicLaunch(") for l in self.launches):
             lines.insert(-3, "from ember.native.dynamic_launch import DynamicLaunch")
         for name, expr in self.globals.items():

@@ -217,12 +217,12 @@ P = {torch.float32: "*fp32", torch.bfloat16: "*bf16"}
 for dt, prec, bk in ((torch.bfloat16, "ieee", 64), (torch.float32, "tf32", 32)):
     sig, consts = {}, {}
     vals = dict(K=768, HAS_BIAS=True, ACTIVATION="gelu", INPUT_PRECISION=prec, UPCAST=False, EVEN_K=True,
-                BLOCK_M=128, BLOCK_N=128, BLOCK_K=bk, GROUP_M=8)
+                BLOCK_M=128, BLOCK_N=128, BLOCK_K=bk, GROUP_M=8, STORE_PRE=True)
     for j, a in enumerate(ember_mm.arg_names):
         if j in ember_mm.constexprs:
             sig[a] = "constexpr"; consts[(j,)] = vals[a]
         else:
-            sig[a] = P[dt] if a in ("A", "B", "C", "Bias") else ("fp32" if a in ("alpha", "beta") else "i32")
+            sig[a] = P[dt] if a in ("A", "B", "C", "Bias", "Pre") else ("fp32" if a in ("alpha", "beta") else "i32")
     k = triton.compile(triton.compiler.ASTSource(fn=ember_mm, signature=sig, constexprs=consts), target=target,
                        options={"num_warps": 8, "num_stages": 3})
     assert k.metadata.shared <= 232448, k.metadata.shared

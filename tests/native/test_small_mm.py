@@ -59,11 +59,55 @@ def test_large_or_unsupported_matmuls_keep_the_aten_op(tmp_path):
     assert "SmallMM" not in src
 
 
-def test_training_step_matches_eager():
+@pytest.mark.parametrize("act", ["gelu", "relu"])
+@pytest.mark.parametrize("keep_pre", [False, True])
+def test_activation_runs_in_the_matmul_epilogue(tmp_path, act, keep_pre):
+    # one launch per layer: the activation is the template's epilogue; a graph that also returns the
+    # value before the activation (as a training forward keeps it) gets both from the one launch
+    fn_act = F.gelu if act == "gelu" else torch.relu
+
+    def f(x, w1, b1, w2, b2):
+        h = F.linear(x, w1, b1)
+        y = F.linear(fn_act(h), w2, b2)
+        return (y, h) if keep_pre else y
+    inputs = [torch.randn(8, 40, device=DEVICE), torch.randn(24, 40, device=DEVICE), torch.randn(24, device=DEVICE),
+              torch.randn(5, 24, device=DEVICE), torch.randn(5, device=DEVICE)]
+    fn, src = _compiled(f, inputs, tmp_path)
+    op = "addmm_act2" if keep_pre else "addmm_act"
+    assert f"SmallMM('{op}', 8, 24, 40" in src and f"'{act}', {keep_pre})" in src, src
+    assert "Launch(triton" not in src and "load_kernel(" not in src, src  # no kernel of its own
+    compare(fn(*inputs), f(*inputs))
+
+
+def test_fused_activation_ops_match_aten():
+    # the ops' own implementations: what runs where a fused matmul does not become a SmallMM
+    from ember.native import small_mm  # noqa: F401 - defines the ops
+    b, x, w = torch.randn(6), torch.randn(3, 4), torch.randn(4, 6)
+    for act, ref in (("gelu", F.gelu), ("relu", torch.relu)):
+        pre = torch.addmm(b, x, w)
+        torch.testing.assert_close(torch.ops.ember_native.addmm_act(b, x, w, act), ref(pre))
+        got = torch.ops.ember_native.addmm_act2(b, x, w, act)
+        torch.testing.assert_close(got[0], pre)
+        torch.testing.assert_close(got[1], ref(pre))
+
+
+def test_unfused_when_the_activation_reads_another_tensor(tmp_path):
+    # GELU's tanh form, and an erf GELU whose inner product is reused elsewhere, are not the pattern
+    def f(x, w, b):
+        h = F.linear(x, w, b)
+        return F.gelu(h, approximate="tanh"), (h * 0.7071067811865476).sum()
+    inputs = [torch.randn(8, 16, device=DEVICE), torch.randn(12, 16, device=DEVICE), torch.randn(12, device=DEVICE)]
+    fn, src = _compiled(f, inputs, tmp_path)
+    assert "addmm_act" not in src and "SmallMM('addmm'" in src
+    compare(fn(*inputs), f(*inputs))
+
+
+@pytest.mark.parametrize("act", [torch.nn.GELU, torch.nn.ReLU])
+def test_training_step_matches_eager(act):
     import ember
     torch.manual_seed(0)
-    m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).to(DEVICE)
-    twin = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).to(DEVICE)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 32), act(), torch.nn.Linear(32, 4)).to(DEVICE)
+    twin = torch.nn.Sequential(torch.nn.Linear(16, 32), act(), torch.nn.Linear(32, 4)).to(DEVICE)
     twin.load_state_dict(m.state_dict())
     x = torch.randn(8, 16, device=DEVICE)
     from ember.config import config as ember_config
