@@ -31,7 +31,7 @@ STATS = {"submitted": 0, "built": 0, "failed": 0, "launchers": 0, "key_mismatch"
 STALL_S = 600.0  # no answer from any busy worker for this long: give up on the pool
 POOL_MIN_KERNELS = 4  # fewer builds wait for no starting worker: this process builds them (threads)
 _POOL: "BuildPool | None" = None
-_PENDING: list = []  # the threads of batches being built
+_PENDING: list = []  # (thread, ids of its launch sites) of the batches being built
 _LAUNCHERS: set = set()  # kernel signatures whose C launcher a worker has been asked to build
 _LOCK = threading.Lock()
 
@@ -251,14 +251,21 @@ def build_ahead(sites) -> bool:
             STATS["slowest_s"] = max(STATS["slowest_s"], res.get("s", 0.0))
     t = threading.Thread(target=run, name="ember-build-pool", daemon=True)
     t.start()
-    _PENDING.append(t)
+    _PENDING.append((t, {id(site) for site, _ in pairs}))
     return True
 
 
-def wait() -> None:
-    """Until every batch handed to the pool is built (called before a kernel's first launch)."""
-    if _PENDING:
-        t0 = time.perf_counter()
-        while _PENDING:
-            _PENDING.pop(0).join()
-        STATS["wait_s"] = round(STATS["wait_s"] + time.perf_counter() - t0, 3)
+def wait(site=None) -> None:
+    """Until the batch building ``site``'s kernel is done (called before its first launch), or every
+    batch handed to the pool (no ``site``). Batches run one after another, in the order the graphs
+    were compiled: a forward's first launch need not wait for its backward's kernels."""
+    if not _PENDING:
+        return
+    t0 = time.perf_counter()
+    for entry in list(_PENDING):
+        thread, ids = entry
+        if site is None or id(site) in ids:
+            thread.join()
+        if not thread.is_alive() and entry in _PENDING:
+            _PENDING.remove(entry)
+    STATS["wait_s"] = round(STATS["wait_s"] + time.perf_counter() - t0, 3)

@@ -90,7 +90,7 @@ class Launch:
 
     def _first(self, args):
         from ember.native import build_pool
-        build_pool.wait()  # (the worker processes' builds: this one then finds its binary on disk)
+        build_pool.wait(self)  # (the worker processes' build of it: this one then finds its binary on disk)
         kernel = self._slow(args)
         if self.ahead is not None and getattr(kernel, "hash", self.ahead) != self.ahead:
             build_pool.STATS["key_mismatch"] += 1  # built twice: the worker keyed it differently

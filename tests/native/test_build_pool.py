@@ -65,3 +65,23 @@ def test_two_messages_in_one_read_are_both_seen(monkeypatch):
     pool.close()
     assert not t.is_alive() and out == {7: {"id": 7, "ok": True}}
     assert pool.ready == set(pool.procs)
+
+
+def test_a_first_launch_waits_only_for_its_own_batch(monkeypatch):
+    # a forward's kernels must not wait for the backward's batch, built after it
+    import threading
+
+    from ember.native import build_pool
+    release = threading.Event()
+    fw_site, bw_site = object(), object()
+    fw = threading.Thread(target=lambda: None)
+    bw = threading.Thread(target=release.wait)
+    fw.start()
+    bw.start()
+    monkeypatch.setattr(build_pool, "_PENDING", [(fw, {id(fw_site)}), (bw, {id(bw_site)})])
+    build_pool.wait(fw_site)
+    assert bw.is_alive() and [e[0] for e in build_pool._PENDING] == [bw]
+    release.set()
+    build_pool.wait(bw_site)
+    assert build_pool._PENDING == []
+    build_pool.wait()  # nothing pending: returns at once

@@ -231,7 +231,12 @@ def test_gpu_launches_take_the_fast_path(native_cache):
 
 
 @pytest.mark.gpu
-def test_gpu_kernels_are_built_before_the_first_call(native_cache):
+def test_gpu_kernels_are_built_before_the_first_call(native_cache, monkeypatch):
+    # (in this process: with the build workers up, kernels build there and the first call loads them
+    # from the disk cache; test_build_pool.py checks that path)
+    from ember.native import build_pool
+    monkeypatch.setattr(build_pool, "_POOL", None)
+
     def f(x, w):
         a = torch.softmax(x, -1)
         b = torch.nn.functional.layer_norm(x, (x.shape[-1],), w)
