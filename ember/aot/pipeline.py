@@ -9,6 +9,8 @@ for a different situation.
 """
 from __future__ import annotations
 
+import contextlib
+
 import itertools
 import warnings
 from dataclasses import dataclass
@@ -156,8 +158,29 @@ def _compile_parts(parts: dict, gm, args: list, opts: AOTOptions):
     joint = JointGraph(None, parts["num_fw_outputs"], parts["grad_inputs"], None)
     compiled_fw = opts.fw_compiler(fw, inputs) or fw.forward
     bw_examples = [n.meta.get("val") for n in bw.graph.nodes if n.op == "placeholder"]
+    bw_examples = _saved_as_produced(compiled_fw, parts["num_fw_outputs"], bw_examples)
     compiled_bw = opts.bw_compiler(bw, bw_examples) or bw.forward
     return TrainingVariant(meta, joint, fw, bw, compiled_fw, compiled_bw)
+
+
+def _saved_as_produced(compiled_fw, num_fw_outputs: int, bw_examples: list) -> list:
+    """The backward's example inputs, with each saved tensor laid out as the compiled forward really
+    returns it. The traced values carry eager's strides; a code generator may return others (the
+    native backend pads a matmul's rows for cuBLAS), and a backward compiled for eager's would meet
+    inputs it does not expect at every call. The forward's compiler reports its outputs' strides in
+    ``ember_native["output_strides"]`` (native backend); other compilers leave the examples as traced."""
+    strides = (getattr(compiled_fw, "ember_native", None) or {}).get("output_strides")
+    if not strides:
+        return bw_examples
+    out = list(bw_examples)
+    for i, st in enumerate(strides[num_fw_outputs:]):
+        ex = out[i] if i < len(out) else None
+        if st is None or not isinstance(ex, torch.Tensor) or len(st) != ex.dim() or list(ex.stride()) == st:
+            continue
+        mode = getattr(ex, "fake_mode", None)
+        with mode if mode is not None else contextlib.nullcontext():
+            out[i] = torch.empty_strided(ex.shape, st, dtype=ex.dtype, device=ex.device)
+    return out
 
 
 # ------------------------------------------------------------------------------------------- dumps

@@ -52,7 +52,7 @@ DEFAULT_OPTIONS = {
 
 # graphs and kernels generated in this process (cache hits excluded), and static copies compiled by
 # the per-size fallback: tests check that a symbolic graph generates its kernels once
-COUNTERS = {"graphs": 0, "kernels": 0, "per_shape": 0}
+COUNTERS = {"graphs": 0, "kernels": 0, "per_shape": 0, "layout_fallbacks": 0}
 
 
 def _force_triton() -> bool:
@@ -121,6 +121,21 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, *, force_triton
         return _as_is(gm, str(e))
 
 
+def _layout_fallback(run, key):
+    """What a wrapper calls when its inputs' sizes or strides are not the ones it was compiled for: the
+    ATen graph as is (right, but eager-speed at every such call), counted and logged once."""
+    seen = []
+
+    def fallback(*args):
+        if not seen:
+            seen.append(True)
+            COUNTERS["layout_fallbacks"] += 1
+            _log(f"ember.native: graph {key[:16]} called with input sizes or strides it was not compiled for "
+                 "(its wrapper's first lines list them: EMBER_LOGS=output_code); running its ATen graph as is")
+        return run(*args)
+    return fallback
+
+
 def _as_is(gm, reason):
     fn = gm.forward
 
@@ -144,7 +159,7 @@ def _compile(gm, example_inputs, opts):
     if info["device"] != "cpu":  # (the interpreter has nothing to build)
         runtime.precompile(getattr(mod, "LAUNCHES", ()), runtime.compile_threads())
     constants = [_constant(gm, t, info["device"]) for t in info["constants"]]
-    call = mod.make_call(constants, gm.forward)
+    call = mod.make_call(constants, _layout_fallback(gm.forward, key))
     call.ember_native = dict(info, cache_hit=hit, compile_s=time.perf_counter() - t0, reason=None)
     return call
 
@@ -207,9 +222,20 @@ def _generate(gm, example_inputs, opts, key, base):
                                  extern_overrides=overrides).generate()
     info = {"report": r, "kernels": sorted({p for _, p in by_source.values()}),
             "constants": [b.target for b in g.inputs if b.constant is not None],
-            "device": str(L.device), "sizes": g.sizevars.describe()}
+            "device": str(L.device), "sizes": g.sizevars.describe(), "output_strides": output_strides(g.outputs)}
     info["wrapper"] = cache.store_graph(key, src, info, base)
     return info, src, kernel_srcs
+
+
+def output_strides(outputs) -> list | None:
+    """The strides of each output of a graph returning a flat tuple (None for a non-tensor or a
+    symbolic one): they may differ from eager's (an extern's padded rows, a reused buffer), and a
+    backward compiled for the forward's saved tensors must expect these (``aot/pipeline.py``)."""
+    from ember.native import ir
+    if not isinstance(outputs, (tuple, list)) or any(isinstance(o, (tuple, list)) for o in outputs):
+        return None
+    return [list(o.strides) if isinstance(o, ir.OutBuf) and all(type(st) is int for st in o.strides) else None
+            for o in outputs]
 
 
 def kernel_module(name, ek) -> str:

@@ -84,3 +84,36 @@ def test_cse_keeps_random_ops_apart():
     before = [n.target for n in gm.graph.nodes if n.op == "call_function"]
     passes.cse(gm)
     assert [n.target for n in gm.graph.nodes if n.op == "call_function"] == before
+
+
+def test_backward_expects_the_padded_layout_the_forward_saves():
+    # a padded matmul's result keeps its padded rows; saved for the backward, it reaches the backward
+    # with those strides, which the backward must have been compiled for (else its wrapper runs the
+    # ATen graph eagerly at every call: GPT-2's logits, row stride 50264 against eager's 50257)
+    from ember.aot import aot_autograd
+    from ember.native import DECOMPOSITIONS, backend, compile_aten_graph
+
+    def native(gm, example_inputs):
+        return compile_aten_graph(gm, example_inputs, force_triton=True, options=PAD_ALWAYS)
+    bw_examples = []
+
+    def bw_compiler(gm, example_inputs):
+        bw_examples.append([tuple(e.stride()) for e in example_inputs if isinstance(e, torch.Tensor)])
+        return native(gm, example_inputs)
+
+    def f(x, w):
+        y = x @ w
+        return (y * y).sum()
+    x = torch.randn(16, 32, device=DEVICE, requires_grad=True)
+    w = torch.randn(32, 7, device=DEVICE, requires_grad=True)
+    compiled = aot_autograd(fw_compiler=native, bw_compiler=bw_compiler, decompositions=DECOMPOSITIONS)(
+        torch.fx.symbolic_trace(f), [x, w])
+    before = backend.COUNTERS["layout_fallbacks"]
+    out = compiled(x, w)
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    gx, gw = torch.autograd.grad(out, [x, w])
+    rx, rw = torch.autograd.grad(f(x, w), [x, w])
+    torch.testing.assert_close(gx, rx, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(gw, rw, rtol=1e-4, atol=1e-4)
+    assert (8, 1) in bw_examples[0], bw_examples  # y, saved with its padded rows
+    assert backend.COUNTERS["layout_fallbacks"] == before  # the backward ran its compiled kernels
