@@ -2,7 +2,8 @@
 addmm+GELU): allocation, the Triton launch (raw C launcher), the whole SmallMM call; against one
 ATen addmm, the eager module and the compiled one. usage: python benchmarks/probes/small_mm_launch.py
 """
-import sys, time, torch
+import time
+import torch
 import ember, ember.native.backend as nb
 from ember.native import cache
 torch.manual_seed(0)
