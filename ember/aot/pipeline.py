@@ -10,7 +10,6 @@ for a different situation.
 from __future__ import annotations
 
 import contextlib
-
 import itertools
 import warnings
 from dataclasses import dataclass

@@ -230,7 +230,8 @@ class MMTemplate:
         xs = bias.stride() if has_bias else (0, 0, 0)
         if self._launch is None:
             self._launch = self._make_launch(nb, M, N, K, a.dtype, has_bias)
-        self._launch(a, b, out, bias, out, M, N, K, *a.stride(), *b.stride(), *out.stride(), *xs, float(alpha), float(beta))
+        self._launch(a, b, out, bias, out, M, N, K, *a.stride(), *b.stride(), *out.stride(), *xs, float(alpha),
+                     float(beta))  # (``out`` as Pre too: STORE_PRE is off)
         return out if batched else out[0]
 
     def _make_launch(self, nb, M, N, K, dtype, has_bias):

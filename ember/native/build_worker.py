@@ -13,10 +13,10 @@ its file under its full name before any kernel module (see ``load_kernel_module`
 imports the ``ember`` package itself. The parent imports kernel modules through the same function,
 so ``fn.__module__`` (part of Triton's cache key) is the same on both sides.
 
-A request names a kernel module (its file and module name), the function in it and its specialization as Triton's
-``jit_cache_hook`` serializes it (``JITFunction.preload`` takes the same text, and compiles with the
-same source, signature, constants, attributes and options as the parent's own build would), and
-the target (backend, arch, warp size): no CUDA context is ever created here (the target driver
+A request names a kernel module (its file and module name), the function in it and its
+specialization as Triton's ``jit_cache_hook`` serializes it (``JITFunction.preload`` takes the same
+text, and compiles with the same source, signature, constants, attributes and options as the
+parent's own build would), and the target (backend, arch, warp size): no CUDA context is ever created here (the target driver
 below answers the two questions a build asks of a driver). The launcher (a small C module that
 Triton otherwise compiles with the system C compiler at a kernel's first launch, 0.3 s each) is
 built too, for the ``cuda`` backend.

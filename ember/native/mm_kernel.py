@@ -11,16 +11,16 @@ import triton.language as tl
 
 
 @triton.jit
-def ember_mm(A, B, C, Bias, Pre, M, N, K: tl.constexpr, stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn,
-             stride_cb, stride_cm, stride_cn, stride_xb, stride_xm, stride_xn, alpha, beta,
+def ember_mm(A, B, C, Bias, Pre, M, N, K: tl.constexpr, stride_ab, stride_am, stride_ak, stride_bb, stride_bk,
+             stride_bn, stride_cb, stride_cm, stride_cn, stride_xb, stride_xm, stride_xn, alpha, beta,
              HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
              EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
              GROUP_M: tl.constexpr, STORE_PRE: tl.constexpr = False):
     """C[b] = act(alpha * A[b] @ B[b] + beta * Bias[b]); program (tile, batch). With ``STORE_PRE``, the
     value before the activation is stored too, in ``Pre`` (laid out as C): what a training graph
-    keeps for the activation's backward. Tiles are visited in
-    groups of GROUP_M rows so neighbouring programs share B tiles in L2. K is a constexpr: shapes are
-    static here, and the interpreter of Triton 3.6 cannot loop over a runtime bound under numpy 2."""
+    keeps for the activation's backward. Tiles are visited in groups of GROUP_M rows so neighbouring
+    programs share B tiles in L2. K is a constexpr: shapes are static here, and the interpreter of
+    Triton 3.6 cannot loop over a runtime bound under numpy 2."""
     pid = tl.program_id(0)
     bid = tl.program_id(1).to(tl.int64)
     grid_m = tl.cdiv(M, BLOCK_M)
