@@ -91,12 +91,14 @@ def test_fused_activation_ops_match_aten():
         torch.testing.assert_close(got[1], ref(pre))
 
 
-def test_unfused_when_the_activation_reads_another_tensor(tmp_path):
-    # GELU's tanh form, and an erf GELU whose inner product is reused elsewhere, are not the pattern
-    def f(x, w, b):
-        h = F.linear(x, w, b)
-        return F.gelu(h, approximate="tanh"), (h * 0.7071067811865476).sum()
-    inputs = [torch.randn(8, 16, device=DEVICE), torch.randn(12, 16, device=DEVICE), torch.randn(12, device=DEVICE)]
+def test_unfused_when_not_exactly_the_activation(tmp_path):
+    # GELU's tanh form, and an erf GELU whose inner product is reused elsewhere (CSE merges the two
+    # products), are not the pattern
+    def f(x, w, b, w2):
+        h, h2 = F.linear(x, w, b), F.linear(x, w2, b)
+        return F.gelu(h, approximate="tanh"), F.gelu(h2), (h2 * 0.7071067811865476).sum()
+    inputs = [torch.randn(8, 16, device=DEVICE), torch.randn(12, 16, device=DEVICE), torch.randn(12, device=DEVICE),
+              torch.randn(12, 16, device=DEVICE)]
     fn, src = _compiled(f, inputs, tmp_path)
     assert "addmm_act" not in src and "SmallMM('addmm'" in src
     compare(fn(*inputs), f(*inputs))
