@@ -152,3 +152,23 @@ def test_module_training_matches_eager(make, shape):
         return model(xs[k]).square().mean()
 
     _assert_same(_train(make, batches, steps=3))
+
+
+@pytest.mark.parametrize("make, shape, op", [(ResidualMLP, (6, 16), "aten.native_layer_norm.default"),
+                                             (Attention, (2, 5, 16),
+                                              "aten._scaled_dot_product_flash_attention_for_cpu.default")],
+                         ids=["layer_norm", "attention"])
+def test_training_graphs_run_in_openvino(make, shape, op, reports):
+    """OpenVINO converts only the first output of layer norm and CPU flash attention; training saves
+    the others (mean and rstd, logsumexp) for the backward. Only those nodes stay in PyTorch: the rest
+    of the forward and backward graphs still converts, none falls back to the native backend."""
+    torch.manual_seed(0)
+    compiled = ember.compile(make(), backend="openvino", options=F32)
+    compiled(torch.randn(shape)).square().mean().backward()
+    graphs = reports()
+    assert len(graphs) == 2, [r["graph"] for r in graphs]  # forward and backward
+    for r in graphs:
+        assert r["partitions"] and not r["native_partitions"], (r["graph"], r["native_partitions"])
+    kept = [why for r in graphs for why in r["kept_in_pytorch"].values()]
+    assert any("converts only its first 1 output(s)" in why for why in kept), kept
+    assert op in {o for r in graphs for o in r["torch_ops"]}  # the node reading a later output

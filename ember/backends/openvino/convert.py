@@ -19,15 +19,19 @@ from ember.backends.openvino import cache
 from ember.backends.openvino.options import OVOptions
 from ember.backends.openvino.shapes import Signature
 from ember.backends.openvino.threads import compile_config
-from ember.backends.openvino.support import unconvertible_ops
+from ember.backends.openvino.support import CONVERTER_INTERNALS, short_outputs, unconvertible_ops
 
 
 class UnconvertibleOps(Exception):
-    """OpenVINO's converter has no rule for these ops (names as ``str(node.target)``)."""
+    """OpenVINO's converter has no rule for these ops (names as ``str(node.target)``), or gives these
+    multi-output ops fewer outputs than PyTorch (``short``: op name -> outputs it gives)."""
 
-    def __init__(self, names: set[str], message: str):
-        super().__init__(f"no OpenVINO conversion for {', '.join(sorted(names))}")
-        self.names, self.message = names, message
+    def __init__(self, names: set[str], message: str, short: dict[str, int] | None = None):
+        short = short or {}
+        parts = [f"no OpenVINO conversion for {', '.join(sorted(names))}"] if names else []
+        parts += [f"OpenVINO converts only {n} output(s) of {op}" for op, n in sorted(short.items())]
+        super().__init__("; ".join(parts))
+        self.names, self.message, self.short = names, message, short
 
 
 def _import_openvino():
@@ -101,8 +105,11 @@ def to_ov_model(sub: fx.GraphModule, sig: Signature):
         model = frontend.convert(frontend.load(decoder))
     except Exception as exc:  # noqa: BLE001 - OpConversionFailure is not importable by a stable name
         names = unconvertible_ops(str(exc))
-        if names:
-            raise UnconvertibleOps(names, str(exc)) from exc
+        short = short_outputs(str(exc), sub)
+        if short:
+            names -= CONVERTER_INTERNALS  # the getitem and its list type failed because outputs were missing
+        if names or short:
+            raise UnconvertibleOps(names, str(exc), short) from exc
         raise
     del decoder
     return model

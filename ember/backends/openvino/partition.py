@@ -9,8 +9,9 @@ The partitioner is torch.fx's CapabilityBasedPartitioner: it grows maximal group
 that can be fused without creating a cycle. A group needs two compute ops, or one op from
 ``HEAVY_OPS``, to be worth a call into OpenVINO; groups of views only are dropped.
 
-If the converter rejects ops (it names them), they are remembered and the graph is partitioned again
-without them, so the surrounding ops still reach OpenVINO. Any other failure of one partition makes
+If the converter rejects ops (it names them), or gives a multi-output op fewer outputs than a node
+reads (support.py), that is remembered and the graph is partitioned again without them, so the
+surrounding ops still reach OpenVINO. Any other failure of one partition makes
 that partition run on ember's native backend, with the reason in the ``openvino`` log.
 """
 from __future__ import annotations
@@ -245,7 +246,8 @@ def build(gm: fx.GraphModule, example_inputs: list, frozen: set[int], opts: OVOp
             parts = _compile_partitions(work, example_inputs, frozen, opts, name)
         except UnconvertibleOps as exc:
             support.reject(exc.names)
-            log(f"{name}: OpenVINO cannot convert {', '.join(sorted(exc.names))}; partitioning again without them")
+            support.limit_outputs(exc.short)
+            log(f"{name}: {exc}; partitioning again without them")
             continue
         work.recompile()
         built = _finish(work, parts, opts, name, reasons)
@@ -282,8 +284,8 @@ def _compile_partitions(work: fx.GraphModule, example_inputs: list, frozen: set[
                            "signature": sig, "constants": len(constants),
                            "dynamic_inputs": sig.dynamic_inputs(), "symbol_ranges": sig.symbol_ranges()})
         except UnconvertibleOps as exc:
-            if exc.names & set(_targets(sub)):
-                raise  # ops of this graph: partition again without them
+            if exc.names & set(_targets(sub)) or exc.short:
+                raise  # ops of this graph: partition again without them (or their short outputs)
             reason = f"OpenVINO could not convert it: {exc}"
         except Exception as exc:  # noqa: BLE001 - conversion or compilation failed: run it natively
             reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"

@@ -14,6 +14,11 @@ again without them. The rules here cover what conversion would accept but get wr
   that needs a size takes it as an int input;
 * ``KNOWN_MISMATCHES``: ops that convert but differ from eager, found by tests/openvino's op table;
 * the user's ``disabled_ops``.
+
+Multi-output ops whose converter yields only their first outputs (``native_layer_norm``'s mean and
+rstd, the CPU flash attention's logsumexp: inference never reads them, training saves them for the
+backward) are learnt the same way, from the converter's "index out of bounds" error on the
+``getitem``: a node that reads a later output stays in PyTorch, the others still convert.
 """
 from __future__ import annotations
 
@@ -97,8 +102,17 @@ SIZE_ARITHMETIC = "size arithmetic: runs in Python, partitions take its result a
 _rejected: set[str] = set()
 
 
+# Multi-output ops the converter gives fewer outputs than PyTorch: op name -> how many it gives.
+_output_limits: dict[str, int] = {}
+
+
 def reject(names) -> None:
     _rejected.update(names)
+
+
+def limit_outputs(limits: dict[str, int]) -> None:
+    for name, n in limits.items():
+        _output_limits[name] = min(n, _output_limits.get(name, n))
 
 
 def rejected() -> frozenset:
@@ -106,6 +120,12 @@ def rejected() -> frozenset:
 
 
 _FAILURE_LISTS = re.compile(r"(?:No conversion rule found for operations|Conversion is failed for):\s*([^\n]+)")
+# "conversion of operation getitem_1/<built-in function getitem> ... Index: 1 is out of bounds of
+# input list of len: 1": the producer of getitem_1 converted to fewer outputs than it has
+_SHORT_OUTPUTS = re.compile(r"conversion of operation (\w+)/<built-in function getitem>"
+                            r"(?:(?!conversion of operation).)*?out of bounds of input list of len: (\d+)", re.S)
+# what the converter reports besides the real culprit when a getitem fails (an internal list type)
+CONVERTER_INTERNALS = {"<built-in function getitem>", "SequenceMark"}
 
 
 def unconvertible_ops(message: str) -> set[str]:
@@ -114,6 +134,19 @@ def unconvertible_ops(message: str) -> set[str]:
     for match in _FAILURE_LISTS.finditer(message):
         names.update(n.strip() for n in match.group(1).split(",") if n.strip())
     return names
+
+
+def short_outputs(message: str, gm: fx.GraphModule) -> dict[str, int]:
+    """{op name: outputs the converter gave} for the multi-output nodes of ``gm`` whose getitem an
+    OpenVINO conversion error says reached past the converted outputs."""
+    nodes = {n.name: n for n in gm.graph.nodes}
+    limits: dict[str, int] = {}
+    for name, length in _SHORT_OUTPUTS.findall(message):
+        node = nodes.get(name)
+        if node is not None and node.target is operator.getitem and isinstance(node.args[0], fx.Node):
+            op = str(node.args[0].target)
+            limits[op] = min(int(length), limits.get(op, int(length)))
+    return limits
 
 
 def _tensors(value):
@@ -188,6 +221,9 @@ def why_not(node: fx.Node, opts: OVOptions) -> str | None:
         return "disabled by the disabled_ops option"
     if name in _rejected:
         return "OpenVINO's converter has no rule for it"
+    limit = _output_limits.get(name)
+    if limit is not None and any(u.target is operator.getitem and u.args[1] >= limit for u in node.users):
+        return f"OpenVINO converts only its first {limit} output(s) and a later one is used"
     if name in KNOWN_MISMATCHES and KNOWN_MISMATCHES[name][0](node):
         return KNOWN_MISMATCHES[name][1]
     if name in _HOST_OPS or target.namespace not in ("aten", "prims", "quantized_decomposed"):
