@@ -64,6 +64,22 @@ def test_partition_outputs_that_are_inputs(fn, reports):
             torch.testing.assert_close(g, e, **TOL)
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool, torch.float16], ids=str)
+def test_passed_through_input_of_each_dtype(dtype):
+    def fn(x, w, z):
+        return aten.alias(z), aten.tanh(aten.mm(x, w)), aten.clone(z)
+
+    x, w, z = torch.randn(4, 4), torch.randn(4, 4), (torch.randn(4, 4) * 10).to(dtype)
+    z0 = z.clone()
+    built = partition.build(make_fx(fn)(x, w, z), [x, w, z], set(), ov_options.resolve(F32))
+    assert len(built.partitions) == 1
+    for _ in range(3):
+        got = built.run(x, w, z)
+        assert torch.equal(z, z0), "OpenVINO wrote into an input"
+        for g, e in zip(got, fn(x, w, z)):
+            torch.testing.assert_close(g, e, **TOL)
+
+
 # ---- models trained through OpenVINO -------------------------------------------------------------------
 
 def _train(make, batches, steps=2):
