@@ -111,7 +111,8 @@ def test_threads_share_a_compiled_function(case, fallbacks, request_count):
     for t in range(THREADS):
         assert len(results[t]) == CALLS
         for k, got in enumerate(results[t]):
-            torch.testing.assert_close(got, expected[t], rtol=1e-4, atol=1e-5, msg=lambda m: f"thread {t} call {k}: {m}")
+            torch.testing.assert_close(got, expected[t], rtol=1e-4, atol=1e-5,
+                                       msg=lambda m: f"thread {t} call {k}: {m}")
     # requests are pooled, not made per call: at most one per thread per partition
     assert len(request_count) <= partitions * THREADS, len(request_count)
 
