@@ -12,6 +12,7 @@ as torch.compile passes them (``backend(gm, inputs, options=...)``).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import inspect
 from importlib import metadata
 from typing import Any, Callable
@@ -114,7 +115,10 @@ def backend_spec(backend) -> BackendSpec:
             _discover()
         if name in _BACKENDS:
             return _BACKENDS[name]
-        raise ValueError(f"unknown ember backend {backend!r}; available: {', '.join(list_backends(exclude_tags=()))}. "
+        available = list_backends(exclude_tags=())
+        close = difflib.get_close_matches(backend, available, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown ember backend {backend!r}; available: {', '.join(available)}.{hint} "
                          "Pass one of these names, or a callable fn(gm, example_inputs) -> callable.")
     if callable(backend):
         for spec in _BACKENDS.values():
