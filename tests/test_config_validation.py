@@ -168,3 +168,15 @@ def test_bad_compile_arguments_are_rejected_at_the_call(kwargs, error, match):
 def test_disable_true_still_checks_the_other_arguments():
     with pytest.raises(TypeError, match="dynamic must be None, True or False"):
         ember.compile(f, disable=True, dynamic="yes")
+
+
+def test_an_unknown_option_key_suggests_the_declared_one(monkeypatch):
+    from ember.backends import registry
+    spec = registry.BackendSpec("errcfg_opts", lambda gm, example_inputs, options=None: gm.forward,
+                                options={"device": registry.OptionSpec(str, "CPU")})
+    monkeypatch.setitem(registry._BACKENDS, "errcfg_opts", spec)
+    with pytest.raises(ValueError, match=r"unknown option\(s\) 'devic' for backend 'errcfg_opts' "
+                                         r"\(did you mean 'device'\?\); valid options: device "):
+        ember.compile(f, backend="errcfg_opts", options={"devic": "GPU"})
+    with pytest.raises(ValueError, match=r"unknown option\(s\) 'zz', 1 for backend 'errcfg_opts'; valid"):
+        ember.compile(f, backend="errcfg_opts", options={1: "x", "zz": 2})  # keys of mixed types

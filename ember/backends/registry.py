@@ -145,10 +145,12 @@ def validate_options(spec: BackendSpec, options: dict) -> dict:
     """Check ``options`` against the backend's declared keys and types; fill defaults."""
     if spec.options is None:
         return dict(options)
-    unknown = sorted(set(options) - set(spec.options))
+    unknown = sorted(set(options) - set(spec.options), key=repr)  # keys of any type
     if unknown:
         valid = ", ".join(sorted(spec.options)) or "none"
-        raise ValueError(f"unknown option(s) {', '.join(map(repr, unknown))} for backend {spec.name!r}; "
+        close = difflib.get_close_matches(str(unknown[0]), spec.options, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown option(s) {', '.join(map(repr, unknown))} for backend {spec.name!r}{hint}; "
                          f"valid options: {valid} (and 'guard_filter_fn', which every backend takes)")
     out = {}
     for key, opt in spec.options.items():
