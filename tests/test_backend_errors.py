@@ -168,8 +168,9 @@ def test_a_failure_after_a_graph_break_falls_back_for_that_part_only(monkeypatch
     backend = Failing(when=lambda gm, inputs: any(n.target is torch.cos for n in gm.graph.nodes))
     c = ember.compile(g, backend=backend)
     x = torch.randn(3)
-    with pytest.raises(ember.BackendCompilerFailed, match=r"failed to compile graph \d+ of \S+\.g \(resumed at line \d+\) "
-                                                          r"\(.*test_backend_errors\.py:\d+; 2 graph ops"):
+    resumed = (r"failed to compile graph \d+ of \S+\.g \(resumed at line \d+\) "
+               r"\(.*test_backend_errors\.py:\d+; 2 graph ops")
+    with pytest.raises(ember.BackendCompilerFailed, match=resumed):
         c(x)
     capsys.readouterr()
     monkeypatch.setattr(ember.config, "suppress_errors", True)

@@ -11,7 +11,8 @@ import torch
 import ember
 from ember.config import Config
 
-BOOL_SPELLINGS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+BOOL_SPELLINGS = {"1": True, "true": True, "yes": True, "on": True,
+                  "0": False, "false": False, "no": False, "off": False}
 
 FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 BOOL_FIELDS = [n for n, f in FIELDS.items() if type(f.default) is bool]
