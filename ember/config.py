@@ -54,6 +54,8 @@ class Config:
     aot_cache: bool = field(default=True, metadata={"doc": "keep traced forward/backward graphs on disk (under cache_dir), so a later process skips analysis and tracing"})
     cache_dir: str = field(default=os.path.join(os.path.expanduser("~"), ".cache", "ember"), metadata={"doc": "on-disk cache for compiled artifacts", "check": _check_nonempty})
 
+    # the one place values are checked: the generated __init__ assigns each field through here too,
+    # so Config(...) and from_env need no __post_init__ of their own
     def __setattr__(self, name: str, value) -> None:
         f = _FIELDS.get(name)
         if f is None:
@@ -86,6 +88,8 @@ class Config:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+
+
 def _no_such_setting(name: str) -> AttributeError:
     close = difflib.get_close_matches(name, _FIELDS, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else "."
@@ -94,6 +98,11 @@ def _no_such_setting(name: str) -> AttributeError:
 
 
 _TYPE_WORDS = {bool: "True or False", int: "an int", str: "a str"}
+for _f in _FIELDS.values():  # the checks and the environment parser know these kinds only
+    if type(_f.default) not in _TYPE_WORDS:
+        raise TypeError(f"Config.{_f.name}: a setting's default must be a bool, int or str (its type is "
+                        f"the setting's type), got {type(_f.default).__name__}; add the kind to _TYPE_WORDS "
+                        "and _parse_env to support it")
 
 
 def _problem(f: dataclasses.Field, value) -> tuple[type, str, str] | None:
