@@ -202,3 +202,17 @@ def test_reset_forgets_the_failure():
     x = torch.randn(2)
     torch.testing.assert_close(c(x), f(x))
     assert backend.calls == 2
+
+
+def test_a_forced_backend_failure_is_kept_apart_from_the_callables_own_entries():
+    c = ember.compile(f, backend="eager")
+    x = torch.randn(3)
+    torch.testing.assert_close(c(x), f(x))
+    forced = Failing()
+    with ember.set_stance("default", force_backend=forced):
+        for _ in range(2):
+            with pytest.raises(ember.BackendCompilerFailed, match="backend 'Failing' failed"):
+                c(x)
+    assert forced.calls == 1
+    torch.testing.assert_close(c(x), f(x))  # the callable's own entry still serves the default stance
+    assert cache_of(c).compile_count == 1
