@@ -21,6 +21,7 @@ from ember.frontend.dynamic import ConstraintViolation as ConstraintViolation
 from ember.frontend.dynamic import mark_dynamic as mark_dynamic
 from ember.frontend.dynamic import mark_static as mark_static
 from ember.frontend.dynamic import maybe_mark_dynamic as maybe_mark_dynamic
+from ember.frontend.errors import BackendCompilerFailed as BackendCompilerFailed
 from ember.frontend.errors import CompileError as CompileError
 from ember.frontend.errors import Unsupported as Unsupported
 from ember.frontend.guard_filter import GuardFilterEntry as GuardFilterEntry
@@ -39,5 +40,5 @@ __all__ = [
     "GuardFilterEntry", "keep_tensor_guards_unsafe", "skip_all_guards_unsafe", "skip_guard_on_all_nn_modules_unsafe",
     "skip_guard_on_globals_unsafe", "skip_guard_on_inbuilt_nn_modules_unsafe",
     "mark_dynamic", "maybe_mark_dynamic", "mark_static", "ConstraintViolation",
-    "CompileError", "Unsupported", "testing", "__version__",
+    "CompileError", "BackendCompilerFailed", "Unsupported", "testing", "__version__",
 ]

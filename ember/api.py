@@ -1,6 +1,7 @@
 """Public entry points: ``ember.compile`` and the wrappers it returns. Wiring only."""
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 import types
@@ -22,6 +23,7 @@ def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: 
 
     Works as ``ember.compile(fn)``, ``@ember.compile`` and ``@ember.compile(backend=...)``.
     """
+    _check_arguments(fullgraph, dynamic, mode, options, disable)  # here, so a decorator fails where it is written
     if model is None:
         return functools.partial(compile, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
                                  options=options, disable=disable)
@@ -29,10 +31,6 @@ def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: 
     if not callable(model):
         raise TypeError(f"ember.compile expects a function or an nn.Module, got {type(model).__name__} "
                         "(a non-callable); pass the function itself, e.g. ember.compile(f), not ember.compile(f()).")
-    if mode not in _MODES:
-        raise ValueError(f"unknown mode {mode!r}; valid modes: {', '.join(repr(m) for m in _MODES)}")
-    if mode is not None and options is not None:
-        raise RuntimeError("Either mode or options can be specified, but both can't be specified at the same time.")
     options = dict(options or {})
     guard_filter_fn = options.pop("guard_filter_fn", None)  # a frontend option, valid for every backend
     if guard_filter_fn is not None and not callable(guard_filter_fn):
@@ -41,8 +39,6 @@ def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: 
     backend_fn = make_compiler(backend, mode, options)
     if disable:
         return model
-    if dynamic not in (None, True, False):
-        raise TypeError(f"dynamic must be None, True or False, got {dynamic!r}")
     cache_args = dict(backend=backend_fn, fullgraph=fullgraph, guard_filter_fn=guard_filter_fn, dynamic=dynamic,
                       backend_for=lambda b: make_compiler(b, None, {}))
     if isinstance(model, torch.nn.Module):
@@ -54,6 +50,29 @@ def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: 
         raise TypeError(f"ember.compile cannot compile {fn.__qualname__}: it is a {kind} function. Compile the "
                         f"function that consumes it, or the tensor work inside it, instead.")
     return EmberFunction(model, cache_args)
+
+
+def _check_arguments(fullgraph, dynamic, mode, options, disable) -> None:
+    """Reject a mistyped argument of ``ember.compile`` by name, before anything is compiled
+    (torch.compile would take ``fullgraph="no"`` as true)."""
+    for name, value in (("fullgraph", fullgraph), ("disable", disable)):
+        if type(value) is not bool:
+            raise TypeError(f"ember.compile: {name} must be True or False, got {type(value).__name__} {value!r}")
+    if dynamic is not None and type(dynamic) is not bool:
+        raise TypeError(f"ember.compile: dynamic must be None, True or False, got {type(dynamic).__name__} "
+                        f"{dynamic!r}")
+    if mode not in _MODES:
+        close = difflib.get_close_matches(mode, [m for m in _MODES if m], n=1) if isinstance(mode, str) else []
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown mode {mode!r}{hint}; valid modes: {', '.join(repr(m) for m in _MODES)}")
+    if options is not None and not isinstance(options, dict):
+        if isinstance(options, str) and options in _MODES:
+            raise TypeError(f"ember.compile: options takes a dict of backend options, got the string {options!r}, "
+                            f"which is a mode: pass mode={options!r} instead")
+        raise TypeError(f"ember.compile: options must be a dict of backend options (e.g. "
+                        f"{{'guard_filter_fn': f}}), got {type(options).__name__} {options!r}")
+    if mode is not None and options is not None:
+        raise RuntimeError("Either mode or options can be specified, but both can't be specified at the same time.")
 
 
 def make_compiler(backend, mode: str | None, options: dict) -> Callable:
@@ -73,7 +92,9 @@ def make_compiler(backend, mode: str | None, options: dict) -> Callable:
     prewarm = getattr(spec.fn, "prewarm", None)  # work a backend can start now, while the frontend traces
     if prewarm is not None:
         prewarm()
-    return functools.partial(spec.fn, **bound) if bound else spec.fn
+    compiler = functools.partial(spec.fn, **bound)
+    compiler.ember_backend_name = spec.name  # the name a BackendCompilerFailed message gives
+    return compiler
 
 
 class EmberFunction:

@@ -2,53 +2,145 @@
 
 Every field documents itself; ``ENV_TABLE`` (derived from the fields) is the table the docs show.
 Deep code receives the values it needs; it does not read environment variables itself.
+
+Every value is checked where it is set (``Config.__setattr__``, which the dataclass ``__init__``
+goes through too): a typo'd name, a wrong type or an out-of-range value raises at the assignment or,
+for ``EMBER_*`` variables, at ``import ember``, naming the variable, never later and never silently.
 """
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 from dataclasses import dataclass, field
+
+from ember.diagnostics.artifacts import ARTIFACTS, unknown_artifacts
+
+# the spellings an EMBER_* boolean accepts (any case); anything else is an error, not False
+BOOL_SPELLINGS = {"1": True, "true": True, "yes": True, "on": True,
+                  "0": False, "false": False, "no": False, "off": False}
 
 
 def _env_name(name: str) -> str:
     return "EMBER_" + name.upper()
 
 
+def _check_logs(value: str) -> str | None:
+    unknown = unknown_artifacts(value)
+    if not unknown:
+        return None
+    close = difflib.get_close_matches(unknown[0], ARTIFACTS, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return (f"names unknown log artifact(s) {', '.join(map(repr, unknown))}{hint}; valid: "
+            f"{', '.join(ARTIFACTS)}, or 'all' (comma-separated)")
+
+
+def _check_nonempty(value: str) -> str | None:
+    return "must not be empty (leave it unset for the default)" if not value.strip() else None
+
+
+# metadata keys: "doc" (the docs table), "min" (smallest int allowed), "check" (value -> problem or None)
 @dataclass
 class Config:
-    recompile_limit: int = field(default=8, metadata={"doc": "cache entries per compiled function before further misses run eagerly"})
-    inline_depth_limit: int = field(default=48, metadata={"doc": "deepest chain of inlined user calls before tracing gives up"})
-    instruction_limit: int = field(default=2_000_000, metadata={"doc": "bytecode instructions one trace may interpret (guards against endless loops)"})
-    logs: str = field(default="", metadata={"doc": "comma list of log artifacts: graph_breaks, recompiles, guards, graph_code, output_code, aot_graphs, openvino, bytecode (or all)"})
+    recompile_limit: int = field(default=8, metadata={"doc": "cache entries per compiled function before further misses run eagerly", "min": 1})
+    inline_depth_limit: int = field(default=48, metadata={"doc": "deepest chain of inlined user calls before tracing gives up", "min": 1})
+    instruction_limit: int = field(default=2_000_000, metadata={"doc": "bytecode instructions one trace may interpret (guards against endless loops)", "min": 1})
+    logs: str = field(default="", metadata={"doc": "comma list of log artifacts: graph_breaks, recompiles, guards, graph_code, output_code, aot_graphs, openvino, bytecode (or all)", "check": _check_logs})
     verify: bool = field(default=False, metadata={"doc": "run torch.fx Graph.lint() on every captured graph"})
+    suppress_errors: bool = field(default=False, metadata={"doc": "a backend that fails to compile a graph: warn once and run the calls that graph would serve eagerly, instead of raising ember.BackendCompilerFailed (as torch._dynamo.config.suppress_errors)"})
     native_force_triton: bool = field(default=False, metadata={"doc": "run the native backend's Triton kernels on CPU tensors too (needs TRITON_INTERPRET=1 before triton is imported; for tests)"})
     emulate_precision_casts: bool = field(default=False, metadata={"doc": "native backend: round fp16/bf16 casts inside fused kernels as eager rounds each op's result (off: computed in fp32 until stored, like torch.compile; closer to exact, faster)"})
-    compile_threads: int = field(default=0, metadata={"doc": "native backend: Triton kernel builds at once, in worker processes, before a graph's first call (0: one per CPU core, up to 16; 1: no workers, each kernel built at its first launch)"})
+    compile_threads: int = field(default=0, metadata={"doc": "native backend: Triton kernel builds at once, in worker processes, before a graph's first call (0: one per CPU core, up to 16; 1: no workers, each kernel built at its first launch)", "min": 0})
     aot_cache: bool = field(default=True, metadata={"doc": "keep traced forward/backward graphs on disk (under cache_dir), so a later process skips analysis and tracing"})
-    cache_dir: str = field(default=os.path.join(os.path.expanduser("~"), ".cache", "ember"), metadata={"doc": "on-disk cache for compiled artifacts"})
+    cache_dir: str = field(default=os.path.join(os.path.expanduser("~"), ".cache", "ember"), metadata={"doc": "on-disk cache for compiled artifacts", "check": _check_nonempty})
+
+    # the one place values are checked: the generated __init__ assigns each field through here too,
+    # so Config(...) and from_env need no __post_init__ of their own
+    def __setattr__(self, name: str, value) -> None:
+        f = _FIELDS.get(name)
+        if f is None:
+            raise _no_such_setting(name)
+        problem = _problem(f, value)
+        if problem is not None:
+            error, text, doc = problem
+            raise error(f"ember.config.{name} {text}, got {type(value).__name__} {value!r}{doc}")
+        object.__setattr__(self, name, value)
+
+    def __getattr__(self, name: str):  # only called for a name that is not a field
+        raise _no_such_setting(name)
 
     @classmethod
-    def from_env(cls) -> "Config":
+    def from_env(cls, environ=None) -> "Config":
+        """The defaults, overridden by the ``EMBER_*`` variables of ``environ`` (default ``os.environ``)."""
+        environ = os.environ if environ is None else environ
         kwargs = {}
         for f in dataclasses.fields(cls):
-            raw = os.environ.get(_env_name(f.name))
+            var = _env_name(f.name)
+            raw = environ.get(var)
             if raw is None:
                 continue
-            kind = type(f.default)
-            if kind is bool:
-                kwargs[f.name] = raw.strip().lower() in ("1", "true", "yes", "on")
-            elif kind is int:
-                try:
-                    kwargs[f.name] = int(raw)
-                except ValueError:
-                    raise ValueError(f"{_env_name(f.name)}={raw!r} is not an integer") from None
-            else:
-                kwargs[f.name] = raw
+            value = _parse_env(f, var, raw)
+            problem = _problem(f, value)
+            if problem is not None:
+                raise ValueError(f"{var}={raw!r}: {f.name} {problem[1]}{problem[2]}. Fix or unset {var}.")
+            kwargs[f.name] = value
         return cls(**kwargs)
 
 
-ENV_TABLE = [(_env_name(f.name), f.name, f.default, f.metadata.get("doc", "")) for f in dataclasses.fields(Config)]
+_FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 
+
+def _no_such_setting(name: str) -> AttributeError:
+    close = difflib.get_close_matches(name, _FIELDS, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else "."
+    return AttributeError(f"ember.config has no setting {name!r}{hint} Settings: {', '.join(_FIELDS)} "
+                          "(docs/config.md)")
+
+
+_TYPE_WORDS = {bool: "True or False", int: "an int", str: "a str"}
+for _f in _FIELDS.values():  # the checks and the environment parser know these kinds only
+    if type(_f.default) not in _TYPE_WORDS:
+        raise TypeError(f"Config.{_f.name}: a setting's default must be a bool, int or str (its type is "
+                        f"the setting's type), got {type(_f.default).__name__}; add the kind to _TYPE_WORDS "
+                        "and _parse_env to support it")
+
+
+def _problem(f: dataclasses.Field, value) -> tuple[type, str, str] | None:
+    """(exception type, what is wrong, what the setting means or "") for ``value`` in field ``f``, or
+    None when it is valid."""
+    doc = f" ({f.name}: {f.metadata['doc']})"
+    kind = type(f.default)
+    # exact types: True is an int to isinstance, 1 is not a bool
+    ok = type(value) is bool if kind is bool else (isinstance(value, kind) and type(value) is not bool)
+    if not ok:
+        return TypeError, f"must be {_TYPE_WORDS[kind]}", doc
+    lo = f.metadata.get("min")
+    if lo is not None and value < lo:
+        return ValueError, f"must be >= {lo}", doc
+    check = f.metadata.get("check")
+    text = check(value) if check is not None else None
+    return (ValueError, text, "") if text else None
+
+
+def _parse_env(f: dataclasses.Field, var: str, raw: str):
+    kind = type(f.default)
+    if kind is bool:
+        value = BOOL_SPELLINGS.get(raw.strip().lower())
+        if value is None:
+            true = ", ".join(k for k, v in BOOL_SPELLINGS.items() if v)
+            false = ", ".join(k for k, v in BOOL_SPELLINGS.items() if not v)
+            raise ValueError(f"{var}={raw!r} is not a boolean; accepted (any case): {true} for True, "
+                             f"{false} for False")
+        return value
+    if kind is int:
+        try:
+            return int(raw)
+        except ValueError:
+            raise ValueError(f"{var}={raw!r} is not an integer ({f.metadata['doc']})") from None
+    return raw
+
+
+ENV_TABLE = [(_env_name(f.name), f.name, f.default, f.metadata.get("doc", "")) for f in dataclasses.fields(Config)]
 
 
 def markdown_table() -> str:

@@ -12,6 +12,7 @@ as torch.compile passes them (``backend(gm, inputs, options=...)``).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import inspect
 from importlib import metadata
 from typing import Any, Callable
@@ -114,7 +115,10 @@ def backend_spec(backend) -> BackendSpec:
             _discover()
         if name in _BACKENDS:
             return _BACKENDS[name]
-        raise ValueError(f"unknown ember backend {backend!r}; available: {', '.join(list_backends(exclude_tags=()))}. "
+        available = list_backends(exclude_tags=())
+        close = difflib.get_close_matches(backend, available, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown ember backend {backend!r}; available: {', '.join(available)}.{hint} "
                          "Pass one of these names, or a callable fn(gm, example_inputs) -> callable.")
     if callable(backend):
         for spec in _BACKENDS.values():
@@ -141,10 +145,12 @@ def validate_options(spec: BackendSpec, options: dict) -> dict:
     """Check ``options`` against the backend's declared keys and types; fill defaults."""
     if spec.options is None:
         return dict(options)
-    unknown = sorted(set(options) - set(spec.options))
+    unknown = sorted(set(options) - set(spec.options), key=repr)  # keys of any type
     if unknown:
         valid = ", ".join(sorted(spec.options)) or "none"
-        raise ValueError(f"unknown option(s) {', '.join(map(repr, unknown))} for backend {spec.name!r}; "
+        close = difflib.get_close_matches(str(unknown[0]), spec.options, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown option(s) {', '.join(map(repr, unknown))} for backend {spec.name!r}{hint}; "
                          f"valid options: {valid} (and 'guard_filter_fn', which every backend takes)")
     out = {}
     for key, opt in spec.options.items():

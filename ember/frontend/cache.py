@@ -17,6 +17,7 @@ import torch
 
 from ember.config import config
 from ember.diagnostics import logging as elog
+from ember.diagnostics.counters import COUNTERS
 from ember.frontend.codegen import MISS
 from ember.frontend.convert import CacheEntry, RootSpec, compile_entry
 from ember.frontend.dynamic import FrameShapeState
@@ -46,6 +47,9 @@ class FrameCache:
         self.dynamic = dynamic
         self.shapes = FrameShapeState(dynamic)  # sizes seen at earlier compiles (automatic dynamic)
         self.forced_entries: dict = {}  # force_backend -> its own entry list: never mixed with ours
+        # force_backend (None: ours) -> entries whose backend raised, newest first: a call passing their
+        # guards raises the same error (or runs eagerly) without calling the backend again
+        self.failed: dict = {}
         self.recompile_reasons: list[str] = []
         self.compile_count = 0
         self.call_count_under_stance = 0
@@ -70,6 +74,7 @@ class FrameCache:
     def reset(self) -> None:
         self.entries = []
         self.forced_entries = {}
+        self.failed = {}
         self.recompile_reasons = []
         self.compile_count = 0
         self.fallback_reason = None
@@ -101,7 +106,7 @@ class FrameCache:
             raise RuntimeError(f"ember.set_stance('fail_on_recompile'): {self.root.name} ({self.root.location()}) "
                                f"would be compiled here ({reason}). Warm it up with these inputs under the "
                                "default stance first, or use stance 'eager_on_recompile' to run such calls eagerly.")
-        return self._miss(args, kwargs, entries, backend)
+        return self._miss(args, kwargs, entries, backend, st.force_backend)
 
     def _light_fns(self, entries):
         """skip_guard_eval_unsafe: each entry checks only the guard conditions that tell it apart
@@ -136,15 +141,19 @@ class FrameCache:
             return self.root.self_obj(*args, **kwargs)
         return self.target(*args, **kwargs)
 
-    def _miss(self, args, kwargs, entries=None, backend=None):
+    def _miss(self, args, kwargs, entries=None, backend=None, backend_key=None):
         entries = self.entries if entries is None else entries
         backend = self.backend if backend is None else backend
         if self.fallback_reason is not None:
             return self._eager(args, kwargs)
+        failed = self.failed.setdefault(backend_key, [])
+        for entry in failed:
+            if entry.fn(*args, **kwargs) is not MISS:
+                return self._backend_failed(entry, args, kwargs)
         limit = self.recompile_limit if self.recompile_limit is not None else config.recompile_limit
-        if entries:
-            reason = self.explain_miss(args, kwargs, entries)
-            if len(entries) >= limit:
+        if entries or failed:
+            reason = self.explain_miss(args, kwargs, entries + failed)
+            if len(entries) + len(failed) >= limit:
                 if not self._limit_warned:
                     self._limit_warned = True
                     warnings.warn(f"ember: {self.root.name} hit the recompile limit ({limit}); further cache "
@@ -165,6 +174,10 @@ class FrameCache:
             elog.artifact("graph_breaks", msg)
             warnings.warn(msg, stacklevel=3)
             return self._eager(args, kwargs)
+        if entry.failure is not None:
+            failed.insert(0, entry)
+            COUNTERS["backend_failures"] += 1
+            return self._backend_failed(entry, args, kwargs)
         self.compile_count += 1
         entries.insert(0, entry)
         out = entry.fn(*args, **kwargs)
@@ -172,6 +185,21 @@ class FrameCache:
             bad = self.explain_miss(args, kwargs, [entry])
             raise CompileError(f"ember bug: a freshly compiled entry rejected its own inputs ({bad})\n{entry.source}")
         return out
+
+    def _backend_failed(self, entry: CacheEntry, args, kwargs):
+        """A call that passes the guards of a graph its backend failed on: raise that failure again
+        (the backend is not retried), or under ``config.suppress_errors`` run eagerly, warning once."""
+        if not config.suppress_errors:
+            raise entry.failure.with_traceback(None)  # a fresh traceback: it does not grow per call
+        if not entry.fallback_warned:
+            entry.fallback_warned = True
+            COUNTERS["backend_failures_suppressed"] += 1
+            failure = entry.failure
+            msg = (f"ember: {failure.headline}\nRunning the calls this graph would serve eagerly "
+                   f"(ember.config.suppress_errors is on). {failure.advice}")
+            elog.artifact("graph_breaks", msg)
+            warnings.warn(msg, stacklevel=5)  # the user's call (through __call__ and _miss)
+        return self._eager(args, kwargs)
 
     def explain_miss(self, args, kwargs, entries=None) -> str:
         """Why the newest entry rejected this call, in plain words."""

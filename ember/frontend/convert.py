@@ -4,6 +4,7 @@ This is the frontend's single entry point for a cache miss (``compile_entry``).
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import time
@@ -18,7 +19,7 @@ from ember.config import config
 from ember.diagnostics import logging as elog
 from ember.frontend.codegen import EntryCodegen, build_entry, render_signature
 from ember.frontend import guard_filter
-from ember.frontend.errors import Unsupported
+from ember.frontend.errors import BackendCompilerFailed, Unsupported
 from ember.frontend.dynamic import SHAPE_GUARD_GLOBALS, FrameShapeState
 from ember.frontend.guards import GuardKind, GuardSet, global_state
 from ember.frontend import resume
@@ -97,6 +98,9 @@ class CacheEntry:
     backend: Any = None
     guard_conjuncts: dict = field(default_factory=dict)  # guard line index -> its conditions
     breaks: list = field(default_factory=list)  # BreakRecord of the graph break ending this entry
+    # the backend raised: ``fn`` checks the guards only (None when they pass) and nothing runs the graph
+    failure: BackendCompilerFailed | None = None
+    fallback_warned: bool = False  # suppress_errors: the one warning of this failed graph was given
 
 
 def compile_entry(root: RootSpec, args: tuple, kwargs: dict, backend: Callable,
@@ -212,6 +216,7 @@ def _finish(root, output: OutputGraph, result, backend, t0, self_name, guard_fil
     graph = output.graph
     gm = None
     call_line = None
+    failure = None
     op_count = output.op_nodes()
     if op_count or cg.graph_outputs:
         graph.output(tuple(cg.graph_outputs))
@@ -221,10 +226,12 @@ def _finish(root, output: OutputGraph, result, backend, t0, self_name, guard_fil
             gm.graph.lint()
         elog.artifact("graph_code", f"graph {entry_id} of {root.name} ({root.location()}):\n{gm.print_readable(print_output=False)}")
         example_inputs = [real for _, real, _ in output.inputs]
-        compiled = backend(gm, example_inputs)
-        if compiled is None:
-            compiled = gm.forward
-        cg.ns["__graph"] = compiled
+        try:
+            compiled = backend(gm, example_inputs)
+        except Exception as exc:  # not BaseException: KeyboardInterrupt and SystemExit go through untouched
+            failure = backend_failure(backend, exc, root, entry_id, op_count, len(example_inputs))
+        else:
+            cg.ns["__graph"] = compiled if compiled is not None else gm.forward
     # 2. guards, each after the loads it needs, then the graph inputs. Rendered after the backend ran:
     # a backend that traces the graph may add assumptions about symbolic sizes (the SHAPE guard).
     shape_plan = output.shape_guard()
@@ -240,7 +247,7 @@ def _finish(root, output: OutputGraph, result, backend, t0, self_name, guard_fil
     cg.reset_temps()  # the body's temps are defined after the call: the guards load their own
     conjuncts = output.guards.check_lines(cg.load, cg.const, guard_section)
     input_exprs = [cg.load(src) for src, _, _ in output.inputs]
-    if gm is not None:
+    if gm is not None and failure is None:
         call_line = f"__out = __graph({', '.join(input_exprs)})"
     cg.ns["__global_state"] = global_state
     cg.ns["__new_object"] = new_object
@@ -251,6 +258,9 @@ def _finish(root, output: OutputGraph, result, backend, t0, self_name, guard_fil
         self_binding = f"{self_name} = __root_self"
     name = f"__ember_entry_{entry_id}"
     header = f"ember: compiled from {root.name} at {root.location()}; {len(output.guards)} guards, {op_count} graph ops"
+    if failure is not None:  # the guards alone: the cache raises the failure (or runs eagerly) where they pass
+        header += f"; backend failed: {failure.headline}"
+        body, return_expr = [], "None"
     build_args = dict(name=name, header=header, params=params, self_binding=self_binding,
                       guard_lines=guard_section, body_lines=body, call_line=call_line,
                       return_expr=return_expr, ns=cg.ns)
@@ -258,7 +268,38 @@ def _finish(root, output: OutputGraph, result, backend, t0, self_name, guard_fil
     elog.artifact("guards", f"entry {entry_id} guards:\n" + "\n".join(guard_section))
     elog.artifact("output_code", text)
     return CacheEntry(fn, output.guards, text, cg.ns, gm, op_count, time.perf_counter() - t0, entry_id, names,
-                      build_args, backend, conjuncts)
+                      build_args, backend, conjuncts, failure=failure)
+
+
+def backend_name(backend) -> str:
+    """The name a backend was chosen by (``ember.compile`` tags its compiler), else its function's."""
+    name = getattr(backend, "ember_backend_name", None)
+    while name is None and isinstance(backend, functools.partial):
+        backend = backend.func
+        name = getattr(backend, "ember_backend_name", None)
+    return name or getattr(backend, "__name__", None) or type(backend).__name__
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def backend_failure(backend, exc: Exception, root: RootSpec, entry_id: int, op_count: int,
+                    n_inputs: int) -> BackendCompilerFailed:
+    """The error for a backend that raised on graph ``entry_id`` of ``root``, chained to ``exc``. It says
+    how to tell a capture fault (the graph ember built) from a backend fault: the reference backends
+    run the same graph without compiling it."""
+    name = backend_name(backend)
+    headline = (f"backend {name!r} failed to compile graph {entry_id} of {root.name} ({root.location()}; "
+                f"{_count(op_count, 'graph op')}, {_count(n_inputs, 'input')}): {type(exc).__name__}: {exc}")
+    refs = [f'backend="{b}"' for b in ("eager", "aot_eager") if b != name]
+    advice = (f"To tell whether ember's capture or the backend is at fault, compile with {' or '.join(refs)} "
+              "(they run the captured graph without compiling it; aot_eager adds ember's autograd layer): if "
+              f"that matches eager PyTorch, the fault is in backend {name!r}.")
+    message = (f"ember: {headline}\n{advice}\nTo run such graphs eagerly instead (one warning each), set "
+               "ember.config.suppress_errors = True (EMBER_SUPPRESS_ERRORS=1). The backend's traceback is "
+               "chained above.")
+    return BackendCompilerFailed(message, backend_name=name, inner_exception=exc, headline=headline, advice=advice)
 
 
 _RANDOM_OPS = {"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout",

@@ -50,5 +50,25 @@ class CompileError(RuntimeError):
     """Raised to the user under fullgraph=True (or for bad input): names the construct and file:line."""
 
 
+class BackendCompilerFailed(CompileError):
+    """A backend raised while compiling a captured graph (torch.compile's ``BackendCompilerFailed``).
+
+    The message names the backend, the graph (compiled function, file:line, size) and how to find
+    the culprit; the backend's exception is ``inner_exception`` and ``__cause__``. The failure is
+    remembered for the guard set it was compiled for: calls that pass those guards raise it again
+    without calling the backend (or run eagerly, under ``ember.config.suppress_errors``).
+    """
+
+    def __init__(self, message: str, *, backend_name: str, inner_exception: Exception, headline: str,
+                 advice: str):
+        super().__init__(message)
+        self.backend_name = backend_name
+        self.inner_exception = inner_exception
+        self.headline = headline  # what failed, where
+        self.advice = advice      # how to tell a capture fault from a backend fault
+        self.__cause__ = inner_exception  # as `raise ... from inner_exception`, though raised later
+        self.__suppress_context__ = True
+
+
 class InternalError(RuntimeError):
     """An ember bug: the interpreter reached a state it does not model."""
