@@ -96,18 +96,19 @@ def _header(path):
 
 # ------------------------------------------------------------------------------------------------ aot
 
-@pytest.mark.parametrize("problem", ["world-writable", "foreign owner"])
+@pytest.mark.parametrize("problem", ["world-writable", "foreign owner", "foreign subdirectory"])
 def test_aot_untrusted_dir_is_not_read(aot_dir, tmp_path, caplog, problem):
     x = torch.randn(3, 6)
     _run(_model(torch.nn.GELU()), x)  # an entry, so the planted file sits at a path ember will read
     (entry,) = _entries(aot_dir)
     marker = tmp_path / "marker"
     _plant(entry, marker)
+    bad = entry.parent if problem == "foreign subdirectory" else aot_dir
     if problem == "world-writable":
-        os.chmod(aot_dir, 0o777)
+        os.chmod(bad, 0o777)
         want = "writable by group or others"
     else:
-        os.chown(aot_dir, 65534, 65534)
+        os.chown(bad, 65534, 65534)
         want = "owned by uid 65534"
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         for _ in range(2):  # two compiles: the same problem is reported once
@@ -115,7 +116,7 @@ def test_aot_untrusted_dir_is_not_read(aot_dir, tmp_path, caplog, problem):
     assert not marker.exists(), "a planted pickle ran"
     assert aot_cache.STATS["hits"] == 0
     got = [w for w in _warnings(caplog) if want in w]
-    assert len(got) == 1 and str(aot_dir) in got[0] and "fix" in got[0], _warnings(caplog)
+    assert len(got) == 1 and str(bad) in got[0] and "fix" in got[0], _warnings(caplog)
     assert entry.read_bytes().startswith(b"\x80"), "a refused directory was written to"
 
 

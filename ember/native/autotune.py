@@ -91,7 +91,11 @@ _KIND = "native-autotune"
 
 def _load(key: str, base):
     """A timing result, through ``ember.diskcache``'s envelope (its key and checksum checked)."""
-    payload = diskcache.read_entry(os.path.join(cache.root(base), "autotune", key[:2], f"{key}.json"), _KIND, key)
+    top = cache.root(base)
+    path = os.path.join(top, "autotune", key[:2], f"{key}.json")
+    if not diskcache.secure_dir(os.path.dirname(path), top, create=False):
+        return None
+    payload = diskcache.read_entry(path, _KIND, key)
     try:
         return None if payload is None else json.loads(payload)
     except ValueError:

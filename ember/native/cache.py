@@ -42,9 +42,9 @@ def root(base: str | None = None) -> str:
     return path if diskcache.secure_dir(path, base) else diskcache.scratch_dir("native")
 
 
-def _subdir(path: str, base: str | None) -> bool:
-    """Make ``path``'s directory (under ``root(base)``) and check it."""
-    return diskcache.secure_dir(os.path.dirname(path), root(base))
+def _subdir(path: str, base: str | None, create: bool = True) -> bool:
+    """Make (``create``) ``path``'s directory under ``root(base)`` and check every level of it."""
+    return diskcache.secure_dir(os.path.dirname(path), root(base), create)
 
 
 def sha(text: str) -> str:
@@ -158,7 +158,7 @@ def _record_path(key: str, base: str | None) -> str:
 def lookup_graph(key: str, base: str | None = None) -> dict | None:
     """The record of the graph compiled under ``key``, or None (missing or not to trust)."""
     path = _record_path(key, base)
-    payload = diskcache.read_entry(path, _GRAPH_KIND, key)
+    payload = diskcache.read_entry(path, _GRAPH_KIND, key) if _subdir(path, base, create=False) else None
     if payload is None:
         return None
     try:

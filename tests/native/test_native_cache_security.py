@@ -58,24 +58,26 @@ def _warnings(caplog):
     return [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno >= logging.WARNING]
 
 
-@pytest.mark.parametrize("problem", ["world-writable", "foreign owner"])
+@pytest.mark.parametrize("problem", ["world-writable", "foreign owner", "foreign subdirectory"])
 def test_untrusted_dir_is_not_read(tmp_path, monkeypatch, caplog, problem):
     root, x, marker = tmp_path / "cache", torch.randn(4, 8), tmp_path / "marker"
-    _plant(_check(F.gelu, x, root).ember_native["wrapper"], marker)
+    wrapper = _check(F.gelu, x, root).ember_native["wrapper"]
+    _plant(wrapper, marker)
+    bad = os.path.dirname(wrapper) if problem == "foreign subdirectory" else str(root)
     if problem == "world-writable":
-        os.chmod(root, 0o777)
+        os.chmod(bad, 0o777)
         want = "writable by group or others"
     else:
-        os.chown(root, 65534, 65534)
+        os.chown(bad, 65534, 65534)
         want = "owned by uid 65534"
     _forget(monkeypatch)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         wrappers = [_check(F.gelu, x, root).ember_native["wrapper"] for _ in range(2)]
     assert not marker.exists(), "a planted wrapper ran"
     # (this process works in a private scratch directory instead)
-    assert not any(w.startswith(str(root)) for w in wrappers), wrappers
+    assert not any(w.startswith(bad) for w in wrappers), wrappers
     got = [w for w in _warnings(caplog) if want in w]
-    assert len(got) == 1 and str(root) in got[0], _warnings(caplog)
+    assert len(got) == 1 and bad in got[0], _warnings(caplog)
 
 
 @pytest.mark.parametrize("which", ["wrapper", "kernel"])
