@@ -371,6 +371,8 @@ def load(key: str, fake_mode, graphs=()) -> dict | None:
         return None
     try:
         entry = _Unpickler(io.BytesIO(payload), fake_mode).load()
+        if not isinstance(entry, dict) or not isinstance(entry.get("meta"), _entry_meta_type()):
+            raise pickle.UnpicklingError("not a traced-graphs entry")
         entry = {k: rebuild_graph(v) if k in graphs else v for k, v in entry.items()}
     except Exception as e:  # noqa: BLE001 - a class outside the allow-list, a stale graph: trace again
         diskcache.warn_once("ignoring aot entry", path, f"{type(e).__name__}: {e}", "it is traced again and replaced")
@@ -378,6 +380,11 @@ def load(key: str, fake_mode, graphs=()) -> dict | None:
         return None
     STATS["hits"] += 1
     return entry
+
+
+def _entry_meta_type():
+    from ember.aot.analysis import GraphMeta
+    return GraphMeta
 
 
 def _log(msg: str) -> None:
