@@ -29,7 +29,7 @@ import torch
 
 from ember import diskcache
 
-_MODULES: dict[tuple, object] = {}
+_MODULES: dict = {}  # path, and (path, digest) -> module
 _GRAPH_KIND = "native-graph"
 
 
@@ -63,8 +63,9 @@ def write_source(kind: str, text: str, base: str | None = None, key: str | None 
     except (diskcache.Refused, OSError):
         pass
     if not _subdir(path, base):  # (a level below the root turned foreign: use the scratch directory)
-        path = os.path.join(diskcache.scratch_dir("native"), kind, key[:2], f"{key}.py")
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        scratch = diskcache.scratch_dir("native")
+        path = os.path.join(scratch, kind, key[:2], f"{key}.py")
+        diskcache.secure_dir(os.path.dirname(path), scratch)
     diskcache.atomic_write(path, data)
     return path
 
