@@ -155,7 +155,7 @@ def atomic_write(path: str, data: bytes) -> None:
     """Write a temporary file (mode 0600) in ``path``'s directory, then rename it over ``path``: a
     reader sees the old file or the new one, and a foreign or corrupt file there is replaced."""
     folder = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.splitext(path)[1])
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -192,7 +192,8 @@ def unpack(data: bytes, kind: str, key: str) -> bytes:
         raise Refused(f"was built for key {stored_key[:16]}..., not for {key[:16]}... (an entry stored under another "
                       "key's name)")
     if not parts[4].isdigit() or int(parts[4]) != len(payload):
-        raise Refused(f"is truncated or padded ({len(payload)} payload bytes, header says {parts[4].decode(errors='replace')})")
+        said = parts[4].decode(errors="replace")
+        raise Refused(f"is truncated or padded ({len(payload)} payload bytes, header says {said})")
     if sha256(payload).encode() != parts[3]:
         raise Refused("fails its checksum (corrupt)")
     return payload

@@ -14,7 +14,6 @@ import operator
 import os
 import pickle
 import stat
-import sys
 
 import pytest
 import torch

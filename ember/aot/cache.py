@@ -283,7 +283,8 @@ class _Unpickler(_Restricted):
             return t.requires_grad_(requires_grad) if requires_grad else t
         if kind == "tensor":
             _, param, shape, stride, dtype, device, requires_grad, data = pid
-            flat = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype) if data else torch.empty(0, dtype=dtype)
+            flat = (torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype) if data
+                    else torch.empty(0, dtype=dtype))
             t = torch.empty_strided(shape, stride, dtype=dtype).copy_(flat.view(shape)).to(device)
             return torch.nn.Parameter(t, requires_grad) if param else t.requires_grad_(requires_grad)
         raise pickle.UnpicklingError(f"unknown persistent id {kind!r}")
