@@ -14,6 +14,7 @@ import operator
 import os
 import pickle
 import stat
+import sys
 
 import pytest
 import torch
@@ -211,3 +212,35 @@ def test_unwritable_cache_dir_never_raises(tmp_path, monkeypatch, caplog):
         _check_vs_eager(torch.nn.GELU(), torch.randn(3, 6))
         _check_vs_eager(torch.nn.GELU(), torch.randn(3, 6))
     assert len([w for w in _warnings(caplog) if str(bad) in w]) == 1, _warnings(caplog)
+
+
+@pytest.mark.slow  # (two Python processes, ~20 s)
+def test_a_fresh_process_ignores_a_planted_pickle_in_a_shared_dir(tmp_path):
+    """The reported case end to end: a world-writable cache directory owned by another user, a
+    crafted pickle at an entry's path; a new process warns once on stderr and matches eager."""
+    import subprocess
+    import textwrap
+    script = textwrap.dedent("""
+        import torch, ember
+        from ember.aot import aot_autograd
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.GELU())
+        x = torch.randn(3, 6, requires_grad=True)
+        for _ in range(2):
+            out = ember.compile(m, backend=aot_autograd())(x)
+            torch.testing.assert_close(out, m(x))
+        print("ok")
+    """)
+    root = tmp_path / "shared"
+    env = dict(os.environ, EMBER_CACHE_DIR=str(root))
+    first = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    (entry,) = _entries(root)
+    marker = tmp_path / "marker"
+    _plant(entry, marker)
+    os.chmod(root, 0o777)
+    os.chown(root, 65534, 65534)
+    second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0 and second.stdout.split()[-1] == "ok", second.stderr[-2000:]
+    assert not marker.exists(), "a planted pickle ran"
+    assert second.stderr.count(f"not using the cache directory {root}") == 1, second.stderr[-2000:]
