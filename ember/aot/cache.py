@@ -21,22 +21,29 @@ The key hashes everything the trace reads, and a graph the key cannot describe i
   partitioner (ember's only), ``strict``;
 * the torch version and the source of every ember module.
 
-Entries are pickles of plain data: graphs as node lists (ops by qualified name, ``val`` metadata as
-size/stride/dtype/device descriptions, rebuilt as FakeTensors). A rebuilt graph whose code differs
-from the one stored is a miss. ``EMBER_AOT_CACHE=0`` turns the cache off.
+Entries (``aot/<hh>/<key>.pkl``) are pickles of plain data: graphs as node lists (ops by qualified
+name, ``val`` metadata as size/stride/dtype/device descriptions, rebuilt as FakeTensors, constant
+tensors as their raw bytes), inside ``ember.diskcache``'s envelope (the key it was built for, a
+SHA-256 of the pickle): a file that is not ours, a truncated or corrupt one, or one stored under
+another key is a miss, rebuilt and replaced. Unpickling is restricted to an allow-list of plain
+classes (``_allowed``): no pickle can name a function to call beyond pure operators and torch's
+dtype/device/size constructors. A rebuilt graph whose code differs from the one stored is a miss.
+``EMBER_AOT_CACHE=0`` turns the cache off.
 """
 from __future__ import annotations
 
+import dataclasses
+import enum
 import functools
 import hashlib
 import io
 import os
 import pickle
-import tempfile
 
 import torch
 import torch.fx as fx
 
+from ember import diskcache
 from ember.config import config
 
 # node metadata kept with a cached graph: what backends, the partitioner and dumps read
@@ -181,7 +188,7 @@ class _NodeRef:
 
 
 class _Pickler(pickle.Pickler):
-    """Nodes by name, ops by qualified name, FakeTensors by description."""
+    """Nodes by name, ops by qualified name, FakeTensors by description, tensors as raw bytes."""
 
     def persistent_id(self, obj):
         if isinstance(obj, fx.Node):
@@ -190,18 +197,71 @@ class _Pickler(pickle.Pickler):
             return ("op", obj.name())
         if isinstance(obj, torch._ops.OpOverloadPacket):
             return ("packet", obj._qualified_op_name)
-        if isinstance(obj, torch.Tensor) and type(obj) is not torch.Tensor and type(obj) is not torch.nn.Parameter:
+        if isinstance(obj, torch.Tensor):
             from torch._subclasses.fake_tensor import FakeTensor
-            if not isinstance(obj, FakeTensor):
+            if isinstance(obj, FakeTensor):
+                return ("fake", tuple(obj.shape), tuple(obj.stride()), obj.storage_offset(), obj.dtype,
+                        str(obj.device), obj.requires_grad)
+            if type(obj) not in (torch.Tensor, torch.nn.Parameter) or obj.layout != torch.strided:
                 raise NotCacheable(f"a {type(obj).__name__} in a graph")
-            return ("fake", tuple(obj.shape), tuple(obj.stride()), obj.storage_offset(), obj.dtype, str(obj.device),
-                    obj.requires_grad)
+            # (a tensor's own pickle goes through torch.load: never in a cache entry)
+            data = obj.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+            return ("tensor", type(obj) is torch.nn.Parameter, tuple(obj.shape), tuple(obj.stride()), obj.dtype,
+                    str(obj.device), obj.requires_grad, data)
         if isinstance(obj, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             raise NotCacheable("a symbolic value in a graph")
         return None
 
 
-class _Unpickler(pickle.Unpickler):
+# What an entry may name when it is unpickled: plain data classes and pure functions, never a
+# callable that reaches further (getattr, eval, attrgetter, methodcaller, torch.load, ...).
+_PURE_OPERATORS = frozenset(
+    "add sub mul truediv floordiv mod pow neg pos abs invert and_ or_ xor lshift rshift matmul eq ne lt le gt ge "
+    "not_ truth getitem contains is_ is_not index".split())
+_SAFE_BUILTINS = frozenset("slice set frozenset complex range tuple list dict int float bool str bytes".split())
+_SAFE_GLOBALS = frozenset([
+    ("collections", "OrderedDict"),
+    ("torch.fx.graph", "CodeGen"), ("torch.fx.graph", "_PyTreeCodeGen"), ("torch.fx.graph", "_PyTreeInfo"),
+    ("torch.fx.immutable_collections", "immutable_dict"), ("torch.fx.immutable_collections", "immutable_list"),
+    ("torch.serialization", "_get_layout"),
+    ("torch.utils._pytree", "TreeSpec"), ("torch.utils._pytree", "LeafSpec"),
+])
+_ENTRY_MODULES = ("ember.aot.",)  # whose dataclasses and enums an entry holds (meta, partition summaries)
+
+
+def _allowed(module: str, name: str) -> bool:
+    if module in ("operator", "_operator"):
+        return name in _PURE_OPERATORS
+    if module == "math":
+        return not name.startswith("_")
+    if module == "builtins":
+        return name in _SAFE_BUILTINS
+    if module == "torch":
+        obj = getattr(torch, name, None)
+        return obj is torch.device or obj is torch.Size or isinstance(obj, (torch.dtype, torch.layout,
+                                                                             torch.memory_format))
+    if (module, name) in _SAFE_GLOBALS:
+        return True
+    if module.startswith(_ENTRY_MODULES) and "." not in name:
+        import importlib
+        obj = getattr(importlib.import_module(module), name, None)
+        return isinstance(obj, type) and (dataclasses.is_dataclass(obj) or issubclass(obj, enum.Enum))
+    return False
+
+
+class _Restricted(pickle.Unpickler):
+    """Resolves only what ``_allowed`` lists; persistent ids come back as they are (the store-time check)."""
+
+    def find_class(self, module, name):
+        if not _allowed(module, name):
+            raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a cache entry")
+        return super().find_class(module, name)
+
+    def persistent_load(self, pid):
+        return pid
+
+
+class _Unpickler(_Restricted):
     def __init__(self, f, fake_mode):
         super().__init__(f)
         self.fake_mode = fake_mode
@@ -221,6 +281,12 @@ class _Unpickler(pickle.Unpickler):
             _, shape, stride, offset, dtype, device, requires_grad = pid
             t = _fake(self.fake_mode, shape, stride, offset, dtype, device)
             return t.requires_grad_(requires_grad) if requires_grad else t
+        if kind == "tensor":
+            _, param, shape, stride, dtype, device, requires_grad, data = pid
+            flat = (torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype) if data
+                    else torch.empty(0, dtype=dtype))
+            t = torch.empty_strided(shape, stride, dtype=dtype).copy_(flat.view(shape)).to(device)
+            return torch.nn.Parameter(t, requires_grad) if param else t.requires_grad_(requires_grad)
         raise pickle.UnpicklingError(f"unknown persistent id {kind!r}")
 
 
@@ -268,52 +334,58 @@ def rebuild_graph(data: dict) -> fx.GraphModule:
 
 # ------------------------------------------------------------------------------------ the files
 
+_KIND = "aot"
+
+
 def _path(key: str) -> str:
     return os.path.join(config.cache_dir, "aot", key[:2], f"{key}.pkl")
 
 
 def store(key: str, parts: dict, graphs=()) -> None:
     """Write ``parts`` (the entries named in ``graphs`` are graph modules, stored as data) atomically.
-    Call it before any compiler rewrites the graphs in place. An entry that cannot be described is
-    skipped (and logged): the traced graphs still compile."""
+    Call it before any compiler rewrites the graphs in place. An entry that cannot be described, or
+    whose pickle names something ``_allowed`` does not (it could not be loaded), is skipped (and
+    logged): the traced graphs still compile."""
     buf = io.BytesIO()
     try:
         entry = {k: graph_data(v) if k in graphs else v for k, v in parts.items()}
         _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(entry)
+        _Restricted(io.BytesIO(buf.getvalue())).load()
     except Exception as e:  # noqa: BLE001 - NotCacheable, an unpicklable value, an odd graph
         STATS["uncacheable"] += 1
         _log(f"ember aot cache: not storing {key[:16]}: {type(e).__name__}: {e}")
         return
-    path = _path(key)
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(buf.getvalue())
-        os.replace(tmp, path)
+    if diskcache.write_entry(_path(key), config.cache_dir, _KIND, key, buf.getvalue()):
         STATS["stores"] += 1
-    except OSError:  # a read-only or full cache directory: tracing still worked
-        pass
 
 
 def load(key: str, fake_mode, graphs=()) -> dict | None:
-    """The entry stored under ``key``, its ``graphs`` rebuilt as graph modules, or None. A corrupt
-    or stale entry (a graph that no longer rebuilds to its stored code) is a miss: logged and
-    traced again, never trusted."""
+    """The entry stored under ``key``, its ``graphs`` rebuilt as graph modules, or None. A missing,
+    foreign, corrupt, swapped or stale entry (a graph that no longer rebuilds to its stored code) is
+    a miss: logged once per cause (``ember.diskcache``) and traced again, never trusted."""
     path = _path(key)
-    try:
-        with open(path, "rb") as f:
-            entry = _Unpickler(f, fake_mode).load()
-        entry = {k: rebuild_graph(v) if k in graphs else v for k, v in entry.items()}
-    except FileNotFoundError:
+    payload = None
+    if diskcache.secure_dir(os.path.dirname(path), config.cache_dir, create=False):
+        payload = diskcache.read_entry(path, _KIND, key)
+    if payload is None:
         STATS["misses"] += 1
         return None
-    except Exception as e:  # noqa: BLE001 - a truncated or foreign file, a stale graph: trace again
-        _log(f"ember aot cache: ignoring {path}: {type(e).__name__}: {e}")
+    try:
+        entry = _Unpickler(io.BytesIO(payload), fake_mode).load()
+        if not isinstance(entry, dict) or not isinstance(entry.get("meta"), _entry_meta_type()):
+            raise pickle.UnpicklingError("not a traced-graphs entry")
+        entry = {k: rebuild_graph(v) if k in graphs else v for k, v in entry.items()}
+    except Exception as e:  # noqa: BLE001 - a class outside the allow-list, a stale graph: trace again
+        diskcache.warn_once("ignoring aot entry", path, f"{type(e).__name__}: {e}", "it is traced again and replaced")
         STATS["misses"] += 1
         return None
     STATS["hits"] += 1
     return entry
+
+
+def _entry_meta_type():
+    from ember.aot.analysis import GraphMeta
+    return GraphMeta
 
 
 def _log(msg: str) -> None:

@@ -27,6 +27,7 @@ import time
 import torch
 import triton
 
+from ember import diskcache
 from ember.native import cache
 from ember.native.mm_kernel import ember_mm  # (a module of its own: the build workers import it)
 
@@ -85,16 +86,26 @@ def _key(*parts) -> str:
     return cache.sha("|".join(map(str, (VERSION, name, torch.__version__, triton.__version__) + parts)))
 
 
+_KIND = "native-autotune"
+
+
 def _load(key: str, base):
+    """A timing result, through ``ember.diskcache``'s envelope (its key and checksum checked)."""
+    top = cache.root(base)
+    path = os.path.join(top, "autotune", key[:2], f"{key}.json")
+    if not diskcache.secure_dir(os.path.dirname(path), top, create=False):
+        return None
+    payload = diskcache.read_entry(path, _KIND, key)
     try:
-        with open(os.path.join(cache.root(base), "autotune", key[:2], f"{key}.json")) as f:
-            return json.load(f)
-    except (OSError, ValueError):
+        return None if payload is None else json.loads(payload)
+    except ValueError:
         return None
 
 
 def _store(key: str, value, base) -> None:
-    cache._atomic_write(os.path.join(cache.root(base), "autotune", key[:2], f"{key}.json"), json.dumps(value))
+    top = cache.root(base)
+    diskcache.write_entry(os.path.join(top, "autotune", key[:2], f"{key}.json"), top, _KIND, key,
+                          json.dumps(value).encode())
 
 
 # -------------------------------------------------------------------------------------- kernel configs

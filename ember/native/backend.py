@@ -151,11 +151,12 @@ def _compile(gm, example_inputs, opts):
     base = opts.get("cache_dir")
     key = cache.graph_key(gm, example_inputs, {k: v for k, v in opts.items() if k != "cache_dir"})
     info = cache.lookup_graph(key, base) if use_cache else None
-    hit = info is not None
-    if info is None:
+    mod = cache.load_wrapper(info, key) if info is not None else None  # (None: a file not to trust)
+    hit = mod is not None
+    if mod is None:
         info, wrapper_src, kernel_srcs = _generate(gm, example_inputs, opts, key, base)
         _emit_log(wrapper_src, kernel_srcs)
-    mod = cache.load_module(info["wrapper"])
+        mod = cache.load_module(info["wrapper"], info["wrapper_sha256"])
     if info["device"] != "cpu":  # (the interpreter has nothing to build)
         runtime.precompile(getattr(mod, "LAUNCHES", ()), runtime.compile_threads())
     constants = [_constant(gm, t, info["device"]) for t in info["constants"]]
@@ -223,7 +224,7 @@ def _generate(gm, example_inputs, opts, key, base):
     info = {"report": r, "kernels": sorted({p for _, p in by_source.values()}),
             "constants": [b.target for b in g.inputs if b.constant is not None],
             "device": str(L.device), "sizes": g.sizevars.describe(), "output_strides": output_strides(g.outputs)}
-    info["wrapper"] = cache.store_graph(key, src, info, base)
+    info["wrapper"], info["wrapper_sha256"] = cache.store_graph(key, src, info, base), cache.sha(src)
     return info, src, kernel_srcs
 
 

@@ -205,7 +205,7 @@ def specializations(sites) -> list:
             if not captured or getattr(mod, "__file__", None) is None:
                 continue
             req = dict(path=mod.__file__, module=mod.__name__, name=site.fn.fn.__name__, spec=captured[-1],
-                       target=target)
+                       target=target, digest=getattr(mod, "__ember_sha256__", None))
             ident = (req["path"], req["name"], req["spec"])
             if ident not in seen:
                 # a launcher's C source depends on the argument types only: one build per signature

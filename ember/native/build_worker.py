@@ -45,16 +45,35 @@ def _import_path(name: str, path: str):
     return mod
 
 
-def load_kernel_module(path: str, name: str | None = None):
+def _package_module(name: str, filename: str):
+    """A module of ember's own, loaded by file (not through the ``ember`` package) unless present."""
+    mod = sys.modules.get(name)
+    if mod is None:
+        here = os.path.dirname(os.path.abspath(__file__))
+        mod = _import_path(name, os.path.join(here, *filename.split("/")))
+    return mod
+
+
+def load_kernel_module(path: str, name: str | None = None, digest: str | None = None):
     """Import the kernel module at ``path`` (once per process), under ``name``: by default a generated
-    module's (``module_name``); a fixed kernel of ember's own (``mm_kernel``) keeps its package name."""
+    module's (``module_name``); a fixed kernel of ember's own (``mm_kernel``) keeps its package name.
+    A generated module comes with ``digest``, its SHA-256: it is executed only from bytes that match
+    it, read from a file that is ours and not writable by others (``ember.diskcache``; raises its
+    ``Refused``)."""
     name = name or module_name(path)
     mod = sys.modules.get(name)
-    if mod is not None and getattr(mod, "__file__", None) == path:
+    if mod is not None and getattr(mod, "__file__", None) == path and (
+            digest is None or getattr(mod, "__ember_sha256__", None) == digest):
         return mod
-    if _HELPERS not in sys.modules:  # (in the parent, the ember package has imported it already)
-        _import_path(_HELPERS, os.path.join(os.path.dirname(os.path.abspath(__file__)), "triton_helpers.py"))
-    return _import_path(name, path)
+    _package_module(_HELPERS, "triton_helpers.py")  # (in the parent, the ember package has imported it)
+    if digest is None:
+        return _import_path(name, path)
+    diskcache = _package_module("ember.diskcache", "../diskcache.py")
+    try:
+        source = diskcache.read_source(path, digest)
+    except diskcache.Refused as e:
+        raise diskcache.Refused(f"{path} {e}") from None
+    return diskcache.exec_source(name, path, source)
 
 
 class TargetDriver:
@@ -86,7 +105,7 @@ def build(req: dict) -> dict:
     if drv is None:
         drv = _DRIVERS[target] = TargetDriver(*target)
     driver.set_active(drv)
-    fn = getattr(load_kernel_module(req["path"], req.get("module")), req["name"])
+    fn = getattr(load_kernel_module(req["path"], req.get("module"), req.get("digest")), req["name"])
     kernel = fn.preload(req["spec"])
     out = {"hash": getattr(kernel, "hash", None), "launcher": False}
     if req.get("launcher") and target[0] == "cuda":

@@ -7,9 +7,16 @@
   For a graph with symbolic sizes the inputs are described symbolically (``s0``-style sizes and
   their ranges, not the sizes of the first call), so one entry serves every size.
 
+Trust (``ember.diskcache``): every directory is ours with mode 0700, or the cache is refused (logged
+once) and this process works in a private scratch directory instead. The ``.json`` record is an
+envelope naming its key and the payload's SHA-256 (a record copied under another key, truncated or
+corrupt is a miss, regenerated and replaced); it records the wrapper's SHA-256, and a kernel's file
+name is its SHA-256. Generated modules are imported only from bytes that match their digest, from
+files that are ours and not writable by others; anything else is a miss and is regenerated.
+
 Files are written to a temporary name and renamed, so a concurrent reader sees all or nothing.
 A second process compiling the same graph finds the wrapper and skips lowering and code generation.
-Triton keeps its own cache of compiled binaries (``TRITON_CACHE_DIR``).
+Triton keeps its own cache of compiled binaries (``TRITON_CACHE_DIR``, outside ``cache_dir``).
 """
 from __future__ import annotations
 
@@ -17,26 +24,27 @@ import functools
 import hashlib
 import json
 import os
-import tempfile
 
 import torch
 
-_MODULES: dict[str, object] = {}
+from ember import diskcache
+
+_MODULES: dict = {}  # path, and (path, digest) -> module
+_GRAPH_KIND = "native-graph"
 
 
 def root(base: str | None = None) -> str:
+    """``<cache_dir>/native``, or this process's scratch directory when that one is refused."""
     if base is None:
         from ember.config import config
         base = config.cache_dir
-    return os.path.join(base, "native")
+    path = os.path.join(base, "native")
+    return path if diskcache.secure_dir(path, base) else diskcache.scratch_dir("native")
 
 
-def _atomic_write(path: str, text: str) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+def _subdir(path: str, base: str | None, create: bool = True) -> bool:
+    """Make (``create``) ``path``'s directory under ``root(base)`` and check every level of it."""
+    return diskcache.secure_dir(os.path.dirname(path), root(base), create)
 
 
 def sha(text: str) -> str:
@@ -44,20 +52,39 @@ def sha(text: str) -> str:
 
 
 def write_source(kind: str, text: str, base: str | None = None, key: str | None = None) -> str:
+    """Store generated source (kernels are named by their SHA-256, wrappers by their graph key); an
+    existing file is kept only if it is ours and holds exactly this text."""
     key = key or sha(text)
     path = os.path.join(root(base), kind, key[:2], f"{key}.py")
-    if not os.path.exists(path):
-        _atomic_write(path, text)
+    data = text.encode()
+    try:
+        if diskcache.read_source(path, diskcache.sha256(data)) == data:
+            return path
+    except (diskcache.Refused, OSError):
+        pass
+    if not _subdir(path, base):  # (a level below the root turned foreign: use the scratch directory)
+        scratch = diskcache.scratch_dir("native")
+        path = os.path.join(scratch, kind, key[:2], f"{key}.py")
+        diskcache.secure_dir(os.path.dirname(path), scratch)
+    diskcache.atomic_write(path, data)
     return path
 
 
-def load_module(path: str):
+def load_module(path: str, digest: str | None = None):
     """Import a generated module from its path once per process (under the name a build worker
-    gives it too: the name is part of Triton's cache key)."""
-    mod = _MODULES.get(path)
+    gives it too: the name is part of Triton's cache key), after checking its file and that its
+    SHA-256 is ``digest``; raises ``diskcache.Refused`` otherwise. Without ``digest``: the module
+    this process already imported from ``path``, else the digest is the file's name (as kernels
+    are named)."""
+    if digest is None:
+        mod = _MODULES.get(path)
+        if mod is not None:
+            return mod
+        digest = os.path.basename(path)[:-3]
+    mod = _MODULES.get((path, digest))
     if mod is None:
         from ember.native.build_worker import load_kernel_module
-        mod = _MODULES[path] = load_kernel_module(path)
+        mod = _MODULES[(path, digest)] = _MODULES[path] = load_kernel_module(path, digest=digest)
     return mod
 
 
@@ -125,20 +152,41 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, options: dict) -> str:
     return h.hexdigest()
 
 
+def _record_path(key: str, base: str | None) -> str:
+    return os.path.join(root(base), "graphs", key[:2], f"{key}.json")
+
+
 def lookup_graph(key: str, base: str | None = None) -> dict | None:
-    meta = os.path.join(root(base), "graphs", key[:2], f"{key}.json")
-    try:
-        with open(meta) as f:
-            info = json.load(f)
-    except (OSError, ValueError):
+    """The record of the graph compiled under ``key``, or None (missing or not to trust)."""
+    path = _record_path(key, base)
+    payload = diskcache.read_entry(path, _GRAPH_KIND, key) if _subdir(path, base, create=False) else None
+    if payload is None:
         return None
-    if not os.path.exists(info.get("wrapper", "")) or not all(os.path.exists(p) for p in info.get("kernels", [])):
+    try:
+        info = json.loads(payload)
+    except ValueError as e:
+        diskcache.warn_once("ignoring native-graph entry", path, f"unreadable record: {e}", "it is regenerated")
+        return None
+    if not isinstance(info.get("wrapper"), str) or not isinstance(info.get("wrapper_sha256"), str):
         return None
     return info
 
 
+def load_wrapper(info: dict, key: str):
+    """The wrapper module of a cached record (its kernels verified and imported with it), or None:
+    a file that is missing, foreign or not the one recorded is a miss (logged once)."""
+    try:
+        return load_module(info["wrapper"], info["wrapper_sha256"])
+    except (diskcache.Refused, OSError) as e:
+        diskcache.warn_once("ignoring native-graph entry", info["wrapper"], f"{type(e).__name__}: {e}",
+                            f"graph {key[:16]} is compiled again and its files replaced")
+        return None
+
+
 def store_graph(key: str, wrapper_src: str, info: dict, base: str | None = None) -> str:
     path = write_source("graphs", wrapper_src, base, key=key)
-    info = dict(info, wrapper=path)
-    _atomic_write(os.path.join(root(base), "graphs", key[:2], f"{key}.json"), json.dumps(info, indent=1))
+    info = dict(info, wrapper=path, wrapper_sha256=sha(wrapper_src))
+    record = _record_path(key, base)
+    if _subdir(record, base):
+        diskcache.write_entry(record, root(base), _GRAPH_KIND, key, json.dumps(info, indent=1).encode())
     return path
