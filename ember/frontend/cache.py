@@ -97,7 +97,7 @@ class FrameCache:
 
     # the stance path ----------------------------------------------------------------------
     def _call_with_stance(self, args, kwargs):
-        st = _stance.current
+        st = _stance.effective()
         if st.disabled or st.stance == "force_eager":
             return self._eager(args, kwargs)
         if st.stance == "eager_then_compile" and not self.entries and self.call_count_under_stance == 0:
