@@ -56,8 +56,12 @@ def load_module(path: str):
     gives it too: the name is part of Triton's cache key)."""
     mod = _MODULES.get(path)
     if mod is None:
+        from ember.locks import COMPILE_LOCK
         from ember.native.build_worker import load_kernel_module
-        mod = _MODULES[path] = load_kernel_module(path)
+        with COMPILE_LOCK:  # one module object per path, also when threads load it at once
+            mod = _MODULES.get(path)
+            if mod is None:
+                mod = _MODULES[path] = load_kernel_module(path)
     return mod
 
 
