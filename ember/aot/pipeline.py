@@ -72,7 +72,9 @@ class AOTCompiledGraph:
         variant = self.variants.get(key)
         if variant is None:
             with COMPILE_LOCK:  # tracing is not thread-safe (ember/locks.py); another thread may have built it
-                variant = self.variants.get(key) or self._variant(key, list(args))
+                variant = self.variants.get(key)
+                if variant is None:
+                    variant = self._variant(key, list(args))
         return variant(*args)
 
     def _variant(self, key, args: list):

@@ -71,7 +71,8 @@ def openvino_fallbacks():
             if any(m in msg for m in OV_FALLBACK_MARKS):
                 seen.append(msg)
 
-    log = logging.getLogger("ember.openvino")
+    from ember.diagnostics import logging as elog
+    log = elog.get_logger("openvino")  # configured now: its first use would reset the level set here
     grab, old_level = Grab(), log.level
     log.addHandler(grab)
     log.setLevel(logging.DEBUG)  # the artifact logs at DEBUG only when enabled
