@@ -93,11 +93,11 @@ def disable(fn: Callable | None = None, recursive: bool = True, *, reason: str |
 
     @functools.wraps(orig)
     def disabled(*args, **kwargs):
-        prior = _stance.set_current(_stance.DISABLED)
+        _stance.enter_disabled()  # for this thread only (see frontend/stance.py)
         try:
             return orig(*args, **kwargs)
         finally:
-            _stance.set_current(prior)
+            _stance.exit_disabled()
 
     trace_rules.mark_disabled(disabled, why)
     return disabled

@@ -24,7 +24,9 @@ from ember.aot import cache as aot_cache
 from ember.aot.runtime import EagerVariant, InferenceVariant, TrainingVariant
 from ember.aot.trace import JointGraph, trace_forward, trace_joint
 from ember.config import config
+from ember.diagnostics import counters
 from ember.diagnostics import logging as elog
+from ember.locks import COMPILE_LOCK
 
 # The dumps go to a named artifact (EMBER_LOGS=aot_graphs), declared in ember.diagnostics.logging.
 ARTIFACT = "aot_graphs"
@@ -69,16 +71,21 @@ class AOTCompiledGraph:
         key = self._key(args) if self._cidx or torch.is_grad_enabled() else None
         variant = self.variants.get(key)
         if variant is None:
-            variant = self._variant(key, list(args))
+            with COMPILE_LOCK:  # tracing is not thread-safe (ember/locks.py); another thread may have built it
+                variant = self.variants.get(key)
+                if variant is None:
+                    variant = self._variant(key, list(args))
         return variant(*args)
 
     def _variant(self, key, args: list):
         try:
-            variant = build_variant(self.gm, args, self.options, self.name)
+            with COMPILE_LOCK:
+                variant = build_variant(self.gm, args, self.options, self.name)
         except Exception as exc:  # noqa: BLE001 - any tracing failure: the eager graph is still right
             if self.options.strict:
                 raise
             reason = f"tracing it failed with {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            counters.eager_fallback("aot_variant", f"{self.name}: {reason}")
             warnings.warn(f"ember aot_autograd: running {self.name} eagerly, {reason}", stacklevel=2)
             variant = EagerVariant(self.gm, reason)
             elog.artifact(ARTIFACT, f"# ===== ember aot: {self.name}, eager variant: {reason}")

@@ -19,10 +19,26 @@ and at each replay the runner checks, cheapest first:
 
 Anything that cannot be replayed safely runs the compiled function as it is. After ``max_recordings``
 recordings, or a failed capture, the runner stops using graphs and logs why.
+
+Threads: every runner call that may use graphs holds one process-wide lock (``_LOCK``). What such a
+call touches is shared by all callers and all runners of a device: a replay reads and writes fixed
+addresses (placeholders, outputs), the pool's capture sequence and its record of held outputs are
+one per device, and ``STATS`` is global. So two threads never replay, capture or check the pool at
+the same time; a thread waits for the other's call (a replay is one launch, so the wait is short; a
+warm-up, or a call that runs without the graph, waits for the compiled function). Outputs one thread
+still holds when another calls are the held outputs of rule 3: that call runs without the graph and
+those outputs are copied from then on, so results stay right; a runner whose outputs stay held across
+threads may disable itself (logged, ``stats()['disabled']``), never return wrong values. A disabled
+runner calls its function without the lock. Recordings are shared, not per thread: capture runs on
+the pool's side stream; a replay launches on the calling thread's current stream. The lock orders the
+host calls only, so threads must share one stream per device (the default stream does): replays
+queued from two threads on different streams could overlap on the GPU. Lock order: this lock, then
+``ember.locks.COMPILE_LOCK`` (a compiled function may compile lazily), never the reverse.
 """
 from __future__ import annotations
 
 import logging
+import threading
 
 import torch
 
@@ -36,6 +52,8 @@ MAX_RECORDINGS = 8
 # and tested on a GPU (see Runner._rerecord); the CPU tests exercise the logic with a fake CUDA API.
 REPLACE_RECORDINGS = False
 STATS = {"warmups": 0, "recordings": 0, "replays": 0, "fallbacks": 0, "disabled": [], "skipped": []}
+_LOCK = threading.RLock()  # one runner call at a time, process-wide (see the docstring); re-entrant:
+# a compiled function run by one runner may call another runner's graph
 
 
 class Runner:
@@ -65,6 +83,12 @@ class Runner:
             args = list(box)
             box.clear()  # the caller's list must not keep the inputs alive (boxed convention)
         if self.disabled is not None:
+            return self.call_fn(args)
+        with _LOCK:
+            return self._call(args)
+
+    def _call(self, args):
+        if self.disabled is not None:  # (disabled by another thread while this one waited)
             return self.call_fn(args)
         rec = self.current
         if rec is not None and rec.accepts(args):

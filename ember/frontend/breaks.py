@@ -8,6 +8,7 @@ the same break reuses every compiled piece.
 from __future__ import annotations
 
 import functools
+import threading
 import types
 import weakref
 from dataclasses import dataclass
@@ -46,17 +47,23 @@ class BreakContext:
         self._resumes: dict = {}
         self._break_fns: dict = {}
         self._callees: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        # resume functions and callees are looked up while compiled code runs, from any thread: one
+        # FrameCache per target, so that it is compiled once and every thread uses that compile
+        self._lock = threading.Lock()
 
     def resume_for(self, fn: types.FunctionType):
         def get(target: int):
             key = (_identity(fn), target)
             hit = self._resumes.get(key)
             if hit is None:
-                native = R.resume_function(fn, target)
-                # an exception from compiled code inside a try block must reach its handler: keep
-                # such continuations native (the handler then runs as plain Python too)
-                hit = native if R.in_try_block(fn.__code__, target) else self._make_cache(native)
-                self._resumes[key] = hit
+                with self._lock:
+                    hit = self._resumes.get(key)
+                    if hit is None:
+                        native = R.resume_function(fn, target)
+                        # an exception from compiled code inside a try block must reach its handler:
+                        # keep such continuations native (the handler then runs as plain Python too)
+                        hit = native if R.in_try_block(fn.__code__, target) else self._make_cache(native)
+                        self._resumes[key] = hit
             return hit
         return get
 
@@ -101,8 +108,10 @@ class BreakContext:
             return obj  # the user's rules (ember.disable...) and our own continuations stay as they are
         hit = self._callees.get(obj)
         if hit is None:
-            hit = self._make_cache(obj)
-            self._callees[obj] = hit
+            with self._lock:
+                hit = self._callees.get(obj)
+                if hit is None:
+                    hit = self._callees[obj] = self._make_cache(obj)
         return hit
 
 

@@ -3,12 +3,18 @@
 On a call, each entry's generated function checks its guards and either runs or answers MISS. After
 ``recompile_limit`` entries, misses run eagerly (one warning), as torch.compile does. Any stance
 other than the default (``ember.set_stance``) takes ``_call_with_stance``, off the hot path.
+
+Threads: a hit takes no lock. Entry lists are never changed in place: a compile publishes a new list
+(one attribute store), so a caller iterating the old one sees a consistent snapshot. A miss takes
+the callable's own lock, looks at the entries again (another thread may have just compiled the
+entry this call needs), and only then compiles, under ``ember.locks.COMPILE_LOCK`` (see there).
 """
 from __future__ import annotations
 
 import contextlib
 import inspect
 import re
+import threading
 import warnings
 import weakref
 from typing import Any, Callable
@@ -16,8 +22,9 @@ from typing import Any, Callable
 import torch
 
 from ember.config import config
+from ember.diagnostics import counters
 from ember.diagnostics import logging as elog
-from ember.diagnostics.counters import COUNTERS
+from ember.locks import COMPILE_LOCK
 from ember.frontend.codegen import MISS
 from ember.frontend.convert import CacheEntry, RootSpec, compile_entry
 from ember.frontend.dynamic import FrameShapeState
@@ -26,6 +33,10 @@ from ember.frontend.breaks import BreakContext
 from ember.frontend.codegen import build_entry
 from ember.frontend.errors import CompileError, Unsupported
 from ember.frontend.guards import explain_failure
+
+# the entry list of a forced backend that has none yet: always this object, so that `_miss` can
+# tell by identity whether another thread has published entries since this call looked
+_NO_ENTRIES: tuple = ()
 
 # every live cache, so ember.reset() can empty them all
 ALL_CACHES: "weakref.WeakSet[FrameCache]" = weakref.WeakSet()
@@ -47,8 +58,8 @@ class FrameCache:
         self.dynamic = dynamic
         self.shapes = FrameShapeState(dynamic)  # sizes seen at earlier compiles (automatic dynamic)
         self.forced_entries: dict = {}  # force_backend -> its own entry list: never mixed with ours
-        # force_backend (None: ours) -> entries whose backend raised, newest first: a call passing their
-        # guards raises the same error (or runs eagerly) without calling the backend again
+        # backend key (None: our backend, else the forced one) -> entries whose backend raised, guards
+        # only: a call they accept re-raises that failure (or runs eagerly), the backend is not retried
         self.failed: dict = {}
         self.recompile_reasons: list[str] = []
         self.compile_count = 0
@@ -56,6 +67,7 @@ class FrameCache:
         self.fallback_reason: str | None = None  # set when the whole callable runs eagerly
         self._limit_warned = False
         self._light: tuple | None = None  # (entries snapshot, light fns) for skip_guard_eval_unsafe
+        self._lock = threading.RLock()  # held by the thread compiling this callable (see the docstring)
         # resume functions and callees compiled at this callable's graph breaks: same settings
         self.break_context = BreakContext(
             lambda fn: FrameCache(fn, backend, False, recompile_limit, guard_filter_fn, backend_for, dynamic))
@@ -65,13 +77,18 @@ class FrameCache:
     def __call__(self, *args, **kwargs):
         if _stance.current is not _stance.DEFAULT:
             return self._call_with_stance(args, kwargs)
-        for entry in self.entries:
+        entries = self.entries
+        for entry in entries:
             out = entry.fn(*args, **kwargs)
             if out is not MISS:
                 return out
-        return self._miss(args, kwargs)
+        return self._miss(args, kwargs, entries)
 
     def reset(self) -> None:
+        with self._lock:
+            self._reset()
+
+    def _reset(self) -> None:
         self.entries = []
         self.forced_entries = {}
         self.failed = {}
@@ -84,16 +101,17 @@ class FrameCache:
 
     # the stance path ----------------------------------------------------------------------
     def _call_with_stance(self, args, kwargs):
-        st = _stance.current
+        st = _stance.effective()
         if st.disabled or st.stance == "force_eager":
             return self._eager(args, kwargs)
         if st.stance == "eager_then_compile" and not self.entries and self.call_count_under_stance == 0:
             self.call_count_under_stance += 1
             return self._eager(args, kwargs)
-        entries, backend = self.entries, self.backend
+        entries, backend, forced = self.entries, self.backend, None
         if st.force_backend is not None:
             backend = self.backend_for(st.force_backend) if self.backend_for else st.force_backend
-            entries = self.forced_entries.setdefault(st.force_backend, [])
+            forced = st.force_backend
+            entries = self.forced_entries.get(forced, _NO_ENTRIES)
         fns = self._light_fns(entries) if st.skip_guard_eval_unsafe else [e.fn for e in entries]
         for fn in fns:
             out = fn(*args, **kwargs)
@@ -106,7 +124,7 @@ class FrameCache:
             raise RuntimeError(f"ember.set_stance('fail_on_recompile'): {self.root.name} ({self.root.location()}) "
                                f"would be compiled here ({reason}). Warm it up with these inputs under the "
                                "default stance first, or use stance 'eager_on_recompile' to run such calls eagerly.")
-        return self._miss(args, kwargs, entries, backend, st.force_backend)
+        return self._miss(args, kwargs, entries, backend, forced)
 
     def _light_fns(self, entries):
         """skip_guard_eval_unsafe: each entry checks only the guard conditions that tell it apart
@@ -141,29 +159,81 @@ class FrameCache:
             return self.root.self_obj(*args, **kwargs)
         return self.target(*args, **kwargs)
 
-    def _miss(self, args, kwargs, entries=None, backend=None, backend_key=None):
-        entries = self.entries if entries is None else entries
-        backend = self.backend if backend is None else backend
-        if self.fallback_reason is not None:
-            return self._eager(args, kwargs)
-        failed = self.failed.setdefault(backend_key, [])
-        for entry in failed:
+    def _entries(self, forced=None) -> list:
+        return self.entries if forced is None else self.forced_entries.get(forced, _NO_ENTRIES)
+
+    def _publish(self, entry, forced=None) -> None:
+        """Add ``entry`` (newest first) by storing a new list: lock-free readers never see a list
+        change under them."""
+        if forced is None:
+            self.entries = [entry, *self.entries]
+        else:
+            self.forced_entries = {**self.forced_entries, forced: [entry, *self._entries(forced)]}
+
+    def _publish_failed(self, entry, forced=None) -> None:
+        self.failed = {**self.failed, forced: [entry, *self.failed.get(forced, _NO_ENTRIES)]}
+
+    def _failed_match(self, args, kwargs, forced):
+        for entry in self.failed.get(forced, _NO_ENTRIES):
             if entry.fn(*args, **kwargs) is not MISS:
-                return self._backend_failed(entry, args, kwargs)
+                return entry
+        return None
+
+    def _miss(self, args, kwargs, tried, backend=None, forced=None):
+        """``tried``: the entry list this call has already checked (lock-free)."""
+        backend = self.backend if backend is None else backend
+        failed = self._failed_match(args, kwargs, forced)
+        if failed is not None:
+            return self._backend_failed(failed, args, kwargs)
+        while True:
+            with self._lock:
+                current = self._entries(forced)
+                if current is tried:
+                    entry = self._compile_locked(args, kwargs, backend, forced, current)
+                    break
+            # Another thread published entries meanwhile: check them outside the lock (running an
+            # entry may call other compiled callables, which take their own locks).
+            for entry in current:
+                out = entry.fn(*args, **kwargs)
+                if out is not MISS:
+                    return out
+            tried = current
+        if entry is None:
+            return self._eager(args, kwargs)
+        if entry.failure is not None:
+            return self._backend_failed(entry, args, kwargs)
+        out = entry.fn(*args, **kwargs)
+        if out is MISS:
+            bad = self.explain_miss(args, kwargs, [entry])
+            raise CompileError(f"ember bug: a freshly compiled entry rejected its own inputs ({bad})\n{entry.source}")
+        return out
+
+    def _compile_locked(self, args, kwargs, backend, forced, entries):
+        """Compile and publish an entry for this call (the caller holds ``self._lock``); None: run
+        this call eagerly (a frame that cannot be traced, or the recompile limit), counted. An entry
+        whose ``failure`` is set: its backend raised (published among ``failed``, not ``entries``)."""
+        if self.fallback_reason is not None:
+            counters.eager_fallback("frame", f"{self.root.name}: {self.fallback_reason}")
+            return None
+        failed = self._failed_match(args, kwargs, forced)  # another thread's compile just failed
+        if failed is not None:
+            return failed
+        failed = list(self.failed.get(forced, _NO_ENTRIES))
         limit = self.recompile_limit if self.recompile_limit is not None else config.recompile_limit
         if entries or failed:
-            reason = self.explain_miss(args, kwargs, entries + failed)
+            reason = self.explain_miss(args, kwargs, [*entries, *failed])
             if len(entries) + len(failed) >= limit:
+                counters.eager_fallback("recompile_limit", f"{self.root.name}: {reason}")
                 if not self._limit_warned:
                     self._limit_warned = True
                     warnings.warn(f"ember: {self.root.name} hit the recompile limit ({limit}); further cache "
                                   f"misses run eagerly. Last reason: {reason}. Raise ember.config.recompile_limit "
-                                  "(EMBER_RECOMPILE_LIMIT) or mark the changing dimension dynamic.", stacklevel=3)
-                return self._eager(args, kwargs)
+                                  "(EMBER_RECOMPILE_LIMIT) or mark the changing dimension dynamic.", stacklevel=4)
+                return None
             self.recompile_reasons.append(reason)
             elog.artifact("recompiles", f"recompiling {self.root.name}: {reason}")
         try:
-            with _rng_untouched():
+            with COMPILE_LOCK, _rng_untouched():
                 entry = compile_entry(self.root, args, kwargs, backend, self.guard_filter_fn,
                                       None if self.fullgraph else self.break_context, self.shapes)
         except Unsupported as exc:
@@ -171,20 +241,16 @@ class FrameCache:
                 raise CompileError(f"ember.compile(fullgraph=True) cannot capture {self.root.name} in one graph: {exc}") from exc
             self.fallback_reason = str(exc)
             msg = f"ember: running {self.root.name} eagerly: {exc}"
-            elog.artifact("graph_breaks", msg)
-            warnings.warn(msg, stacklevel=3)
-            return self._eager(args, kwargs)
+            counters.eager_fallback("frame", msg)
+            warnings.warn(msg, stacklevel=4)
+            return None
         if entry.failure is not None:
-            failed.insert(0, entry)
-            COUNTERS["backend_failures"] += 1
-            return self._backend_failed(entry, args, kwargs)
+            self._publish_failed(entry, forced)
+            counters.bump("backend_failures")
+            return entry
         self.compile_count += 1
-        entries.insert(0, entry)
-        out = entry.fn(*args, **kwargs)
-        if out is MISS:
-            bad = self.explain_miss(args, kwargs, [entry])
-            raise CompileError(f"ember bug: a freshly compiled entry rejected its own inputs ({bad})\n{entry.source}")
-        return out
+        self._publish(entry, forced)
+        return entry
 
     def _backend_failed(self, entry: CacheEntry, args, kwargs):
         """A call that passes the guards of a graph its backend failed on: raise that failure again
@@ -193,7 +259,7 @@ class FrameCache:
             raise entry.failure.with_traceback(None)  # a fresh traceback: it does not grow per call
         if not entry.fallback_warned:
             entry.fallback_warned = True
-            COUNTERS["backend_failures_suppressed"] += 1
+            counters.bump("backend_failures_suppressed")
             failure = entry.failure
             msg = (f"ember: {failure.headline}\nRunning the calls this graph would serve eagerly "
                    f"(ember.config.suppress_errors is on). {failure.advice}")

@@ -25,6 +25,7 @@ import time
 
 import torch
 
+from ember.diagnostics import counters
 from ember.native import cache, ir, runtime
 from ember.native.lowering import Unsupported
 from ember.native.specialize import PerShapeGraph
@@ -98,10 +99,10 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, *, force_triton
     try:
         import triton.language as tl
     except ImportError:
-        return _as_is(gm, "triton is not installed")
+        return _as_is(gm, "triton is not installed", fallback=True)
     if on_cpu and type(tl.sum).__name__ != "InterpretedFunction":
         # the interpreter is chosen when triton is imported (make_fx in fake mode imports it)
-        return _as_is(gm, "Triton on CPU tensors needs TRITON_INTERPRET=1 before triton is imported")
+        return _as_is(gm, "Triton on CPU tensors needs TRITON_INTERPRET=1 before triton is imported", fallback=True)
     from ember.config import config
     opts = {**DEFAULT_OPTIONS, "emulate_precision_casts": config.emulate_precision_casts, **(options or {})}
     if has_symbolic_inputs(gm):
@@ -118,7 +119,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, *, force_triton
         return _compile(gm, example_inputs, opts)
     except (Unsupported, SymbolicUnsupported) as e:  # the latter: a data-dependent size inside the graph
         _log(f"ember.native: running the graph as is: {e}")
-        return _as_is(gm, str(e))
+        return _as_is(gm, str(e), fallback=True)
 
 
 def _layout_fallback(run, key):
@@ -130,13 +131,18 @@ def _layout_fallback(run, key):
         if not seen:
             seen.append(True)
             COUNTERS["layout_fallbacks"] += 1
+            counters.eager_fallback("native_layout", f"graph {key[:16]}: input sizes or strides it was not compiled for")
             _log(f"ember.native: graph {key[:16]} called with input sizes or strides it was not compiled for "
                  "(its wrapper's first lines list them: EMBER_LOGS=output_code); running its ATen graph as is")
         return run(*args)
     return fallback
 
 
-def _as_is(gm, reason):
+def _as_is(gm, reason, fallback: bool = False):
+    """The ATen graph as it is; ``fallback``: counted as an eager fallback (not for CPU tensors,
+    where running the ATen graph is the documented behaviour)."""
+    if fallback:
+        counters.eager_fallback("native_unsupported", reason)
     fn = gm.forward
 
     def run(*args):

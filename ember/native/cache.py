@@ -83,8 +83,12 @@ def load_module(path: str, digest: str | None = None):
         digest = os.path.basename(path)[:-3]
     mod = _MODULES.get((path, digest))
     if mod is None:
+        from ember.locks import COMPILE_LOCK
         from ember.native.build_worker import load_kernel_module
-        mod = _MODULES[(path, digest)] = _MODULES[path] = load_kernel_module(path, digest=digest)
+        with COMPILE_LOCK:  # one module object per path, also when threads load it at once
+            mod = _MODULES.get((path, digest))
+            if mod is None:
+                mod = _MODULES[(path, digest)] = _MODULES[path] = load_kernel_module(path, digest=digest)
     return mod
 
 

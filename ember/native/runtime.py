@@ -89,6 +89,14 @@ class Launch:
         return self.fn[self.grid](*args, **self.meta)
 
     def _first(self, args):
+        # Under one lock (ember/locks.py): Triton's JIT compiles into per-device tables, and its
+        # interpreter (CPU tests) patches triton.language while a kernel runs, so interpreted launches
+        # (which never get a fast path) run one at a time
+        from ember.locks import COMPILE_LOCK
+        with COMPILE_LOCK:
+            return self._first_locked(args)
+
+    def _first_locked(self, args):
         from ember.native import build_pool
         build_pool.wait(self)  # (the worker processes' build of it: this one then finds its binary on disk)
         kernel = self._slow(args)

@@ -31,15 +31,26 @@ class PerShapeGraph:
         key = self._key(args)
         fn = self.compiled.get(key)
         if fn is None:
-            from ember.native.backend import COUNTERS
+            fn = self._compile(key, args)
+        return fn(*args)
+
+    def _compile(self, key, args):
+        from ember.diagnostics import counters
+        from ember.locks import COMPILE_LOCK
+        from ember.native.backend import COUNTERS
+        with COMPILE_LOCK:  # make_fx is not thread-safe (ember/locks.py); another thread may have compiled it
+            fn = self.compiled.get(key)
+            if fn is not None:
+                return fn
             try:
                 with torch.no_grad():
                     static = make_fx(self.gm, tracing_mode="fake")(*args)
                 fn = self.compiled[key] = self.compile_static(static, list(args))
             except Exception as e:  # noqa: BLE001 - at call time nothing above catches it: run the graph as is
                 sizes = [k[0] for k in key if isinstance(k, tuple)]
+                counters.eager_fallback("native_per_shape", f"input sizes {sizes}: {type(e).__name__}: {e}")
                 warnings.warn(f"ember.native: running a graph eagerly for input sizes {sizes}, "
                               f"compiling it failed with {type(e).__name__}: {e}")
                 fn = self.compiled[key] = self.gm.forward
             COUNTERS["per_shape"] += 1
-        return fn(*args)
+        return fn
