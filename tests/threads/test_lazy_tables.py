@@ -101,7 +101,7 @@ def test_a_generated_module_is_loaded_once_when_threads_load_it_together(tmp_pat
     would hold two copies of every @triton.jit function, each compiled and cached separately)."""
     from ember.native import cache
 
-    path = tmp_path / "ember_gen_threads_probe.py"
-    path.write_text("import time\ntime.sleep(0.02)  # a slow import widens the race\nTOKEN = object()\n")
-    mods = run_threads(N_THREADS, lambda i: cache.load_module(str(path)))
+    text = "import time\ntime.sleep(0.02)  # a slow import widens the race\nTOKEN = object()\n"
+    path = cache.write_source("kernels", text, base=str(tmp_path))  # named by its SHA-256, as kernels are
+    mods = run_threads(N_THREADS, lambda i: cache.load_module(path))
     assert all(m is mods[0] for m in mods)
