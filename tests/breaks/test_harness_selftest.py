@@ -156,6 +156,28 @@ def test_runner_rejects_a_compile_that_compiles_nothing(monkeypatch, name):
     assert any("received 0 graph(s)" in p for p in problems), problems
 
 
+def test_fp32_calls_of_an_autocast_case_get_fp32_tolerance(monkeypatch):
+    """guards.caller_autocast_alternates runs under autocast on odd calls only: a 1e-3 error on an
+    fp32 call is a wrong result (fp32 keeps ~7 digits), on a bfloat16 call it is rounding."""
+    import ember
+
+    c = next(k for k in H.load_all_cases() if k.name == "guards.caller_autocast_alternates")
+    recs = _records(c)
+
+    def off_by(eps_of_autocast):
+        def transform(fn):
+            def run(x, w):
+                return fn(x, w) + eps_of_autocast[torch.is_autocast_enabled("cpu")]
+            return run
+        return transform
+    monkeypatch.setattr(ember, "compile", _fake_compile(off_by({False: 1e-3, True: 0.0})))
+    problems = H._compiled_phase(c, recs)
+    assert any("call 0" in p and "values differ" in p for p in problems), problems
+    monkeypatch.setattr(ember, "compile", _fake_compile(off_by({False: 0.0, True: 1e-3})))
+    problems = H._compiled_phase(c, recs)
+    assert not any("values differ" in p for p in problems), problems
+
+
 def test_register_refuses_zero_graphs():
     with pytest.raises(ValueError, match="min_graphs=0 would pass when nothing compiles"):
         H._register(H.Case(name="selftest.zero", fn=_f_print, module=__name__,
