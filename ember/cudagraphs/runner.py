@@ -8,8 +8,10 @@ and at each replay the runner checks, cheapest first:
 
 1. the captured signature still fits (copied inputs: shape and dtype; others: see ``Recording``);
 2. static inputs are where they were. An input is static when it is a parameter, an output of a graph
-   of the same pool, or lay at the same address in the warm-up and recording calls (buffers, or a
-   caller passing the same tensor each time). A graph reading an input in place is right as long
+   of the same pool, or the very storage the warm-up call got (buffers, or a caller passing the same
+   tensor each time). A fresh tensor that the allocator happened to place at the warm-up input's
+   freed address is not static: whether that coincidence repeats is up to the allocator, and a
+   static input that moves later costs a re-recording (which production turns into disabling). A graph reading an input in place is right as long
    as the input is at the captured address, whatever tensor it belongs to. An input that moves is
    copied from then on (one re-recording), unless it is an output of an upstream graph that ran
    without its graph this once (then this call runs normally too);
@@ -42,7 +44,7 @@ import threading
 
 import torch
 
-from ember.cudagraphs.pool import pool_for
+from ember.cudagraphs.pool import StorageWeakRef, pool_for
 from ember.cudagraphs.recording import STATIC_PARAM, STATIC_POOL, STATIC_STABLE, capture
 
 log = logging.getLogger("ember.cudagraphs")
@@ -68,7 +70,7 @@ class Runner:
         self.pool = None
         self.recordings: dict = {}
         self.current = None
-        self.warm: dict = {}       # signature -> input addresses at its warm-up call
+        self.warm: dict = {}       # signature -> (address, weak storage ref) of each warm-up input
         self.demoted: set = set()  # inputs seen to move: always copied
         self.recorded = 0
         self.disabled: str | None = None
@@ -154,7 +156,7 @@ class Runner:
         if key not in self.warm:
             # never capture on the first call: lazy initialization (kernel compilation, library
             # handles, allocator warm-up) must happen outside a capture
-            self.warm[key] = [a.data_ptr() if isinstance(a, torch.Tensor) else None for a in args]
+            self.warm[key] = [_identity(a) if isinstance(a, torch.Tensor) else None for a in args]
             STATS["warmups"] += 1
             return self.call_fn(args)
         return self._record(key, args)
@@ -201,7 +203,7 @@ class Runner:
                 continue
             elif a.untyped_storage().data_ptr() in owners:
                 kinds[i] = STATIC_POOL
-            elif warm[i] == a.data_ptr():
+            elif warm[i] is not None and _same_storage(warm[i], a):
                 kinds[i] = STATIC_STABLE
         return kinds
 
@@ -250,3 +252,16 @@ class Runner:
     def __repr__(self) -> str:
         state = f"disabled: {self.disabled}" if self.disabled else f"{len(self.recordings)} graph(s)"
         return f"<ember cudagraphs runner {self.name} ({state})>"
+
+
+def _identity(t: torch.Tensor):
+    """The address and a weak reference to the storage of a warm-up input. The weak reference keeps
+    the storage's bookkeeping (not its memory) alive, so a later storage never shares its identity."""
+    return t.data_ptr(), StorageWeakRef(t.untyped_storage())
+
+
+def _same_storage(warm, t: torch.Tensor) -> bool:
+    """Is ``t`` at the warm-up input's address *in the warm-up input's storage* (not a new tensor
+    the allocator placed in the same freed memory)?"""
+    ptr, ref = warm
+    return t.data_ptr() == ptr and not ref.expired() and ref.cdata == t.untyped_storage()._cdata

@@ -12,7 +12,7 @@ from ember.aot import aot_autograd, run_graph_eagerly
 # (rtol, atol) for comparing compiled against eager results and gradients, by dtype
 TOL = {
     torch.float64: dict(rtol=1e-7, atol=1e-9),
-    torch.float32: dict(rtol=1e-4, atol=1e-5),
+    torch.float32: dict(rtol=1.3e-6, atol=1e-5),  # torch's fp32 defaults: the graphs run ATen on CPU
     torch.bfloat16: dict(rtol=2e-2, atol=2e-2),
     torch.float16: dict(rtol=1e-2, atol=1e-2),
 }

@@ -63,13 +63,14 @@ def tuple_arg_iterated_with_print(pair):
     return out[0] + out[1]
 
 
-@case(t, kwargs=lambda n: {"b": torch.ones(3), "a": torch.full((3,), 2.0)}, min_graphs=0)
+# the loop runs as plain Python; the work before and after it compiles, at both sizes
+@case(t, kwargs=lambda n: {"b": torch.ones(3), "a": torch.full((3,), 2.0)}, min_graphs=4)
 def kwargs_iteration_order_print(x, **tensors):
-    y = x
+    y = x.exp()
     for name, v in tensors.items():
         print("applying", name)
         y = y * v
-    return y
+    return y.log()
 
 
 @case(lambda n: (torch.randn(4, 3), n))

@@ -196,11 +196,13 @@ def builtin_max_of_tensors(x, y):
     return m * 2, x + y
 
 
-# the comprehension is a loop (in its own function): it runs as plain Python, no graph expected
-@case(lambda n, i: ([torch.randn(3) + (1.0 if (i + k) % 2 else -1.0) for k in range(n)],), min_graphs=0)
+# the comprehension is a loop (in its own function): it runs as plain Python; the work before and
+# after it must still compile
+@case(lambda n, i: ([torch.randn(3) + (1.0 if (i + k) % 2 else -1.0) for k in range(n)],), min_graphs=4)
 def comprehension_filter_on_tensor(ts):
+    total = torch.stack(ts).sum(0)
     kept = [t * 2 for t in ts if t.sum() > 0]
-    return kept, len(kept)
+    return kept, len(kept), total.tanh() * len(kept)
 
 
 @case(lambda n, i: ([torch.randn(3) + (1.0 if (i + k) % 3 == 0 else -1.0) for k in range(n)],))

@@ -269,8 +269,9 @@ def inference_mode_false_inside_no_grad(x, w):
     return y, torch.is_grad_enabled()
 
 
-# known limit: code after a break inside inference_mode() runs as plain Python
-@case(t, min_graphs=0)
+# torch.compile compiles the block's work and the add after it
+@case(t, xfail="known limit: entering inference_mode() is itself a break and the resume inside the "
+               "block runs eagerly (tests/breaks/FAILURES.md section 3): 0 graphs")
 def inference_mode_around_item(x):
     with torch.inference_mode():
         y = x * 2

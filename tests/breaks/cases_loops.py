@@ -2,8 +2,8 @@
 tensors, data-dependent ``break`` / ``continue`` / early ``return``, nested loops, ``else`` clauses.
 
 A break inside a loop runs the whole outermost loop as plain Python (as torch.compile skips such
-loops): cases whose tensor work all lies inside the loop declare ``min_graphs=0``; cases with
-tensor work before or after the loop still expect graphs."""
+loops): every case has tensor work before and / or after its loop, which must still compile (a case
+whose tensor work all lay inside the loop could not notice a compile that produced nothing)."""
 import torch
 
 import ember
@@ -14,13 +14,13 @@ LOG = []
 TABLE = {}
 
 
-@case(t, min_graphs=0)
+@case(t, min_graphs=4)  # the work before and after the loop, at both sizes
 def for_range_print_each(x):
-    y = x
+    y = x.sin()
     for k in range(3):
         print("iter", k)
         y = y * 2 + k
-    return y
+    return y.cos()
 
 
 @case(t)
@@ -41,16 +41,16 @@ def loop_carried_tensor_with_print(x):
     return h
 
 
-@case(t, min_graphs=0)
+@case(t, min_graphs=4)
 def while_python_counter_print(x):
     i = 0
-    y = x
+    y = x * 1.5
     while i < 4:
         y = y + i
         if i % 2 == 0:
             print("even", i)
         i += 1
-    return y, i
+    return y.tanh(), i
 
 
 @case(alt)
@@ -88,15 +88,15 @@ def data_dependent_continue(x):
     return acc, skipped
 
 
-@case(t, min_graphs=0)
+@case(t, min_graphs=4)
 def nested_loops_print_inner(x):
-    y = x
+    y = x.exp()
     for a in range(2):
         for b in range(2):
             print("inner", a, b)
             y = y + a * b
         y = y * 2
-    return y
+    return y.log1p()
 
 
 @case(t)
@@ -153,9 +153,9 @@ def for_else_with_break(x):
     return y
 
 
-@case(t, min_graphs=0)
+@case(t, min_graphs=4)
 def while_true_break_after_print(x):
-    y = x
+    y = x - 1
     k = 0
     while True:
         y = y * 2
@@ -163,21 +163,21 @@ def while_true_break_after_print(x):
         print("round", k)
         if k >= 3:
             break
-    return y
+    return y.sigmoid()
 
 
 def table_setup():
     return {"TABLE": {"a": 1.0, "b": 2.0, "c": 3.0}}
 
 
-@case(t, setup=table_setup, min_graphs=0)
+@case(t, setup=table_setup, min_graphs=4)
 def loop_over_dict_items_mutating(x):
-    y = x
+    y = x.abs()
     for key, val in list(TABLE.items()):
         print(key, val)
         y = y * val
         TABLE[key] = val + 1
-    return y
+    return y.sqrt()
 
 
 @ember.disable
@@ -185,13 +185,13 @@ def _disabled_step(v, k):
     return v * 0.5 + k
 
 
-@case(t, min_graphs=0)
+@case(t, min_graphs=4)
 def loop_calls_disabled_helper(x):
-    y = x
+    y = x * 3
     for k in range(3):
         y = _disabled_step(y, k)
         y = y.tanh()
-    return y
+    return y.exp()
 
 
 @case(t)
@@ -214,7 +214,10 @@ def loop_over_tolist_indices(x):
     return out
 
 
-@case(lambda n: (torch.randn(n, 3), torch.tensor(float(n % 5 + 1))), min_graphs=0)
+# the break is int(k), before the loop: torch.compile compiles the unrolled loop after it
+@case(lambda n: (torch.randn(n, 3), torch.tensor(float(n % 5 + 1))),
+      xfail="known limit: the resume after int(k) starts with a range_iterator on the stack, which "
+            "ember cannot iterate ('running f eagerly: iterating over range_iterator'): 0 graphs")
 def loop_range_of_int_tensor(x, k):
     y = x
     for j in range(int(k)):
@@ -250,15 +253,15 @@ def iterate_tensor_rows_print(x):
     return s
 
 
-@case(t, min_graphs=0)
+@case(t, min_graphs=4)
 def loop_continue_python_cond_print(x):
-    y = x
+    y = x.cos()
     for k in range(5):
         if k % 2:
             continue
         print("kept", k)
         y = y * 2 + k
-    return y
+    return y.sin()
 
 
 @case(t)
@@ -270,9 +273,9 @@ def loop_append_tensors_then_stack(x):
     return torch.stack(parts, 0)
 
 
-@case(t, min_graphs=0)
+@case(t, min_graphs=4)
 def triple_nested_break_middle(x):
-    y = x
+    y = x * 0.5
     trace = []
     for a in range(2):
         for b in range(3):
@@ -282,12 +285,12 @@ def triple_nested_break_middle(x):
             for c in range(2):
                 y = y + a + b + c
                 trace.append((a, b, c))
-    return y, trace
+    return y.tanh(), trace
 
 
-@case(alt, setup=log_setup, min_graphs=0)
+@case(alt, setup=log_setup, min_graphs=4)
 def loop_side_effects_per_iteration(x):
-    y = x
+    y = x + 0.25
     for k in range(3):
         LOG.append(("start", k))
         y = y * 2
@@ -295,7 +298,7 @@ def loop_side_effects_per_iteration(x):
             LOG.append(("pos", k))
         else:
             LOG.append(("neg", k))
-    return y
+    return y.relu()
 
 
 @case(t)

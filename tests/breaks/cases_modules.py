@@ -94,9 +94,10 @@ class PrintLayer(nn.Module):
         return x
 
 
-# nn.Sequential.forward is a loop: a break inside runs the whole loop as plain Python
+# nn.Sequential.forward is a loop: a break inside runs the loop as plain Python, and each layer it
+# calls is compiled on its own (the Linear, ReLU and Linear layers at least)
 obj_case("sequential_with_printing_layer",
-         lambda: nn.Sequential(nn.Linear(3, 4), PrintLayer(), nn.ReLU(), nn.Linear(4, 2)), t, min_graphs=0)
+         lambda: nn.Sequential(nn.Linear(3, 4), PrintLayer(), nn.ReLU(), nn.Linear(4, 2)), t, min_graphs=3)
 
 
 class LayerStack(nn.Module):
@@ -111,7 +112,7 @@ class LayerStack(nn.Module):
         return x
 
 
-obj_case("modulelist_loop_print", LayerStack, t, min_graphs=0)
+obj_case("modulelist_loop_print", LayerStack, t, min_graphs=3)  # each Linear layer compiled on its own
 
 
 class BNPrint(nn.Module):
@@ -317,8 +318,10 @@ def make_hooked():
     return m
 
 
-# known limit: a hook that breaks makes the module call run eagerly
-obj_case("forward_hook_prints", make_hooked, t, min_graphs=0)
+# torch.compile compiles the Linear and the hook's work after the print
+obj_case("forward_hook_prints", make_hooked, t,
+         xfail="known limit: a break inside a module hook runs the whole module call eagerly "
+               "(tests/breaks/FAILURES.md section 1): 0 graphs")
 
 
 def make_sequential_hooked():
@@ -327,8 +330,9 @@ def make_sequential_hooked():
     return m
 
 
-# nn.Sequential.forward is a loop: a break inside runs the whole loop as plain Python
-obj_case("sequential_with_hooked_layer", make_sequential_hooked, t, min_graphs=0)
+# nn.Sequential.forward is a loop run as plain Python; the ReLU is compiled on its own at both sizes
+# (the hooked Linear runs eagerly, see forward_hook_prints; torch.compile compiles 4 graphs)
+obj_case("sequential_with_hooked_layer", make_sequential_hooked, t, min_graphs=2)
 
 
 def _pre_hook(mod, inputs):
@@ -342,7 +346,9 @@ def make_pre_hooked():
     return m
 
 
-obj_case("forward_pre_hook_prints", make_pre_hooked, t, min_graphs=0)
+obj_case("forward_pre_hook_prints", make_pre_hooked, t,
+         xfail="known limit: a break inside a module pre-hook runs the whole module call eagerly "
+               "(tests/breaks/FAILURES.md section 1): 0 graphs")
 
 
 class DictOut(nn.Module):

@@ -114,13 +114,14 @@ def compiled_code_sees_native_global_rebind(x):
     return x * G, G
 
 
-@case(t, setup=setup, min_graphs=0)
+@case(t, setup=setup, min_graphs=2)  # the work before and after the first print
 def print_of_object_mutated_in_graph_then_after(x):
+    y = x * 2
     OBJ.items.append(x.shape[0])
     print("items", OBJ.items)
     OBJ.items.append(x.dim())
     print("items", OBJ.items)
-    return x
+    return y + 1
 
 
 @case(t)

@@ -142,6 +142,49 @@ def test_runner_accepts_eager_as_compiled(monkeypatch):
     assert H._compiled_phase(c, recs) == []
 
 
+@pytest.mark.parametrize("name", ["loops.for_range_print_each", "exceptions.nested_try_blocks",
+                                  "modules.sequential_with_printing_layer"])
+def test_runner_rejects_a_compile_that_compiles_nothing(monkeypatch, name):
+    """A break case whose compiled world runs every call eagerly (no graph) must fail: the
+    cases that used to declare min_graphs=0 passed exactly then."""
+    import ember
+
+    c = next(k for k in H.load_all_cases() if k.name == name)
+    recs = _records(c)
+    monkeypatch.setattr(ember, "compile", _fake_compile(lambda fn: fn))
+    problems = H._compiled_phase(c, recs)
+    assert any("received 0 graph(s)" in p for p in problems), problems
+
+
+def test_fp32_calls_of_an_autocast_case_get_fp32_tolerance(monkeypatch):
+    """guards.caller_autocast_alternates runs under autocast on odd calls only: a 1e-3 error on an
+    fp32 call is a wrong result (fp32 keeps ~7 digits), on a bfloat16 call it is rounding."""
+    import ember
+
+    c = next(k for k in H.load_all_cases() if k.name == "guards.caller_autocast_alternates")
+    recs = _records(c)
+
+    def off_by(eps_of_autocast):
+        def transform(fn):
+            def run(x, w):
+                return fn(x, w) + eps_of_autocast[torch.is_autocast_enabled("cpu")]
+            return run
+        return transform
+    monkeypatch.setattr(ember, "compile", _fake_compile(off_by({False: 1e-3, True: 0.0})))
+    problems = H._compiled_phase(c, recs)
+    assert any("call 0" in p and "values differ" in p for p in problems), problems
+    monkeypatch.setattr(ember, "compile", _fake_compile(off_by({False: 0.0, True: 1e-3})))
+    problems = H._compiled_phase(c, recs)
+    assert not any("values differ" in p for p in problems), problems
+
+
+def test_register_refuses_zero_graphs():
+    with pytest.raises(ValueError, match="min_graphs=0 would pass when nothing compiles"):
+        H._register(H.Case(name="selftest.zero", fn=_f_print, module=__name__,
+                           inputs=lambda n: (torch.randn(n, 3),), min_graphs=0))
+    assert all(k.min_graphs >= 1 for k in H.load_all_cases())
+
+
 def _f_segfault(x):
     import os
     import signal

@@ -5,13 +5,13 @@ from tests.cudagraphs.fake_cuda import FakeCuda
 
 
 @pytest.fixture
-def fake(monkeypatch):
-    """A fresh fake CUDA API and fresh pools/counters for each test. The logic of replacing a
-    recording is tested here, on the fake API, although it is switched off on real GPUs for now
-    (runner.REPLACE_RECORDINGS)."""
+def fake():
+    """A fresh fake CUDA API and fresh pools/counters for each test. The runner keeps its production
+    settings: in particular a second recording of the same shapes is off
+    (runner.REPLACE_RECORDINGS is False), so what would need one disables the runner instead."""
     from ember.cudagraphs import runner
 
-    monkeypatch.setattr(runner, "REPLACE_RECORDINGS", True)
+    assert runner.REPLACE_RECORDINGS is False, "the tests check the production setting"
     cg.reset()
     yield FakeCuda()
     cg.reset()

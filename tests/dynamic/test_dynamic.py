@@ -44,7 +44,7 @@ def test_hf_gpt2_20_sequence_lengths_compiles_twice():
         for s in range(3, 23):
             ids = torch.randint(0, 100, (2, s))
             torch.testing.assert_close(compiled(input_ids=ids, use_cache=False).logits,
-                                       model(input_ids=ids, use_cache=False).logits, rtol=1e-4, atol=1e-4)
+                                       model(input_ids=ids, use_cache=False).logits)
     assert _compiles(compiled) == 2, _reasons(compiled)
 
 
@@ -213,7 +213,7 @@ def test_training_with_changing_lengths_matches_eager(backend):
         layer(x).pow(2).mean().backward()
         compiled(x).pow(2).mean().backward()
     for p, q in zip(layer.parameters(), twin.parameters()):
-        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(q.grad, p.grad)
     assert _compiles(compiled) == 2
 
 

@@ -35,13 +35,44 @@ CHECK = textwrap.dedent("""
 """)
 
 
-def test_torch_compile_backend_ember_in_a_fresh_venv(tmp_path):
-    venv = tmp_path / "venv"
-    # torch (a multi-GB download otherwise), pip and setuptools come from the base interpreter; ember is
-    # installed fresh into the venv
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+def running_site_dirs() -> list[str]:
+    """The site-packages directories this interpreter imports from, in its order: the venv's own (and
+    its base's, if it was made with --system-site-packages) when run from a venv, the interpreter's
+    when run from a system interpreter. ``venv --system-site-packages`` would offer the *base*
+    interpreter's instead, which inside a venv has neither torch nor pip."""
+    return [p for p in dict.fromkeys(sys.path)
+            if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir()]
+
+
+def make_venv(venv: Path) -> Path:
+    """A fresh venv that sees the running environment's packages (torch, pip, setuptools: no
+    multi-GB download) through a .pth file, behind its own site-packages. Only the directories are
+    added, not the .pth files inside them, so an editable ember of the running environment (its
+    finder lives in such a .pth file) stays invisible and the venv's own install is the one tested."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
+    own = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         check=True, capture_output=True, text=True).stdout.strip()
+    (Path(own) / "_ember_test_running_env.pth").write_text("\n".join(running_site_dirs()) + "\n")
+    return py
+
+
+def test_running_environment_is_what_the_venv_sees(tmp_path):
+    """The venv sees torch and pip where the running interpreter finds them, in a venv or not."""
+    py = make_venv(tmp_path / "venv")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    probe = "import torch, pip, sys; print(torch.__file__); print(sys.prefix)"
+    res = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    torch_file, prefix = res.stdout.split()
+    import torch
+    assert torch_file == torch.__file__ and prefix == str(tmp_path / "venv")
+
+
+def test_torch_compile_backend_ember_in_a_fresh_venv(tmp_path):
+    py = make_venv(tmp_path / "venv")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
                     str(REPO)], check=True, env=env, cwd=tmp_path)
     res = subprocess.run([str(py), "-c", CHECK], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)

@@ -119,4 +119,4 @@ def test_zoo_model_without_graph_breaks(name):
     want = {k: v for k, v in expected.items() if isinstance(v, torch.Tensor)}
     assert got.keys() == want.keys() and got
     for k in want:
-        torch.testing.assert_close(got[k], want[k], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(got[k], want[k])

@@ -12,7 +12,7 @@ from torch import nn
 import ember
 import ember.testing
 
-TOL = dict(rtol=1e-4, atol=1e-4)
+TOL = dict(rtol=1.3e-6, atol=1e-5)  # fp32 defaults: the graph runs the same ATen ops as eager
 BATCH, SEQ, VOCAB = 2, 8, 100
 
 

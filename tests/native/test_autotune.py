@@ -155,7 +155,7 @@ def test_tuned_configs_and_templates_reach_the_wrapper(monkeypatch, tmp_path):
     fn = compile_aten_graph(gm, inputs, force_triton=True, options={"autotune": True, "cache_dir": str(tmp_path)})
     src = open(fn.ember_native["wrapper"]).read()
     assert "from ember.native.autotune import MMTemplate" in src and "MMTemplate('addmm'" in src
-    compare(fn(*inputs), f(*inputs), atol=1e-4, rtol=1e-4)
+    compare(fn(*inputs), f(*inputs))
 
 
 def test_no_timing_without_a_gpu(tmp_path, capsys):
@@ -185,7 +185,7 @@ SMALL = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, num_stages=2, num_warps=2)
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_template_matches_aten(dtype):
-    tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=0.15, rtol=3e-2)
+    tol = {} if dtype == torch.float32 else dict(atol=0.15, rtol=3e-2)  # fp32: 24-term dots, default tolerances
     a, b = torch.randn(37, 24, dtype=dtype, device=DEVICE), torch.randn(24, 19, dtype=dtype, device=DEVICE)
     bias = torch.randn(19, dtype=dtype, device=DEVICE)
     T = autotune.MMTemplate

@@ -243,18 +243,13 @@ def test_extern_output_layout_is_enforced():
 
 
 @pytest.mark.gpu
-def test_gpu_launch_overhead():
-    """Per-call time of a small compiled graph vs eager (report only; timings vary)."""
-    import time
+def test_gpu_repeated_calls_match_eager():
+    """A small compiled graph called many times keeps eager's results (its per-call time is measured
+    by benchmarks/probes/wrapper_cost.py, not asserted: a timed assertion flips with the load)."""
     x = torch.randn(64, 256, device="cuda")
-    fn = compile_aten_graph(trace(lambda x: torch.softmax(x * 2, -1), [x]), [x])
-    for _ in range(10):
-        fn(x)
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(200):
-        fn(x)
-    torch.cuda.synchronize()
-    per_call = (time.perf_counter() - t) / 200
-    print(f"\nper call {per_call * 1e6:.1f} us")
-    assert per_call < 1e-3
+    f = lambda x: torch.softmax(x * 2, -1)  # noqa: E731
+    fn = compile_aten_graph(trace(f, [x]), [x])
+    for k in range(20):
+        xk = x + k
+        out = fn(xk)
+        torch.testing.assert_close(out[0] if isinstance(out, (list, tuple)) else out, f(xk))

@@ -1,7 +1,7 @@
 """The wrapper's launch path: after the first call a launch site calls Triton's compiled launcher
-directly (no argument binding, no cache lookup), checks alignment only of pointers that may move,
-and the whole generated wrapper costs a few microseconds of Python per call. CPU tests drive
-``Launch`` with a stand-in driver and compiled kernel; the GPU test times the real thing."""
+directly (no argument binding, no cache lookup) and checks alignment only of pointers that may
+move. CPU tests drive ``Launch`` with a stand-in driver and compiled kernel; GPU tests run the real
+thing. What the wrapper costs per call is measured by benchmarks/probes/wrapper_cost.py."""
 import re
 import time
 
@@ -175,32 +175,30 @@ def test_precompile_builds_each_static_site_once_ahead_of_its_call():
     assert precompile(sites, threads=1) == 0 and len(k.built) == 2  # one thread: each builds at its first call
 
 
-def test_wrapper_python_cost_per_call(native_cache, capsys):
-    """The generated wrapper with launches stubbed out: what ember's Python adds around the kernels."""
+def test_wrapper_with_a_stubbed_launch_does_only_its_own_work(native_cache):
+    """The generated wrapper with launches stubbed out: each call goes through the fast path of its
+    one launch site exactly once and hands back the output buffer it allocated. (What that Python
+    costs per call is measured by benchmarks/probes/wrapper_cost.py, not asserted here: a timed
+    assertion flips with the host's load.)"""
     fn, x = _compiled_tiny(native_cache)
     mod = load_module(fn.ember_native["wrapper"])
     # the module is shared through the cache with later tests of the same graph: restore its launches
     launches = [v for v in vars(mod).values() if isinstance(v, Launch)]
     saved = [v.fast for v in launches]
     assert len(launches) == 1
+    seen = []
     try:
         for v in launches:
-            v.fast = (lambda *a: None, 1, 1, 1, lambda d: 0, 0, None, (), ((0, True),), (16,))
-        for _ in range(200):
-            fn(x)
-        n = 5000
-        best = float("inf")
-        for _ in range(5):
-            t = time.perf_counter()
-            for _ in range(n):
-                fn(x)
-            best = min(best, (time.perf_counter() - t) / n * 1e6)
+            v.fast = (lambda *a: seen.append(a), 1, 1, 1, lambda d: 0, 0, None, (), ((0, True),), (16,))
+        outs = [fn(x) for _ in range(50)]
     finally:
         for v, fast in zip(launches, saved):
             v.fast = fast
-    with capsys.disabled():
-        print(f"\n[ember] generated wrapper, launch stubbed: {best:.2f} us per call")
-    assert best < 100  # a loose bound (shared CI machines); the number is what matters
+    assert len(seen) == 50
+    for out, args in zip(outs, seen):
+        out = out[0] if isinstance(out, (list, tuple)) else out
+        assert out.shape == x.shape and out.dtype == x.dtype
+        assert any(a is x for a in args) and any(a is out for a in args)  # reads x, writes the output
 
 
 def _per_call_us(fn, x, n=3000):

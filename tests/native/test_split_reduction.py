@@ -41,6 +41,8 @@ CASES = {  # name -> (fn, input shape, number of split reductions, whether the l
 def test_split_matches_eager(name, native_cache):
     fn, shape, splits, tail = CASES[name]
     torch.manual_seed(0)
+    # 1e-4, not fp32's 1.3e-6: splitting reorders sums of up to ~2000 terms by design (as optable's
+    # sum_large_r); the error grows with the number of terms
     partials = _check(fn, [torch.randn(shape, device=DEVICE)], splits, native_cache, atol=1e-4, rtol=1e-4)
     assert all(any(e.op == "masked" for e in ir.walk([p.body])) == tail for p in partials)
 
