@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from ember.frontend.errors import TracedException, Unsupported
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.base import ConstantVariable, VariableTracker, identity_of
 from ember.frontend.variables.builder import wrap_const
 from ember.frontend.variables.containers import (
     BaseSequenceVariable, DictVariable, ListIteratorVariable, ListVariable, SetVariable, SizeVariable, TupleVariable,
@@ -108,6 +108,10 @@ def apply_operator(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> 
         r = _user_dunder(tx, base, a, b)
         if r is not None:
             return r
+        if base is operator.ne:  # object.__ne__ inverts a user's __eq__
+            r = _user_dunder(tx, operator.eq, a, b)
+            if r is not None:
+                return ConstantVariable(not r.truth(tx))
         same = identical(a, b)
         return ConstantVariable(same if base is operator.eq else not same)
     r = _user_dunder(tx, base, a, b)
@@ -133,6 +137,7 @@ def _user_dunder(tx, fn, a, b):
 
 
 def identical(a: VariableTracker, b: VariableTracker) -> bool:
+    """``a is b``: the same real object, or (objects made in the trace) the same tracker."""
     if a is b:
         return True
     if a.is_constant() and b.is_constant():
@@ -140,12 +145,12 @@ def identical(a: VariableTracker, b: VariableTracker) -> bool:
             return a.as_constant() is b.as_constant() or (type(a.as_constant()) is type(b.as_constant()) and a.as_constant() == b.as_constant() and isinstance(a.as_constant(), (type(None), bool)))
         except Exception:
             return False
-    for attr in ("module", "value", "fn", "cls"):
-        if hasattr(a, attr) and hasattr(b, attr) and type(a) is type(b):
-            return getattr(a, attr) is getattr(b, attr)
     if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
         return a.node is b.node
-    return False
+    ka, kb = identity_of(a), identity_of(b)
+    if ka is a or kb is b:  # at least one was made in the trace: only itself is itself
+        return False
+    return ka is kb
 
 
 def is_op(tx, a, b) -> bool:
@@ -235,6 +240,8 @@ def construct_builtin_type(tx, cls, args, kwargs):
         if cls is str and args and not args[0].is_constant():
             raise Unsupported(f"str() of {args[0].describe()}")
         return _fold(cls, *[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()})
+    if cls is tuple and len(args) == 1 and type(args[0]) is TupleVariable:
+        return args[0]  # tuple(t) of an exact tuple is t itself
     if cls in (tuple, list):
         items = args[0].unpack(tx) if args else []
         return TupleVariable(items) if cls is tuple else ListVariable(items)

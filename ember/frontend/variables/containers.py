@@ -483,7 +483,8 @@ class SetVariable(VariableTracker):
             return ("c", vt.as_constant())
         from ember.frontend.variables.objects import hashable_key
 
-        return ("id", id(hashable_key(vt)))
+        k = hashable_key(vt)
+        return ("tuple", k) if isinstance(k, tuple) else ("id", id(k))  # tuples hash by their items
 
     def python_type(self):
         return frozenset if self.frozen else set

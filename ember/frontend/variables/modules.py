@@ -20,6 +20,8 @@ _CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict, to
 
 
 class NNModuleVariable(VariableTracker):
+    identity_attr = "module"
+
     def __init__(self, module: torch.nn.Module, source):
         self.module = module
         self.value = module
