@@ -6,7 +6,9 @@ on real data and never touches real tensors.
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
+import keyword
 import operator
 import re
 from typing import Any
@@ -46,7 +48,14 @@ def _sanitize(name: str) -> str:
     name = re.sub(r"[^0-9a-zA-Z_]+", "_", name).strip("_")
     if not name or name[0].isdigit():
         name = "v_" + name
+    if name in _RESERVED:  # FX writes the placeholder's name into forward(self, ...) as it is
+        name += "_1"
     return name
+
+
+# names a placeholder must not take: GraphModule.forward's own ``self``, keywords, and every global
+# the generated forward reads (builtins such as getattr, and FX's own: torch, inf, device...)
+_RESERVED = frozenset({"self", *keyword.kwlist, *keyword.softkwlist, *vars(builtins), *fx.graph._custom_builtins})
 
 
 class OutputGraph:

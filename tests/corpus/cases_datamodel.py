@@ -67,3 +67,36 @@ def fresh_tuples_and_namedtuples(x):
 def fresh_functions_are_distinct(x):
     f, g = (lambda v: v), (lambda v: v)
     return f(x) + 1, f is g, f == g, f is f
+
+
+# ---- graph input names that are Python's or the GraphModule's own ------------------------------
+def two():
+    return (torch.randn(3), torch.randn(3))
+
+
+@case(two)
+def first_parameter_named_self(self, x):
+    return self * 2 + x
+
+
+@case(two)
+def parameters_named_like_builtins(input, getattr):
+    return input.sin() + getattr.shape[0] + input.size(0)
+
+
+@case(two)
+def parameter_named_like_fx_globals(inf, device):
+    return inf * 2 + device
+
+
+def big():
+    return (torch.randn(4).abs() * 10 + 5,)
+
+
+@case(big, breaks="data")
+def norm_after_data_dependent_while(x):
+    # the loop breaks the graph on its condition; Tensor.norm (whose first parameter is ``self``)
+    # is then compiled as a frame of its own
+    while x.sum() > 1:
+        x = x / (x.norm() + 0.5)
+    return x
