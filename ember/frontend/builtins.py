@@ -20,9 +20,13 @@ from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.variables.base import ConstantVariable, VariableTracker, identity_of
 from ember.frontend.variables.builder import wrap_const
 from ember.frontend.variables.containers import (
-    BaseSequenceVariable, DictVariable, ListIteratorVariable, ListVariable, SetVariable, SizeVariable, TupleVariable,
+    BaseSequenceVariable, DictVariable, IteratorVariable, ListIteratorVariable, ListVariable, SetVariable, SizeVariable,
+    TupleVariable,
 )
 from ember.frontend.variables import symbolic
+from ember.frontend.variables.iterators import (
+    EnumerateIteratorVariable, FilterIteratorVariable, MapIteratorVariable, ZipIteratorVariable, iterate,
+)
 from ember.frontend.variables.symbolic import SymIntVariable
 from ember.frontend.variables.tensor import TensorVariable
 
@@ -199,8 +203,10 @@ def contains(tx, container, item) -> VariableTracker:
         raise Unsupported("'x in tensor' needs the tensor's data")
     if container.is_constant() and item.is_constant() and not isinstance(container, BaseSequenceVariable):
         return _fold(operator.contains, container.as_constant(), item.as_constant())
+    if isinstance(container, IteratorVariable):  # consumes up to the first match, no further
+        return ConstantVariable(any(values_equal(tx, x, item) for x in iterate(tx, container)))
     if isinstance(container, (DictVariable, SetVariable)) or hasattr(container, "call_method") and \
-            not isinstance(container, (BaseSequenceVariable, ListIteratorVariable)):
+            not isinstance(container, BaseSequenceVariable):
         return container.call_method(tx, "__contains__", [item], {})
     return ConstantVariable(any(values_equal(tx, x, item) for x in container.unpack(tx)))
 
@@ -214,18 +220,19 @@ def sort_items(tx, items, key, reverse) -> list:
     return [it for _, it in keyed]
 
 
-def dict_items_of(tx, v) -> list:
+def dict_items_of(tx, v):
+    """(key, value) trackers of a mapping or an iterable of pairs; pairs are pulled one at a time."""
     if isinstance(v, DictVariable):
-        return [(v.key_vt(k), val) for k, val in v.items.items()]
+        yield from [(v.key_vt(k), val) for k, val in v.items.items()]
+        return
     from ember.frontend.variables.model_outputs import ModelOutputVariable
 
     if isinstance(v, ModelOutputVariable):
-        return [(ConstantVariable(k), val) for k, val in v.values.items()]
-    out = []
-    for pair in v.unpack(tx):
+        yield from [(ConstantVariable(k), val) for k, val in v.values.items()]
+        return
+    for pair in iterate(tx, v):
         k, val = pair.unpack(tx)
-        out.append((k, val))
-    return out
+        yield k, val
 
 
 # ---- constructors of builtin types ---------------------------------------------------------
@@ -247,10 +254,14 @@ def construct_builtin_type(tx, cls, args, kwargs):
         return TupleVariable(items) if cls is tuple else ListVariable(items)
     if cls in (set, frozenset):
         return SetVariable(args[0].unpack(tx) if args else [], frozen=cls is frozenset)
-    if cls is collections.deque and "maxlen" not in kwargs and len(args) <= 1:
+    if cls is collections.deque and len(args) + len(kwargs) <= 2 and set(kwargs) <= {"iterable", "maxlen"}:
         from ember.frontend.variables.containers import DequeVariable
 
-        return DequeVariable(args[0].unpack(tx) if args else [])
+        bound = dict(zip(("iterable", "maxlen"), args), **kwargs)
+        maxlen = bound["maxlen"].as_constant() if "maxlen" in bound else None
+        if maxlen is not None and (type(maxlen) is not int or maxlen < 0):
+            raise Unsupported(f"deque(maxlen={maxlen!r}) (ValueError/TypeError)")
+        return DequeVariable(bound["iterable"].unpack(tx) if "iterable" in bound else [], maxlen=maxlen)
     if cls is collections.Counter and (not args or args[0].is_constant() or isinstance(args[0], BaseSequenceVariable)):
         counts = collections.Counter(v.as_constant() for v in (args[0].unpack(tx) if args else []))
         counts.update({k: v.as_constant() for k, v in kwargs.items()})
@@ -437,7 +448,7 @@ def _iter(tx, fn, x, *sentinel):
 
 @handler(next)
 def _next(tx, fn, it, *default):
-    if isinstance(it, ListIteratorVariable):
+    if isinstance(it, IteratorVariable):
         item = it.next(tx)
         if item is None:
             if default:
@@ -454,28 +465,12 @@ def _range(tx, fn, *args):
 
 @handler(enumerate)
 def _enumerate(tx, fn, it, start=None):
-    s = start.as_constant() if start is not None else 0
-    return ListIteratorVariable([TupleVariable([ConstantVariable(i + s), v]) for i, v in enumerate(it.unpack(tx))])
+    return EnumerateIteratorVariable(it.iter(tx), start.as_constant() if start is not None else 0)
 
 
 @handler(zip)
 def _zip(tx, fn, *its, strict=None):
-    iters = [i.iter(tx) for i in its]
-    rows = []
-    while True:
-        row = []
-        for it in iters:
-            item = it.next(tx) if isinstance(it, ListIteratorVariable) else None
-            if item is None:
-                break
-            row.append(item)
-        if len(row) < len(iters):
-            if strict is not None and strict.as_constant() and (row or any(
-                    isinstance(it, ListIteratorVariable) and it.index < len(it.items) for it in iters)):
-                raise Unsupported("zip(strict=True) on iterables of different lengths (ValueError)")
-            break
-        rows.append(TupleVariable(row))
-    return ListIteratorVariable(rows)
+    return ZipIteratorVariable([i.iter(tx) for i in its], bool(strict.as_constant()) if strict is not None else False)
 
 
 @handler(reversed)
@@ -485,18 +480,12 @@ def _reversed(tx, fn, seq):
 
 @handler(map)
 def _map(tx, fn, f, *its):
-    cols = [i.unpack(tx) for i in its]
-    return ListIteratorVariable([f.call(tx, list(row), {}) for row in zip(*cols)])
+    return MapIteratorVariable(f, [i.iter(tx) for i in its])
 
 
 @handler(filter)
 def _filter(tx, fn, f, it):
-    keep = []
-    for x in it.unpack(tx):
-        ok = x.truth(tx) if f.is_constant() and f.as_constant() is None else f.call(tx, [x], {}).truth(tx)
-        if ok:
-            keep.append(x)
-    return ListIteratorVariable(keep)
+    return FilterIteratorVariable(f, it.iter(tx))
 
 
 @handler(sorted)
@@ -533,11 +522,13 @@ def _sum(tx, fn, it, start=None):
 
 @handler(any, all)
 def _any_all(tx, fn, it):
-    vals = it.unpack(tx)
-    if any(isinstance(v, TensorVariable) for v in vals):
-        raise Unsupported(f"{fn.__name__}() over tensors needs their data", hint=f"use torch.{fn.__name__}")
-    truths = [v.truth(tx) for v in vals]
-    return ConstantVariable(fn(truths))
+    stop = fn is any  # the truth value that ends the scan: later items are never pulled
+    for v in iterate(tx, it.iter(tx)):
+        if isinstance(v, TensorVariable):
+            raise Unsupported(f"{fn.__name__}() over tensors needs their data", hint=f"use torch.{fn.__name__}")
+        if bool(v.truth(tx)) is stop:
+            return ConstantVariable(stop)
+    return ConstantVariable(not stop)
 
 
 @handler(abs, operator.abs, operator.neg, operator.pos, operator.invert, operator.not_, round)

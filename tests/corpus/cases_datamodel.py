@@ -100,3 +100,193 @@ def norm_after_data_dependent_while(x):
     while x.sum() > 1:
         x = x / (x.norm() + 0.5)
     return x
+
+
+# ---- iterators are pulled one item at a time -----------------------------------------------------
+@case(one)
+def zip_stops_pulling_a_map(x):
+    calls = []
+
+    def f(v):
+        calls.append(v)
+        return x * v
+    out = [a + b for a, b in zip([x, x], map(f, [1, 2, 3, 4]))]
+    return out, calls
+
+
+@case(one)
+def zip_pulls_left_to_right_and_stops_at_first_exhausted(x):
+    calls = []
+
+    def f(tag):
+        def g(v):
+            calls.append((tag, v))
+            return v
+        return g
+    pairs = list(zip(map(f("a"), [1, 2, 3]), map(f("b"), [1, 2])))
+    return x + len(pairs), calls
+
+
+@case(one)
+def extend_from_a_map_that_reads_the_list(x):
+    lst = [x]
+    lst.extend(map(lambda v: v + len(lst), [1, 2, 3]))
+    return lst
+
+
+@case(one)
+def deque_extend_and_extendleft_from_a_map(x):
+    d = collections.deque([1])
+    d.extendleft(map(lambda v: v + len(d), [1, 2, 3]))
+    d.extend(map(lambda v: v * len(d), [1, 2]))
+    return x + 1, list(d)
+
+
+@case(one)
+def dict_and_set_update_from_lazy_sources(x):
+    d = {"k": 0}
+    d.update(map(lambda k: (k, len(d)), ["a", "b", "c"]))
+    s = {0}
+    s.update(map(lambda v: v + len(s), [10, 20]))
+    return x + 1, d, sorted(s)
+
+
+@case(one)
+def filter_and_enumerate_are_lazy(x):
+    seen = []
+
+    def keep(v):
+        seen.append(v)
+        return v % 2 == 0
+    it = enumerate(filter(keep, range(10)), start=5)
+    first = next(it)
+    second = next(it)
+    return x + first[0] + second[1], list(seen)
+
+
+@case(one)
+def any_all_short_circuit(x):
+    seen = []
+
+    def look(v):
+        seen.append(v)
+        return v > 2
+    return x + 1, any(map(look, [1, 3, 5, 7])), all(map(look, [3, 1, 9])), seen
+
+
+@case(one)
+def next_interleaved_with_a_loop(x):
+    log = []
+    it = map(lambda v: log.append(v) or v, [1, 2, 3, 4, 5])
+    acc = x
+    for v in it:
+        acc = acc + v
+        if v == 2:
+            acc = acc * next(it)
+    return acc, log
+
+
+@case(one)
+def in_consumes_an_iterator_up_to_the_match(x):
+    it = iter([1, 2, 3, 4])
+    found = 2 in it
+    return x + 1, found, list(it)
+
+
+@case(one)
+def constructors_from_a_map_with_side_effects(x):
+    log = []
+
+    def f(v):
+        log.append(v)
+        return v
+    return x + 1, list(map(f, [1, 2])), tuple(map(f, [3])), set(map(f, [4])), dict(map(lambda v: (f(v), v), [5])), log
+
+
+@case(one)
+def list_iterator_sees_appends(x):
+    lst = [1, 2]
+    out = x
+    for v in lst:
+        out = out + v
+        if v < 3:
+            lst.append(v + 2)
+    return out, lst
+
+
+# ---- container types survive (copies, maxlen, subclasses) ------------------------------------------
+@case(one)
+def deque_copy_keeps_type_and_maxlen(x):
+    d = collections.deque([1, 2], maxlen=3)
+    e = d.copy()
+    e.extend([3, 4])
+    f = collections.deque(maxlen=2)
+    f.append(x)
+    f.appendleft(x * 2)
+    f.appendleft(x * 3)
+    import copy
+    g = copy.copy(d)
+    return e, type(e) is collections.deque, e.maxlen, d, list(f), g.maxlen, f[0] + f[1]
+
+
+@case(one)
+def deque_maxlen_extendleft_and_zero(x):
+    d = collections.deque(range(5), 3)
+    d.extendleft([10, 11])
+    z = collections.deque([1, 2], maxlen=0)
+    z.append(3)
+    return x + 1, list(d), len(z), d.maxlen
+
+
+class TaggedPair(Pair):
+    pass
+
+
+@case(one)
+def namedtuple_subclass_attributes_survive(x):
+    p = TaggedPair(x * 2, 3)
+    p.tag = "hi"
+    p.extra = x + 1
+    return p, p.tag, p.extra * p.b
+
+
+def tagged_input():
+    p = TaggedPair(torch.randn(3), 2)
+    p.scale = 4
+    return (p,)
+
+
+@case(tagged_input)
+def namedtuple_subclass_input_attributes_are_read(p):
+    return p.a * p.scale + p.b
+
+
+@case(one)
+def copy_of_a_namedtuple_is_a_new_object(x):
+    import copy
+    p = TaggedPair(x, 1)
+    p.tag = "t"
+    q = copy.copy(p)
+    return x + 1, q is p, q == p, q.tag, type(q) is TaggedPair
+
+
+def defaultdict_input():
+    d = collections.defaultdict(list)
+    d["a"].append(torch.randn(3))
+    return (d,)
+
+
+@case(defaultdict_input)
+def defaultdict_input_calls_its_factory(d):
+    d["b"].append(d["a"][0] * 2)
+    return len(d["c"]), d["b"][0] + 1, d.default_factory is list
+
+
+@case(one)
+def ordered_and_default_dicts_keep_type(x):
+    od = collections.OrderedDict([("b", 1), ("a", 2)])
+    od.move_to_end("b")
+    dd = collections.defaultdict(int)
+    dd["k"] += 3
+    od2 = od.copy()
+    return x + 1, od, dd, od2, type(od2) is collections.OrderedDict, list(od.keys())

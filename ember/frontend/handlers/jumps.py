@@ -55,13 +55,9 @@ def GET_ITER(tx, inst):
 
 
 def _next_item(tx, it):
-    from ember.frontend.variables.containers import ListIteratorVariable
+    from ember.frontend.variables.iterators import next_of
 
-    if isinstance(it, ListIteratorVariable):
-        return it.next(tx)
-    from ember.frontend.errors import Unsupported
-
-    raise Unsupported(f"iterating over {it.describe()}")
+    return next_of(tx, it)
 
 
 @register("FOR_ITER", versions=((3, 11), (3, 11)))

@@ -7,6 +7,13 @@ from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 
 
+def _pull(tx, iterable: VariableTracker):
+    """The items of ``iterable`` one at a time (see ``iterators.iterate``)."""
+    from ember.frontend.variables.iterators import iterate
+
+    return iterate(tx, iterable)
+
+
 def _const_key(tx, k: VariableTracker):
     if k.is_constant():
         return k.as_constant()
@@ -129,6 +136,13 @@ class SizeVariable(TupleVariable):
 class ListVariable(BaseSequenceVariable):
     py_type = list
 
+    def iter(self, tx):
+        if type(self) is not ListVariable:  # a deque's iterator raises when the deque changes: snapshot
+            return super().iter(tx)
+        from ember.frontend.variables.iterators import ListLiveIteratorVariable
+
+        return ListLiveIteratorVariable(self)
+
     def _check_mutable(self, tx, what: str):
         if self.source is not None:  # a list from outside: replay its final contents after the graph
             tx.output.side_effects.track_container(self)
@@ -153,7 +167,10 @@ class ListVariable(BaseSequenceVariable):
         if name == "append":
             items.append(args[0])
         elif name == "extend":
-            items.extend(args[0].unpack(tx))
+            if args[0] is self:  # extending a list by itself doubles it (CPython copies first)
+                items.extend(list(items))
+            for v in _pull(tx, args[0]):  # one item at a time: a lazy source may read this list
+                self.items.append(v)
         elif name == "pop":
             idx = args[0].as_constant() if args else -1
             return items.pop(idx)
@@ -190,7 +207,12 @@ class ListVariable(BaseSequenceVariable):
 
 
 class DequeVariable(ListVariable):
-    """collections.deque (no maxlen) made inside the trace."""
+    """collections.deque made inside the trace; with a ``maxlen``, adding to a full deque drops an
+    item from the other end, as CPython does."""
+
+    def __init__(self, items: list, source=None, maxlen: int | None = None):
+        super().__init__(items if maxlen is None else list(items)[-maxlen:] if maxlen else [], source)
+        self.maxlen = maxlen
 
     def python_type(self):
         import collections
@@ -200,21 +222,43 @@ class DequeVariable(ListVariable):
     def describe(self):
         return f"deque of {len(self.items)}"
 
+    def getattr(self, tx, name):
+        if name == "maxlen":
+            return ConstantVariable(self.maxlen)
+        return super().getattr(tx, name)
+
+    def _add(self, v, left: bool):
+        if self.maxlen == 0:
+            return
+        if self.maxlen is not None and len(self.items) >= self.maxlen:
+            self.items.pop(-1 if left else 0)
+        self.items.insert(0, v) if left else self.items.append(v)
+
     def call_method(self, tx, name, args, kwargs):
-        if name == "appendleft":
-            self.items.insert(0, args[0])
+        if name in ("append", "appendleft", "extend", "extendleft", "insert", "pop", "popleft", "remove",
+                    "clear", "rotate", "reverse"):
+            self._check_mutable(tx, f"deque.{name}()")
+        if name in ("append", "appendleft"):
+            self._add(args[0], left=name == "appendleft")
+        elif name in ("extend", "extendleft"):
+            src = list(self.items) if args[0] is self else args[0]
+            for v in _pull(tx, src):  # one item at a time: a lazy source may read this deque
+                self._add(v, left=name == "extendleft")
+        elif name == "insert":
+            if self.maxlen is not None and len(self.items) >= self.maxlen:
+                raise Unsupported("deque.insert() into a full deque (IndexError)")
+            self.items.insert(args[0].as_constant(), args[1])
         elif name == "popleft":
             if not self.items:
                 raise Unsupported("popleft from an empty deque (IndexError)")
             return self.items.pop(0)
-        elif name == "extendleft":
-            for v in args[0].unpack(tx):
-                self.items.insert(0, v)
         elif name == "rotate":
             n = args[0].as_constant() if args else 1
             if self.items:
                 n %= len(self.items)
                 self.items[:] = self.items[-n:] + self.items[:-n]
+        elif name in ("copy", "__copy__"):
+            return DequeVariable(list(self.items), maxlen=self.maxlen)
         else:
             return super().call_method(tx, name, args, kwargs)
         return ConstantVariable(None)
@@ -222,7 +266,10 @@ class DequeVariable(ListVariable):
     def reconstruct(self, cg) -> str:
         import collections
 
-        return cg.memo(self, lambda: f"{cg.const(collections.deque, 'deque')}([" + ", ".join(cg.reconstruct(i) for i in self.items) + "])")
+        if self.source is not None:
+            return cg.load(self.source)
+        maxlen = f", maxlen={self.maxlen}" if self.maxlen is not None else ""
+        return cg.memo(self, lambda: f"{cg.const(collections.deque, 'deque')}([" + ", ".join(cg.reconstruct(i) for i in self.items) + f"]{maxlen})")
 
 
 class StructSeqVariable(TupleVariable):
@@ -246,9 +293,12 @@ class StructSeqVariable(TupleVariable):
 
 
 class NamedTupleVariable(TupleVariable):
-    def __init__(self, cls, items, source=None):
+    def __init__(self, cls, items, source=None, attrs: dict | None = None):
         super().__init__(items, source)
         self.cls = cls
+        # instance attributes (a subclass without __slots__ has a __dict__): set in the trace, or
+        # (an input) read from the object's __dict__, whose keys the builder guards
+        self.attrs: dict = dict(attrs or {})
 
     def python_type(self):
         return self.cls
@@ -258,6 +308,8 @@ class NamedTupleVariable(TupleVariable):
 
     def getattr(self, tx, name):
         fields = self.cls._fields
+        if name in self.attrs:
+            return self.attrs[name]
         if name in fields:
             return self.items[fields.index(name)]
         if name in ("_replace", "_asdict", "index", "count", "__getitem__", "__len__", "__contains__"):
@@ -267,6 +319,16 @@ class NamedTupleVariable(TupleVariable):
         from ember.frontend.variables.objects import class_attr_of_instance
 
         return class_attr_of_instance(tx, self, self.cls, name)
+
+    def setattr(self, tx, name, value):
+        from ember.frontend.variables.objects import python_dunder
+
+        if self.source is not None or "__dict__" not in dir(self.cls) or python_dunder(self.cls, "__setattr__") \
+                or name in self.cls._fields:
+            # an input's attributes are side effects on an existing object; a plain namedtuple has
+            # no __dict__ (AttributeError) and fields are read-only: Python decides, natively
+            return super().setattr(tx, name, value)
+        self.attrs[name] = value
 
     def call_method(self, tx, name, args, kwargs):
         if name == "_asdict":
@@ -281,7 +343,18 @@ class NamedTupleVariable(TupleVariable):
     def reconstruct(self, cg) -> str:
         if self.source is not None:  # tuples are immutable: the input object itself
             return cg.load(self.source)
-        return f"{cg.const(self.cls, 'nt')}(" + ", ".join(cg.reconstruct(i) for i in self.items) + ")"
+        built = f"{cg.const(self.cls, 'nt')}(" + ", ".join(cg.reconstruct(i) for i in self.items) + ")"
+        if not self.attrs:
+            return built
+        attrs = "{" + ", ".join(f"{k!r}: {cg.reconstruct(v)}" for k, v in self.attrs.items()) + "}"
+        return cg.memo(self, lambda: f"{cg.const(with_attrs, 'with_attrs')}({built}, {attrs})")
+
+
+def with_attrs(obj, attrs: dict):
+    """``obj`` after setting ``attrs`` on it: a rebuilt object that carries instance attributes."""
+    for k, v in attrs.items():
+        setattr(obj, k, v)
+    return obj
 
 
 class DictVariable(VariableTracker):
@@ -519,7 +592,7 @@ class SetVariable(VariableTracker):
         if name == "update":
             self._mutated(tx)
             for a in args:
-                for it in a.unpack(tx):
+                for it in _pull(tx, a):
                     self.items.setdefault(self._key(it), it)
             return ConstantVariable(None)
         if name == "remove" and self._key(args[0]) not in self.items:
@@ -592,15 +665,48 @@ class SliceVariable(VariableTracker):
         return cg.const(self.as_constant())
 
 
-class ListIteratorVariable(VariableTracker):
+class IteratorVariable(VariableTracker):
+    """An iterator: ``next`` pulls one item (None when exhausted). Consumers pull item by item, as
+    Python does; the lazy ones (map, filter, zip...) live in ``iterators.py``."""
+
+    def __init__(self):
+        pass
+
+    def describe(self):
+        return "iterator"
+
+    def next(self, tx):
+        raise NotImplementedError
+
+    def unpack(self, tx):
+        out = []
+        while (item := self.next(tx)) is not None:
+            out.append(item)
+        return out
+
+    def iter(self, tx):
+        return self
+
+    def truth(self, tx):
+        return True
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__next__":
+            item = self.next(tx)
+            if item is None:
+                raise Unsupported("next() on an exhausted iterator (StopIteration)")
+            return item
+        if name == "__iter__":
+            return self
+        raise Unsupported(f"iterator.{name}()")
+
+
+class ListIteratorVariable(IteratorVariable):
     """An iterator over a known list of items; advancing it is tracked here, not replayed."""
 
     def __init__(self, items: list, index: int = 0):
         self.items = items
         self.index = index
-
-    def describe(self):
-        return "iterator"
 
     def next(self, tx):
         if self.index >= len(self.items):
@@ -613,19 +719,6 @@ class ListIteratorVariable(VariableTracker):
         rest = self.items[self.index:]
         self.index = len(self.items)
         return rest
-
-    def iter(self, tx):
-        return self
-
-    def call_method(self, tx, name, args, kwargs):
-        if name == "__next__":
-            item = self.next(tx)
-            if item is None:
-                raise Unsupported("next() on an exhausted iterator (StopIteration)")
-            return item
-        if name == "__iter__":
-            return self
-        raise Unsupported(f"iterator.{name}()")
 
     def reconstruct(self, cg):
         return f"iter({TupleVariable(self.items[self.index:]).reconstruct(cg)})"

@@ -1,0 +1,164 @@
+"""Lazy iterators: ``map``, ``filter``, ``zip``, ``enumerate`` and the live iterator of a list.
+
+Python pulls an iterator one item at a time, so a mapped function runs only when its item is
+asked for: ``zip([a, b], map(f, xs))`` calls f twice, and ``lst.extend(map(g, ...))`` appends
+each item before g runs on the next (g sees the list growing). These trackers keep that order: an
+item is computed in ``next`` and nowhere else. Reconstructed (returned, or alive at a graph break)
+they become the same lazy Python object over the reconstructed inner iterators, so what is left
+runs at run time, in Python's order.
+"""
+from __future__ import annotations
+
+from ember.frontend.errors import Unsupported
+from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.containers import IteratorVariable, TupleVariable
+
+
+def next_of(tx, it: VariableTracker):
+    """The next item of an iterator tracker, or None when it is exhausted."""
+    if isinstance(it, IteratorVariable):
+        return it.next(tx)
+    raise Unsupported(f"iterating over {it.describe()}")
+
+
+def iterate(tx, vt: VariableTracker):
+    """Yield the items of an iterable tracker one at a time (what a consumer that interleaves its own
+    effects with the pulls, such as ``list.extend``, must use instead of ``unpack``)."""
+    if not isinstance(vt, IteratorVariable):
+        yield from vt.unpack(tx)
+        return
+    while (item := vt.next(tx)) is not None:
+        yield item
+
+
+class MapIteratorVariable(IteratorVariable):
+    def __init__(self, fn: VariableTracker, iters: list):
+        super().__init__()
+        self.fn = fn
+        self.iters = iters
+
+    def describe(self):
+        return "map object"
+
+    def next(self, tx):
+        row = []
+        for it in self.iters:  # map stops at the first exhausted iterator: later ones are not pulled
+            item = next_of(tx, it)
+            if item is None:
+                return None
+            row.append(item)
+        return self.fn.call(tx, row, {})
+
+    def reconstruct(self, cg):
+        args = ", ".join(cg.reconstruct(v) for v in (self.fn, *self.iters))
+        return cg.memo(self, lambda: f"map({args})")
+
+
+class FilterIteratorVariable(IteratorVariable):
+    def __init__(self, fn: VariableTracker, it: VariableTracker):
+        super().__init__()
+        self.fn = fn
+        self.it = it
+
+    def describe(self):
+        return "filter object"
+
+    def next(self, tx):
+        while (item := next_of(tx, self.it)) is not None:
+            if self.fn.is_constant() and self.fn.as_constant() is None:
+                keep = item.truth(tx)
+            else:
+                keep = self.fn.call(tx, [item], {}).truth(tx)
+            if keep:
+                return item
+        return None
+
+    def reconstruct(self, cg):
+        args = f"{cg.reconstruct(self.fn)}, {cg.reconstruct(self.it)}"
+        return cg.memo(self, lambda: f"filter({args})")
+
+
+class ZipIteratorVariable(IteratorVariable):
+    def __init__(self, iters: list, strict: bool):
+        super().__init__()
+        self.iters = iters
+        self.strict = strict
+        self.done = False
+
+    def describe(self):
+        return "zip object"
+
+    def next(self, tx):
+        if self.done:
+            return None
+        row = []
+        for i, it in enumerate(self.iters):
+            item = next_of(tx, it)
+            if item is None:
+                self.done = True
+                if self.strict and (i > 0 or any(next_of(tx, rest) is not None for rest in self.iters[1:])):
+                    raise Unsupported("zip(strict=True) on iterables of different lengths (ValueError)")
+                return None
+            row.append(item)
+        return TupleVariable(row)
+
+    def reconstruct(self, cg):
+        if self.done:
+            return "iter(())"
+        args = "".join(f"{cg.reconstruct(it)}, " for it in self.iters)
+        return cg.memo(self, lambda: f"zip({args}strict={self.strict})")
+
+
+class EnumerateIteratorVariable(IteratorVariable):
+    def __init__(self, it: VariableTracker, start: int):
+        super().__init__()
+        self.it = it
+        self.count = start
+
+    def describe(self):
+        return "enumerate object"
+
+    def next(self, tx):
+        item = next_of(tx, self.it)
+        if item is None:
+            return None
+        pair = TupleVariable([ConstantVariable(self.count), item])
+        self.count += 1
+        return pair
+
+    def reconstruct(self, cg):
+        return cg.memo(self, lambda: f"enumerate({cg.reconstruct(self.it)}, {self.count})")
+
+
+class ListLiveIteratorVariable(IteratorVariable):
+    """``iter(lst)`` of a list (or deque) tracker: reads the list at each pull, like CPython's list
+    iterator, so items appended while looping are visited and a shortened list ends the loop."""
+
+    def __init__(self, seq: VariableTracker):
+        super().__init__()
+        self.seq = seq
+        self.index = 0
+        self.exhausted = False
+
+    def next(self, tx):
+        if self.exhausted or self.index >= len(self.seq.items):
+            self.exhausted = True  # for good, as CPython's: appending later does not revive it
+            return None
+        item = self.seq.items[self.index]
+        self.index += 1
+        return item
+
+    def reconstruct(self, cg):
+        if self.exhausted:
+            return "iter(())"
+        seq = cg.reconstruct(self.seq)
+        return cg.memo(self, lambda: f"{cg.const(_advanced, 'advanced_iter')}({seq}, {self.index})")
+
+
+def _advanced(seq, n: int):
+    """A live iterator over ``seq`` that has already yielded ``n`` items (the rebuilt state of one
+    that was advanced while tracing)."""
+    it = iter(seq)
+    for _ in range(n):
+        next(it)
+    return it
