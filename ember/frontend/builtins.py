@@ -24,6 +24,7 @@ from ember.frontend.variables.containers import (
     TupleVariable,
 )
 from ember.frontend.variables import symbolic
+from ember.frontend.variables.dict_views import DictViewVariable, view_operator
 from ember.frontend.variables.iterators import (
     EnumerateIteratorVariable, FilterIteratorVariable, MapIteratorVariable, ZipIteratorVariable, iterate,
 )
@@ -79,6 +80,10 @@ def apply_operator(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> 
     if a.is_constant() and b.is_constant() and not isinstance(a, (ListVariable, SetVariable)):
         return _fold(fn, a.as_constant(), b.as_constant())
     base = _INPLACE_TO_BINARY.get(fn, fn)
+    if isinstance(a, DictViewVariable) or isinstance(b, DictViewVariable):
+        r = view_operator(tx, base, a, b)
+        if r is not None:
+            return r
     # sequences
     if base is operator.add and _is_seq(a) and _is_seq(b):
         if fn is operator.iadd and isinstance(a, ListVariable):

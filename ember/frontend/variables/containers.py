@@ -435,12 +435,10 @@ class DictVariable(VariableTracker):
         if name == "get":
             k = _const_key(tx, args[0])
             return items[k] if k in items else (args[1] if len(args) > 1 else ConstantVariable(None))
-        if name == "keys":
-            return DictViewVariable(self, "keys")
-        if name == "values":
-            return DictViewVariable(self, "values")
-        if name == "items":
-            return DictViewVariable(self, "items")
+        if name in ("keys", "values", "items"):
+            from ember.frontend.variables.dict_views import DictViewVariable
+
+            return DictViewVariable(self, name)
         if name == "__contains__":
             return ConstantVariable(_const_key(tx, args[0]) in items)
         if name == "__len__":
@@ -505,35 +503,6 @@ class DictVariable(VariableTracker):
 
     def items_literal(self, cg) -> str:
         return "{" + ", ".join(f"{cg.reconstruct(self.key_vt(k))}: {cg.reconstruct(v)}" for k, v in self.items.items()) + "}"
-
-
-class DictViewVariable(VariableTracker):
-    def __init__(self, d: DictVariable, kind: str):
-        self.d = d
-        self.kind = kind
-
-    def describe(self):
-        return f"dict_{self.kind}"
-
-    def unpack(self, tx):
-        if self.kind == "keys":
-            return self.d.unpack(tx)
-        if self.kind == "values":
-            return list(self.d.items.values())
-        return [TupleVariable([self.d.key_vt(k), v]) for k, v in self.d.items.items()]
-
-    def truth(self, tx):
-        return bool(self.d.items)
-
-    def call_method(self, tx, name, args, kwargs):
-        if name == "__contains__" and self.kind == "keys":
-            return ConstantVariable(_const_key(tx, args[0]) in self.d.items)
-        if name == "__len__":
-            return ConstantVariable(len(self.d.items))
-        raise Unsupported(f"dict_{self.kind}.{name}()")
-
-    def reconstruct(self, cg) -> str:
-        return f"{self.d.reconstruct(cg)}.{self.kind}()"
 
 
 class SetVariable(VariableTracker):

@@ -89,7 +89,8 @@ class ModelOutputVariable(VariableTracker):
         return bool(self.values)
 
     def call_method(self, tx, name, args, kwargs):
-        from ember.frontend.variables.containers import DictViewVariable, DictVariable, TupleVariable
+        from ember.frontend.variables.containers import DictVariable, TupleVariable
+        from ember.frontend.variables.dict_views import DictViewVariable
 
         if name == "to_tuple":
             return TupleVariable(list(self.values.values()))

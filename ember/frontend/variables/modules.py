@@ -135,7 +135,8 @@ class NNModuleVariable(VariableTracker):
         return True
 
     def call_method(self, tx, name, args, kwargs):
-        from ember.frontend.variables.containers import DictVariable, DictViewVariable, ListIteratorVariable, TupleVariable
+        from ember.frontend.variables.containers import DictVariable, ListIteratorVariable, TupleVariable
+        from ember.frontend.variables.dict_views import DictViewVariable
 
         if self._is_container():
             m = self.module
