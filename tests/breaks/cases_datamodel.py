@@ -75,3 +75,27 @@ def dict_views_across_break(x):
     s = x.sum().item()
     d["c"] = s
     return list(ks), len(vs), ks == {"a", "b", "c"}, "c" in ks
+
+
+def _gen_logged(v, log):
+    for k in range(3):
+        log.append(k)
+        yield v * k
+
+
+@case(t)
+def unstarted_generator_across_break(x):
+    log = []
+    g = _gen_logged(x, log)
+    s = x.sum().item()
+    return [p + s for p in g], log
+
+
+@case(t, min_graphs=0)
+def started_generator_across_break(x):
+    # a generator suspended at a yield cannot be rebuilt: the frame falls back, eager semantics kept
+    log = []
+    g = _gen_logged(x, log)
+    first = next(g)
+    s = x.sum().item()
+    return first + s, list(g), log

@@ -162,3 +162,53 @@ def _advanced(seq, n: int):
     for _ in range(n):
         next(it)
     return it
+
+
+class GeneratorVariable(IteratorVariable):
+    """A generator made by calling a generator function in the trace: its frame runs up to the next
+    ``yield`` each time the consumer pulls, so the generator's effects and the consumer's interleave
+    as in Python. One that has not started is rebuilt at a graph break by calling the function
+    again; a started one cannot be rebuilt (its frame is suspended inside the trace)."""
+
+    def __init__(self, frame, fn_vt, args: list, kwargs: dict):
+        super().__init__()
+        self.frame = frame
+        self.fn_vt = fn_vt
+        self.args = args
+        self.kwargs = kwargs
+        self.started = False
+        self.done = False
+
+    def describe(self):
+        return f"generator {self.frame.code.co_name}"
+
+    def next(self, tx):
+        if self.done:
+            return None
+        self.started = True
+        frame = self.frame
+        frame.yielded = None
+        try:
+            frame.run()
+        except BaseException:
+            self.done = True  # an exception leaving a generator finishes it
+            raise
+        if frame.yielded is None:  # returned
+            self.done = True
+            return None
+        item, frame.yielded = frame.yielded, None
+        return item
+
+    def call_method(self, tx, name, args, kwargs):
+        if name in ("send", "throw", "close"):
+            raise Unsupported(f"generator.{name}()")
+        return super().call_method(tx, name, args, kwargs)
+
+    def reconstruct(self, cg):
+        if self.done:
+            return "iter(())"
+        if self.started:
+            raise Unsupported(f"{self.describe()} suspended at a yield cannot cross a graph break or be returned")
+        args = "".join(f"{cg.reconstruct(a)}, " for a in self.args)
+        kw = "".join(f"{k}={cg.reconstruct(v)}, " for k, v in self.kwargs.items())
+        return cg.memo(self, lambda: f"{cg.reconstruct(self.fn_vt)}({args}{kw})")
