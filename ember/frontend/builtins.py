@@ -25,6 +25,7 @@ from ember.frontend.variables.containers import (
 )
 from ember.frontend.variables import symbolic
 from ember.frontend.variables.dict_views import DictViewVariable, view_operator
+from ember.frontend.variables.functions import UserMethodVariable
 from ember.frontend.variables.iterators import (
     EnumerateIteratorVariable, FilterIteratorVariable, MapIteratorVariable, ZipIteratorVariable, iterate,
 )
@@ -108,7 +109,7 @@ def apply_operator(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> 
         if fn is operator.ior:
             a.call_method(tx, "update", [b], {})
             return a
-        merged = DictVariable(a.items, py_type=a.py_type, key_vts=a.key_vts)
+        merged = DictVariable(a.items, py_type=a.py_type, key_vts=a.key_vts, default_factory=a.default_factory)
         merged.items.update(b.items)
         return merged
     if isinstance(a, SetVariable) or isinstance(b, SetVariable):
@@ -121,6 +122,9 @@ def apply_operator(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> 
             r = _user_dunder(tx, operator.eq, a, b)
             if r is not None:
                 return ConstantVariable(not r.truth(tx))
+        if isinstance(a, UserMethodVariable) and isinstance(b, UserMethodVariable):  # bound methods
+            same = a.fn is b.fn and identical(a.self_vt, b.self_vt)
+            return ConstantVariable(same if base is operator.eq else not same)
         same = identical(a, b)
         return ConstantVariable(same if base is operator.eq else not same)
     r = _user_dunder(tx, base, a, b)
@@ -175,6 +179,9 @@ def is_op(tx, a, b) -> bool:
 
 
 def values_equal(tx, a, b) -> bool:
+    """``a == b`` as containers compare items (``in``, list ==, index, count, remove): identity first."""
+    if identical(a, b):
+        return True
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
         if isinstance(a, TensorVariable) and isinstance(b, TensorVariable) and a.node is b.node:
             return True

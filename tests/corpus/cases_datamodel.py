@@ -290,3 +290,154 @@ def ordered_and_default_dicts_keep_type(x):
     dd["k"] += 3
     od2 = od.copy()
     return x + 1, od, dd, od2, type(od2) is collections.OrderedDict, list(od.keys())
+
+
+# ---- dict views -----------------------------------------------------------------------------------
+@case(one)
+def keys_views_compare_as_sets(x):
+    d1, d2 = {"a": 1, "b": 2}, {"b": 3, "a": 4}
+    return (x + 1, d1.keys() == d2.keys(), d1.keys() != d2.keys(), d1.keys() == {"a", "b"},
+            {"b", "a"} == d1.keys(), d1.keys() == ["a", "b"], d1.keys() <= {"a", "b", "c"}, d1.keys() < d2.keys())
+
+
+@case(one)
+def keys_view_set_algebra(x):
+    d = {"a": x, "b": x * 2, "c": 3}
+    ks = d.keys()
+    return (sorted(ks & {"a", "z"}), sorted(ks | {"z"}), sorted(ks - {"a"}), sorted(ks ^ {"a", "q"}),
+            sorted({"b", "y"} & ks), ks.isdisjoint({"q"}), d["a"] + d["b"])
+
+
+@case(one)
+def items_and_values_views(x):
+    d1, d2 = {"a": 1, "b": 2}, {"b": 2, "a": 1}
+    v = d1.values()
+    return (x + 1, d1.items() == d2.items(), d1.items() == {("a", 1), ("b", 2)}, ("a", 1) in d1.items(),
+            ("a", 2) in d1.items(), 2 in d1.values(), v == v, d1.values() == d2.values(),
+            sorted(d1.items() & {("a", 1), ("c", 3)}))
+
+
+@case(one)
+def views_are_live_len_reversed_in(x):
+    d = {"a": x, "b": x * 2}
+    ks, vs, its = d.keys(), d.values(), d.items()
+    d["c"] = x * 3
+    del d["a"]
+    out = x
+    for v in vs:
+        out = out + v
+    return (out, len(ks), len(vs), len(its), list(reversed(ks)), "c" in ks, "a" in ks, list(ks),
+            [k for k, _ in reversed(its)], bool(ks))
+
+
+# ---- generators run up to each yield when pulled -----------------------------------------------------
+@case(one)
+def zip_of_generators_interleaves(x):
+    log = []
+
+    def gen(tag, n):
+        for i in range(n):
+            log.append((tag, i))
+            yield x * i
+    out = [a + b for a, b in zip(gen("a", 3), gen("b", 2))]
+    return out, log
+
+
+@case(one)
+def generator_reads_state_the_consumer_changes(x):
+    lst = []
+
+    def sizes():
+        while len(lst) < 3:
+            yield len(lst)
+    for n in sizes():
+        lst.append(x * n)
+    return lst
+
+
+@case(one)
+def next_on_generators_and_yield_from(x):
+    log = []
+
+    def inner():
+        log.append("inner start")
+        yield x
+        log.append("inner end")
+        yield x * 2
+
+    def outer():
+        yield from inner()
+        log.append("outer end")
+    g = outer()
+    a = next(g)
+    log.append("between")
+    rest = list(g)
+    return a, rest, log
+
+
+@case(one)
+def any_stops_a_generator(x):
+    log = []
+
+    def flags():
+        for i in range(5):
+            log.append(i)
+            yield i >= 2
+    return x + 1, any(flags()), log
+
+
+# ---- builtin-container subclasses made in the trace: a clear break, never a plain list/dict --------
+class TaggedList(list):
+    pass
+
+
+class TaggedDict(dict):
+    pass
+
+
+@case(one, breaks="creating an instance of TaggedList")
+def list_subclass_with_attributes(x):
+    lst = TaggedList([x])
+    lst.tag = 1
+    return lst, lst.tag, type(lst) is TaggedList
+
+
+@case(one, breaks="creating an instance of TaggedDict")
+def dict_subclass_with_attributes(x):
+    d = TaggedDict(a=x)
+    d.tag = 2
+    return d, d.tag
+
+
+class NeverEqual:
+    def __eq__(self, other):
+        return False
+
+    __hash__ = object.__hash__
+
+    def m(self):
+        return 1
+
+
+@case(one)
+def containers_compare_identity_first(x):
+    a = NeverEqual()
+    lst = [a, x]
+    return x + 1, a == a, a in lst, [a] == [a], lst.index(a), lst.count(a), (a,) == (a,)
+
+
+@case(one)
+def bound_methods_compare_by_function_and_self(x):
+    a, b = NeverEqual(), NeverEqual()
+    return x + a.m(), a.m == a.m, a.m != a.m, a.m == b.m, a.m is a.m
+
+
+@case(one)
+def defaultdict_copy_and_merge_keep_factory(x):
+    dd = collections.defaultdict(list)
+    dd["a"].append(1)
+    c = dd.copy()
+    c["b"].append(2)
+    m = dd | {"z": [3]}
+    m["q"].append(4)
+    return x + 1, c, m, c.default_factory is list

@@ -445,8 +445,8 @@ class DictVariable(VariableTracker):
             return ConstantVariable(len(items))
         if name == "__iter__":
             return self.iter(tx)
-        if name == "copy":
-            return DictVariable(items, py_type=self.py_type, key_vts=self.key_vts)
+        if name == "copy":  # a defaultdict's copy keeps its factory
+            return DictVariable(items, py_type=self.py_type, key_vts=self.key_vts, default_factory=self.default_factory)
         if name == "update":
             from ember.frontend.builtins import dict_items_of
 
