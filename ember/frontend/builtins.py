@@ -265,7 +265,10 @@ def construct_builtin_type(tx, cls, args, kwargs):
         items = args[0].unpack(tx) if args else []
         return TupleVariable(items) if cls is tuple else ListVariable(items)
     if cls in (set, frozenset):
-        return SetVariable(args[0].unpack(tx) if args else [], frozen=cls is frozenset)
+        s = SetVariable([], frozen=cls is frozenset)
+        if args:  # as set.update: a set argument is merged the way CPython merges it (iteration order)
+            s.call_method(tx, "update", [args[0]], {})
+        return s
     if cls is collections.deque and len(args) + len(kwargs) <= 2 and set(kwargs) <= {"iterable", "maxlen"}:
         from ember.frontend.variables.containers import DequeVariable
 

@@ -120,7 +120,7 @@ def _copy(tx, fn, x):
     if isinstance(x, DictVariable):
         return DictVariable(x.items, py_type=x.py_type, key_vts=x.key_vts, default_factory=x.default_factory)
     if isinstance(x, SetVariable):
-        return SetVariable(list(x.items.values()), frozen=x.frozen)
+        return x.copy()
     new = NewObjectVariable(_copied_class(x))
     new.attrs.update(_state(tx, x))
     return new
@@ -154,7 +154,7 @@ def deepcopy_vt(tx, x: VariableTracker, memo: dict) -> VariableTracker:
             new.items[k] = deepcopy_vt(tx, v, memo)
         return new
     if isinstance(x, SetVariable):  # of constants
-        return SetVariable(list(x.items.values()), frozen=x.frozen)
+        return x.copy()
     new = memo[id(x)] = NewObjectVariable(_copied_class(x))
     for k, v in _state(tx, x).items():
         new.attrs[k] = deepcopy_vt(tx, v, memo)

@@ -441,3 +441,17 @@ def defaultdict_copy_and_merge_keep_factory(x):
     m = dd | {"z": [3]}
     m["q"].append(4)
     return x + 1, c, m, c.default_factory is list
+
+
+# ---- sets iterate in CPython's order; dicts refuse to change while iterated -------------------------
+@case(one)
+def set_iteration_follows_cpython_order(x):
+    s = {"b", "a", "c", "zz", "q", "k", "m", "n", "p"}
+    ints = set()
+    for v in [9, 1, 17, 33, 2, 40, 8]:
+        ints.add(v)
+    ints.discard(1)
+    ints.add(25)
+    u = s | {"new"}
+    return x + 1, list(s), list(ints), [v for v in set([64, 8, 1, 16])], list(u), list(s.copy()), list(frozenset(ints))
+

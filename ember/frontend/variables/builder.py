@@ -50,7 +50,7 @@ def wrap_const(value) -> VariableTracker:
     if type(value) is dict:
         return C.DictVariable({k: wrap_const(v) for k, v in value.items()})
     if isinstance(value, (set, frozenset)):
-        return C.SetVariable([wrap_const(v) for v in value], frozen=isinstance(value, frozenset))
+        return C.SetVariable.of_real(value, [wrap_const(v) for v in value])
     if type(value) is slice:
         return ConstantVariable(value)
     if is_namedtuple_cls(type(value)):
@@ -131,8 +131,8 @@ def _wrap(tx, value, source: Source) -> VariableTracker:
         if not all(isinstance(v, _CONST_TYPES) for v in value):
             raise Unsupported(f"set of non-constants at {source.name()}")
         guards.add(source, GuardKind.CONST, type(value)(value))
-        return C.SetVariable([ConstantVariable(v) for v in value], frozen=type(value) is frozenset,
-                             source=source if type(value) is set else None)
+        return C.SetVariable.of_real(value, [ConstantVariable(v) for v in value],
+                                     source=source if type(value) is set else None)
     if type(value) is slice:
         guards.add(source, GuardKind.CONST, value)
         return ConstantVariable(value, source)

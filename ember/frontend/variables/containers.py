@@ -381,6 +381,11 @@ class DictVariable(VariableTracker):
     def key_vt(self, k):
         return self.key_vts.get(k) or ConstantVariable(k)
 
+    def iter(self, tx):
+        from ember.frontend.variables.iterators import DictIteratorVariable
+
+        return DictIteratorVariable(self, "keys")
+
     def unpack(self, tx):
         return [self.key_vt(k) for k in self.items]
 
@@ -505,6 +510,22 @@ class DictVariable(VariableTracker):
         return "{" + ", ".join(f"{cg.reconstruct(self.key_vt(k))}: {cg.reconstruct(v)}" for k, v in self.items.items()) + "}"
 
 
+_UNKNOWN = object()
+
+
+def _real_member(vt):
+    """The Python object a set member hashes as, when it is known while tracing (constants, existing
+    objects); _UNKNOWN for objects made in the trace and tensors (hashed by their run-time id)."""
+    if vt.is_constant():
+        return vt.as_constant()
+    from ember.frontend.variables.objects import hashable_key
+
+    k = hashable_key(vt)
+    if isinstance(k, VariableTracker) or isinstance(k, tuple) or type(k).__module__.startswith("torch.fx"):
+        return _UNKNOWN
+    return k
+
+
 class SetVariable(VariableTracker):
     """A set of constants, or of objects hashed by identity (modules, classes, functions)."""
 
@@ -512,8 +533,53 @@ class SetVariable(VariableTracker):
         self.items = {}  # key -> VT, insertion ordered
         self.frozen = frozen
         self.source = source  # a set that exists outside the function: mutations are side effects
+        # CPython iterates a set in hash-table order, which depends on the hashes and on the history
+        # of adds and removals: a real set fed the same operations gives that order (``_real`` maps
+        # its members back to keys). Members whose hash is only known at run time (objects made in
+        # the trace, tensors) make the order unknown: iterating then breaks the graph.
+        self._order: set = set()
+        self._real: dict = {}  # key -> the real member in _order
+        self._exact = True
+        self._shared = False  # _order is a real set of the program (copied before the first change)
         for it in items:
-            self.items.setdefault(self._key(it), it)
+            self._add(it)
+
+    @staticmethod
+    def of_real(value, items: list, source=None) -> "SetVariable":
+        """The tracker of a real set (an input or a constant): it iterates in that set's own order."""
+        vt = SetVariable(items, frozen=isinstance(value, frozenset), source=source)
+        if vt._exact:
+            vt._order, vt._shared = value, True
+        return vt
+
+    def _own(self):
+        if self._shared:
+            self._order, self._shared = set(self._order), False
+
+    def _add(self, vt):
+        key = self._key(vt)
+        if key in self.items:
+            return
+        self.items[key] = vt
+        self._own()
+        real = _real_member(vt)
+        if real is _UNKNOWN:
+            self._exact = False
+        else:
+            self._order.add(real)
+            self._real[key] = real
+
+    def copy(self) -> "SetVariable":
+        """set.copy(): the same members; the real set is copied too (CPython copies the table)."""
+        new = SetVariable([], self.frozen)
+        new.items, new._real, new._exact = dict(self.items), dict(self._real), self._exact
+        new._order = set(self._order) if self._shared else self._order.copy()
+        return new
+
+    def _discard(self, key):
+        self._own()
+        if self.items.pop(key, None) is not None and key in self._real:
+            self._order.discard(self._real.pop(key))
 
     def _mutated(self, tx):
         if self.source is not None:
@@ -537,10 +603,16 @@ class SetVariable(VariableTracker):
     def as_constant(self):
         if not self.is_constant():
             raise Unsupported("a set of objects used as a constant")
-        return (frozenset if self.frozen else set)(k[1] for k in self.items)
+        return (frozenset if self.frozen else set)(self._order)  # a copy of the real set: CPython's order
 
     def unpack(self, tx):
-        return list(self.items.values())
+        if len(self.items) <= 1:
+            return list(self.items.values())
+        if not self._exact:
+            raise Unsupported("iterating a set holding objects made in the trace or tensors: CPython's order "
+                              "follows their run-time hashes", hint="iterate a list instead")
+        key_of = {id(r): k for k, r in self._real.items()}
+        return [self.items[key_of[id(r)]] for r in self._order]
 
     def length(self, tx):
         return len(self.items)
@@ -556,23 +628,31 @@ class SetVariable(VariableTracker):
     def call_method(self, tx, name, args, kwargs):
         if name == "add":
             self._mutated(tx)
-            self.items.setdefault(self._key(args[0]), args[0])
+            self._add(args[0])
             return ConstantVariable(None)
         if name == "update":
             self._mutated(tx)
             for a in args:
+                real = a._order if isinstance(a, SetVariable) and a._exact else (
+                    a.as_constant() if a.is_constant() and isinstance(a.as_constant(), (set, frozenset)) else None)
+                if real is not None:  # CPython merges another set's table at once: so does the real set
+                    self._own()
+                    self._order.update(real)
                 for it in _pull(tx, a):
-                    self.items.setdefault(self._key(it), it)
+                    self._add(it)
             return ConstantVariable(None)
         if name == "remove" and self._key(args[0]) not in self.items:
             raise Unsupported("set.remove() of a missing element (KeyError)")
         if name in ("discard", "remove"):
             self._mutated(tx)
-            self.items.pop(self._key(args[0]), None)
+            self._discard(self._key(args[0]))
             return ConstantVariable(None)
         if name == "clear":
             self._mutated(tx)
             self.items.clear()
+            self._order, self._shared = set(), False
+            self._real.clear()
+            self._exact = True
             return ConstantVariable(None)
         if name in ("pop", "difference_update", "intersection_update", "symmetric_difference_update"):
             raise Unsupported(f"set.{name}()")
@@ -581,7 +661,7 @@ class SetVariable(VariableTracker):
         if name == "__len__":
             return ConstantVariable(len(self.items))
         if name == "copy":
-            return SetVariable(list(self.items.values()), self.frozen)
+            return self.copy()
         # everything else (union, intersection, issubset, ...) on constant values
         res = getattr(self.as_constant(), name)(*[a.as_constant() for a in args])
         from ember.frontend.variables.builder import wrap_const
@@ -594,7 +674,8 @@ class SetVariable(VariableTracker):
         if self.frozen and self.is_constant():
             return cg.const(self.as_constant())
         # a new set on every call: a shared constant would be mutated by the caller (set.add...)
-        items = ", ".join(cg.reconstruct(v) for v in self.items.values())
+        members = self.unpack(None) if self._exact else list(self.items.values())
+        items = ", ".join(cg.reconstruct(v) for v in members)
         built = f"{{{items}}}" if items else "set()"
         return f"frozenset({built})" if self.frozen else built
 

@@ -39,6 +39,11 @@ class DictViewVariable(VariableTracker):
     def length(self, tx):
         return len(self.d.items)
 
+    def iter(self, tx):
+        from ember.frontend.variables.iterators import DictIteratorVariable
+
+        return DictIteratorVariable(self.d, self.kind)
+
     def truth(self, tx):
         return bool(self.d.items)
 

@@ -212,3 +212,33 @@ class GeneratorVariable(IteratorVariable):
         args = "".join(f"{cg.reconstruct(a)}, " for a in self.args)
         kw = "".join(f"{k}={cg.reconstruct(v)}, " for k, v in self.kwargs.items())
         return cg.memo(self, lambda: f"{cg.reconstruct(self.fn_vt)}({args}{kw})")
+
+
+class DictIteratorVariable(IteratorVariable):
+    """``iter(d)`` / ``iter(d.keys() | values() | items())``: walks the keys the dict had when the
+    iterator was made, reading values at each pull. CPython raises RuntimeError when the dict changes
+    size (or its keys) while iterated: that case breaks the graph, so eager Python raises it."""
+
+    def __init__(self, d, kind: str):
+        super().__init__()
+        self.d = d
+        self.kind = kind
+        self.keys = list(d.items)
+        self.index = 0
+
+    def next(self, tx):
+        if len(self.d.items) != len(self.keys) or any(k not in self.d.items for k in self.keys[self.index:]):
+            raise Unsupported("a dict changed size or keys during iteration (RuntimeError)")
+        if self.index >= len(self.keys):
+            return None
+        k = self.keys[self.index]
+        self.index += 1
+        if self.kind == "keys":
+            return self.d.key_vt(k)
+        if self.kind == "values":
+            return self.d.items[k]
+        return TupleVariable([self.d.key_vt(k), self.d.items[k]])
+
+    def reconstruct(self, cg):
+        src = cg.reconstruct(self.d) if self.kind == "keys" else f"{cg.reconstruct(self.d)}.{self.kind}()"
+        return cg.memo(self, lambda: f"{cg.const(_advanced, 'advanced_iter')}({src}, {self.index})")
