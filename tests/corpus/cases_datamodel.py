@@ -455,3 +455,22 @@ def set_iteration_follows_cpython_order(x):
     u = s | {"new"}
     return x + 1, list(s), list(ints), [v for v in set([64, 8, 1, 16])], list(u), list(s.copy()), list(frozenset(ints))
 
+
+
+class Point:
+    """Hashes and compares by value: as a key its hash would run user code on trace-made state."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __eq__(self, other):
+        return isinstance(other, Point) and self.a == other.a
+
+    def __hash__(self):
+        return hash(self.a)
+
+
+@case(one, breaks="as a dict key or set member")
+def value_hashed_objects_as_keys(x):
+    d = {Point(1): x, Point(2): x * 2}
+    return d[Point(1)] + d[Point(2)], len({Point(1), Point(1)})
