@@ -27,7 +27,7 @@ from ember.frontend.variables import symbolic
 from ember.frontend.variables.dict_views import DictViewVariable, view_operator
 from ember.frontend.variables.functions import UserMethodVariable
 from ember.frontend.variables.iterators import (
-    EnumerateIteratorVariable, FilterIteratorVariable, MapIteratorVariable, ZipIteratorVariable, iterate,
+    EnumerateIteratorVariable, FilterIteratorVariable, MapIteratorVariable, ZipIteratorVariable, iterate, make_itertool,
 )
 from ember.frontend.variables.symbolic import SymIntVariable
 from ember.frontend.variables.tensor import TensorVariable
@@ -324,7 +324,7 @@ def construct_builtin_type(tx, cls, args, kwargs):
         return PartialVariable(args[0], list(args[1:]), dict(kwargs))
     if cls in (enumerate, zip, reversed, map, filter, type):
         return call_builtin(tx, cls, args, kwargs)
-    return None
+    return make_itertool(tx, cls, args, kwargs)
 
 
 # ---- builtin functions ---------------------------------------------------------------------

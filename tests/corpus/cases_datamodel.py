@@ -474,3 +474,23 @@ class Point:
 def value_hashed_objects_as_keys(x):
     d = {Point(1): x, Point(2): x * 2}
     return d[Point(1)] + d[Point(2)], len({Point(1), Point(1)})
+
+
+# ---- itertools.chain / islice pull lazily -------------------------------------------------------------
+@case(one)
+def islice_pulls_only_what_it_yields(x):
+    log = []
+    m = map(lambda v: log.append(v) or x * v, range(10))
+    head = list(itertools.islice(m, 2))
+    mid = list(itertools.islice(m, 1, 5, 2))
+    return head, mid, list(log), next(m)
+
+
+@case(one)
+def chain_takes_each_iterator_when_reached(x):
+    log = []
+    a = [x]
+    c = itertools.chain(a, map(lambda v: log.append(v) or v * x, [1, 2]))
+    first = next(c)
+    a.append(x * 5)  # the list iterator is live: the chain sees the appended item
+    return first, list(c), log

@@ -242,3 +242,94 @@ class DictIteratorVariable(IteratorVariable):
     def reconstruct(self, cg):
         src = cg.reconstruct(self.d) if self.kind == "keys" else f"{cg.reconstruct(self.d)}.{self.kind}()"
         return cg.memo(self, lambda: f"{cg.const(_advanced, 'advanced_iter')}({src}, {self.index})")
+
+
+class ChainIteratorVariable(IteratorVariable):
+    """``itertools.chain(*iterables)``: each iterable's iterator is taken when the chain reaches it."""
+
+    def __init__(self, sources: list):
+        super().__init__()
+        self.sources = list(sources)
+        self.active = None
+
+    def describe(self):
+        return "itertools.chain object"
+
+    def next(self, tx):
+        while True:
+            if self.active is None:
+                if not self.sources:
+                    return None
+                self.active = self.sources.pop(0).iter(tx)
+            item = next_of(tx, self.active)
+            if item is not None:
+                return item
+            self.active = None
+
+    def reconstruct(self, cg):
+        import itertools
+
+        parts = ([self.active] if self.active is not None else []) + self.sources
+        args = "".join(f"{cg.reconstruct(p)}, " for p in parts)
+        return cg.memo(self, lambda: f"{cg.const(itertools.chain, 'chain')}({args})")
+
+
+class IsliceIteratorVariable(IteratorVariable):
+    """``itertools.islice``, pulling exactly what CPython's islice pulls (it skips up to the next
+    index it yields, and never pulls past ``stop``)."""
+
+    def __init__(self, it, start: int, stop: int | None, step: int):
+        super().__init__()
+        self.it = it
+        self.next_index = start
+        self.stop = stop
+        self.step = step
+        self.cnt = 0
+
+    def describe(self):
+        return "itertools.islice object"
+
+    def next(self, tx):
+        if self.it is None:
+            return None
+        while self.cnt < self.next_index:
+            if next_of(tx, self.it) is None:
+                self.it = None
+                return None
+            self.cnt += 1
+        if self.stop is not None and self.cnt >= self.stop:
+            self.it = None
+            return None
+        item = next_of(tx, self.it)
+        if item is None:
+            self.it = None
+            return None
+        self.cnt += 1
+        self.next_index += self.step
+        if self.stop is not None and self.next_index > self.stop:
+            self.next_index = self.stop
+        return item
+
+    def reconstruct(self, cg):
+        import itertools
+
+        if self.it is None:
+            return "iter(())"
+        stop = None if self.stop is None else self.stop - self.cnt
+        args = f"{cg.reconstruct(self.it)}, {self.next_index - self.cnt}, {stop}, {self.step}"
+        return cg.memo(self, lambda: f"{cg.const(itertools.islice, 'islice')}({args})")
+
+
+def make_itertool(tx, cls, args: list, kwargs: dict):
+    """The lazy tracker of an ``itertools`` iterator ember models, or None."""
+    import itertools
+
+    if cls is itertools.chain and not kwargs:
+        return ChainIteratorVariable(args)
+    if cls is itertools.islice and not kwargs and 2 <= len(args) <= 4:
+        bounds = [a.as_constant() for a in args[1:]]
+        if any(b is not None and (type(b) is not int or b < 0) for b in bounds) or (len(bounds) == 3 and bounds[2] == 0):
+            raise Unsupported(f"itertools.islice{tuple(bounds)} (ValueError)")
+        start, stop, step = (0, bounds[0], 1) if len(bounds) == 1 else (*bounds, 1)[:3]
+        return IsliceIteratorVariable(args[0].iter(tx), start or 0, stop, step or 1)
+    return None
