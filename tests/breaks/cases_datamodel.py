@@ -99,3 +99,25 @@ def started_generator_across_break(x):
     first = next(g)
     s = x.sum().item()
     return first + s, list(g), log
+
+
+@case(t)
+def itertools_alive_across_break(x):
+    import itertools
+    log = []
+    sl = itertools.islice(map(lambda v: log.append(v) or x * v, range(10)), 1, 7, 2)
+    ch = itertools.chain([x], (x * 2,), [x * 3])
+    a, c = next(sl), next(ch)
+    s = x.sum().item()
+    return a + c + s, list(sl), list(ch), log
+
+
+@case(t)
+def dict_and_list_iterators_alive_across_break(x):
+    d = {"a": x, "b": x * 2, "c": x * 3}
+    lst = [1, 2, 3]
+    di, vi, li = iter(d), iter(d.values()), iter(lst)
+    first = (next(di), next(vi), next(li))
+    s = x.sum().item()
+    lst.append(4)
+    return first[1] + s, first[0], first[2], list(di), len(list(vi)), list(li)

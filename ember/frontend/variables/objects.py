@@ -34,6 +34,11 @@ class PythonModuleVariable(VariableTracker):
     def describe(self):
         return f"module {self.value.__name__}"
 
+    def reconstruct(self, cg):
+        if self.source is not None:
+            return cg.load(self.source)
+        return cg.const(self.value, self.value.__name__)  # a module is one object per process
+
     def getattr(self, tx, name):
         from ember.frontend.variables.builder import _wrap_object, wrap, wrap_const, _CONST_TYPES
 
