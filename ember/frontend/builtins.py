@@ -17,12 +17,18 @@ from typing import Callable
 import torch
 
 from ember.frontend.errors import TracedException, Unsupported
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.base import ConstantVariable, VariableTracker, identity_of
 from ember.frontend.variables.builder import wrap_const
 from ember.frontend.variables.containers import (
-    BaseSequenceVariable, DictVariable, ListIteratorVariable, ListVariable, SetVariable, SizeVariable, TupleVariable,
+    BaseSequenceVariable, DictVariable, IteratorVariable, ListIteratorVariable, ListVariable, SetVariable, SizeVariable,
+    TupleVariable,
 )
 from ember.frontend.variables import symbolic
+from ember.frontend.variables.dict_views import DictViewVariable, view_operator
+from ember.frontend.variables.functions import UserMethodVariable
+from ember.frontend.variables.iterators import (
+    EnumerateIteratorVariable, FilterIteratorVariable, MapIteratorVariable, ZipIteratorVariable, iterate, make_itertool,
+)
 from ember.frontend.variables.symbolic import SymIntVariable
 from ember.frontend.variables.tensor import TensorVariable
 
@@ -75,6 +81,10 @@ def apply_operator(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> 
     if a.is_constant() and b.is_constant() and not isinstance(a, (ListVariable, SetVariable)):
         return _fold(fn, a.as_constant(), b.as_constant())
     base = _INPLACE_TO_BINARY.get(fn, fn)
+    if isinstance(a, DictViewVariable) or isinstance(b, DictViewVariable):
+        r = view_operator(tx, base, a, b)
+        if r is not None:
+            return r
     # sequences
     if base is operator.add and _is_seq(a) and _is_seq(b):
         if fn is operator.iadd and isinstance(a, ListVariable):
@@ -99,7 +109,7 @@ def apply_operator(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> 
         if fn is operator.ior:
             a.call_method(tx, "update", [b], {})
             return a
-        merged = DictVariable(a.items, py_type=a.py_type, key_vts=a.key_vts)
+        merged = DictVariable(a.items, py_type=a.py_type, key_vts=a.key_vts, default_factory=a.default_factory)
         merged.items.update(b.items)
         return merged
     if isinstance(a, SetVariable) or isinstance(b, SetVariable):
@@ -108,6 +118,13 @@ def apply_operator(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> 
         r = _user_dunder(tx, base, a, b)
         if r is not None:
             return r
+        if base is operator.ne:  # object.__ne__ inverts a user's __eq__
+            r = _user_dunder(tx, operator.eq, a, b)
+            if r is not None:
+                return ConstantVariable(not r.truth(tx))
+        if isinstance(a, UserMethodVariable) and isinstance(b, UserMethodVariable):  # bound methods
+            same = a.fn is b.fn and identical(a.self_vt, b.self_vt)
+            return ConstantVariable(same if base is operator.eq else not same)
         same = identical(a, b)
         return ConstantVariable(same if base is operator.eq else not same)
     r = _user_dunder(tx, base, a, b)
@@ -133,6 +150,7 @@ def _user_dunder(tx, fn, a, b):
 
 
 def identical(a: VariableTracker, b: VariableTracker) -> bool:
+    """``a is b``: the same real object, or (objects made in the trace) the same tracker."""
     if a is b:
         return True
     if a.is_constant() and b.is_constant():
@@ -140,12 +158,12 @@ def identical(a: VariableTracker, b: VariableTracker) -> bool:
             return a.as_constant() is b.as_constant() or (type(a.as_constant()) is type(b.as_constant()) and a.as_constant() == b.as_constant() and isinstance(a.as_constant(), (type(None), bool)))
         except Exception:
             return False
-    for attr in ("module", "value", "fn", "cls"):
-        if hasattr(a, attr) and hasattr(b, attr) and type(a) is type(b):
-            return getattr(a, attr) is getattr(b, attr)
     if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
         return a.node is b.node
-    return False
+    ka, kb = identity_of(a), identity_of(b)
+    if ka is a or kb is b:  # at least one was made in the trace: only itself is itself
+        return False
+    return ka is kb
 
 
 def is_op(tx, a, b) -> bool:
@@ -161,6 +179,9 @@ def is_op(tx, a, b) -> bool:
 
 
 def values_equal(tx, a, b) -> bool:
+    """``a == b`` as containers compare items (``in``, list ==, index, count, remove): identity first."""
+    if identical(a, b):
+        return True
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
         if isinstance(a, TensorVariable) and isinstance(b, TensorVariable) and a.node is b.node:
             return True
@@ -194,8 +215,10 @@ def contains(tx, container, item) -> VariableTracker:
         raise Unsupported("'x in tensor' needs the tensor's data")
     if container.is_constant() and item.is_constant() and not isinstance(container, BaseSequenceVariable):
         return _fold(operator.contains, container.as_constant(), item.as_constant())
+    if isinstance(container, IteratorVariable):  # consumes up to the first match, no further
+        return ConstantVariable(any(values_equal(tx, x, item) for x in iterate(tx, container)))
     if isinstance(container, (DictVariable, SetVariable)) or hasattr(container, "call_method") and \
-            not isinstance(container, (BaseSequenceVariable, ListIteratorVariable)):
+            not isinstance(container, BaseSequenceVariable):
         return container.call_method(tx, "__contains__", [item], {})
     return ConstantVariable(any(values_equal(tx, x, item) for x in container.unpack(tx)))
 
@@ -209,18 +232,19 @@ def sort_items(tx, items, key, reverse) -> list:
     return [it for _, it in keyed]
 
 
-def dict_items_of(tx, v) -> list:
+def dict_items_of(tx, v):
+    """(key, value) trackers of a mapping or an iterable of pairs; pairs are pulled one at a time."""
     if isinstance(v, DictVariable):
-        return [(v.key_vt(k), val) for k, val in v.items.items()]
+        yield from [(v.key_vt(k), val) for k, val in v.items.items()]
+        return
     from ember.frontend.variables.model_outputs import ModelOutputVariable
 
     if isinstance(v, ModelOutputVariable):
-        return [(ConstantVariable(k), val) for k, val in v.values.items()]
-    out = []
-    for pair in v.unpack(tx):
+        yield from [(ConstantVariable(k), val) for k, val in v.values.items()]
+        return
+    for pair in iterate(tx, v):
         k, val = pair.unpack(tx)
-        out.append((k, val))
-    return out
+        yield k, val
 
 
 # ---- constructors of builtin types ---------------------------------------------------------
@@ -235,15 +259,24 @@ def construct_builtin_type(tx, cls, args, kwargs):
         if cls is str and args and not args[0].is_constant():
             raise Unsupported(f"str() of {args[0].describe()}")
         return _fold(cls, *[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()})
+    if cls is tuple and len(args) == 1 and type(args[0]) is TupleVariable:
+        return args[0]  # tuple(t) of an exact tuple is t itself
     if cls in (tuple, list):
         items = args[0].unpack(tx) if args else []
         return TupleVariable(items) if cls is tuple else ListVariable(items)
     if cls in (set, frozenset):
-        return SetVariable(args[0].unpack(tx) if args else [], frozen=cls is frozenset)
-    if cls is collections.deque and "maxlen" not in kwargs and len(args) <= 1:
+        s = SetVariable([], frozen=cls is frozenset)
+        if args:  # as set.update: a set argument is merged the way CPython merges it (iteration order)
+            s.call_method(tx, "update", [args[0]], {})
+        return s
+    if cls is collections.deque and len(args) + len(kwargs) <= 2 and set(kwargs) <= {"iterable", "maxlen"}:
         from ember.frontend.variables.containers import DequeVariable
 
-        return DequeVariable(args[0].unpack(tx) if args else [])
+        bound = dict(zip(("iterable", "maxlen"), args), **kwargs)
+        maxlen = bound["maxlen"].as_constant() if "maxlen" in bound else None
+        if maxlen is not None and (type(maxlen) is not int or maxlen < 0):
+            raise Unsupported(f"deque(maxlen={maxlen!r}) (ValueError/TypeError)")
+        return DequeVariable(bound["iterable"].unpack(tx) if "iterable" in bound else [], maxlen=maxlen)
     if cls is collections.Counter and (not args or args[0].is_constant() or isinstance(args[0], BaseSequenceVariable)):
         counts = collections.Counter(v.as_constant() for v in (args[0].unpack(tx) if args else []))
         counts.update({k: v.as_constant() for k, v in kwargs.items()})
@@ -291,7 +324,7 @@ def construct_builtin_type(tx, cls, args, kwargs):
         return PartialVariable(args[0], list(args[1:]), dict(kwargs))
     if cls in (enumerate, zip, reversed, map, filter, type):
         return call_builtin(tx, cls, args, kwargs)
-    return None
+    return make_itertool(tx, cls, args, kwargs)
 
 
 # ---- builtin functions ---------------------------------------------------------------------
@@ -430,7 +463,7 @@ def _iter(tx, fn, x, *sentinel):
 
 @handler(next)
 def _next(tx, fn, it, *default):
-    if isinstance(it, ListIteratorVariable):
+    if isinstance(it, IteratorVariable):
         item = it.next(tx)
         if item is None:
             if default:
@@ -447,28 +480,12 @@ def _range(tx, fn, *args):
 
 @handler(enumerate)
 def _enumerate(tx, fn, it, start=None):
-    s = start.as_constant() if start is not None else 0
-    return ListIteratorVariable([TupleVariable([ConstantVariable(i + s), v]) for i, v in enumerate(it.unpack(tx))])
+    return EnumerateIteratorVariable(it.iter(tx), start.as_constant() if start is not None else 0)
 
 
 @handler(zip)
 def _zip(tx, fn, *its, strict=None):
-    iters = [i.iter(tx) for i in its]
-    rows = []
-    while True:
-        row = []
-        for it in iters:
-            item = it.next(tx) if isinstance(it, ListIteratorVariable) else None
-            if item is None:
-                break
-            row.append(item)
-        if len(row) < len(iters):
-            if strict is not None and strict.as_constant() and (row or any(
-                    isinstance(it, ListIteratorVariable) and it.index < len(it.items) for it in iters)):
-                raise Unsupported("zip(strict=True) on iterables of different lengths (ValueError)")
-            break
-        rows.append(TupleVariable(row))
-    return ListIteratorVariable(rows)
+    return ZipIteratorVariable([i.iter(tx) for i in its], bool(strict.as_constant()) if strict is not None else False)
 
 
 @handler(reversed)
@@ -478,18 +495,12 @@ def _reversed(tx, fn, seq):
 
 @handler(map)
 def _map(tx, fn, f, *its):
-    cols = [i.unpack(tx) for i in its]
-    return ListIteratorVariable([f.call(tx, list(row), {}) for row in zip(*cols)])
+    return MapIteratorVariable(f, [i.iter(tx) for i in its])
 
 
 @handler(filter)
 def _filter(tx, fn, f, it):
-    keep = []
-    for x in it.unpack(tx):
-        ok = x.truth(tx) if f.is_constant() and f.as_constant() is None else f.call(tx, [x], {}).truth(tx)
-        if ok:
-            keep.append(x)
-    return ListIteratorVariable(keep)
+    return FilterIteratorVariable(f, it.iter(tx))
 
 
 @handler(sorted)
@@ -526,11 +537,13 @@ def _sum(tx, fn, it, start=None):
 
 @handler(any, all)
 def _any_all(tx, fn, it):
-    vals = it.unpack(tx)
-    if any(isinstance(v, TensorVariable) for v in vals):
-        raise Unsupported(f"{fn.__name__}() over tensors needs their data", hint=f"use torch.{fn.__name__}")
-    truths = [v.truth(tx) for v in vals]
-    return ConstantVariable(fn(truths))
+    stop = fn is any  # the truth value that ends the scan: later items are never pulled
+    for v in iterate(tx, it.iter(tx)):
+        if isinstance(v, TensorVariable):
+            raise Unsupported(f"{fn.__name__}() over tensors needs their data", hint=f"use torch.{fn.__name__}")
+        if bool(v.truth(tx)) is stop:
+            return ConstantVariable(stop)
+    return ConstantVariable(not stop)
 
 
 @handler(abs, operator.abs, operator.neg, operator.pos, operator.invert, operator.not_, round)

@@ -27,6 +27,8 @@ class GuardKind(enum.Enum):
     ALIAS = "two inputs are the same object"
     GLOBAL_STATE = "grad mode, autocast state and default dtype"
     SHAPE = "relations between symbolic sizes (dynamic shapes)"
+    # only where the code reads it (x.storage_offset()): views at any offset share one compile otherwise
+    STORAGE_OFFSET = "tensor storage offset"
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,8 @@ def _render_one(g: Guard, v: str | None, load, const) -> str:
         return f"{v} is {load(g.other)}"
     if k is GuardKind.GLOBAL_STATE:
         return f"__global_state() == {const(e, 'state')}"
+    if k is GuardKind.STORAGE_OFFSET:
+        return f"{v}.storage_offset() == {e!r}"
     raise AssertionError(k)
 
 
@@ -243,6 +247,9 @@ def _explain_one(g: Guard, val, evaluate) -> str | None:
     if k is GuardKind.ALIAS:
         other = evaluate(g.other)
         return None if val is other else f"{n} and {g.other.name()} are no longer the same object"
+    if k is GuardKind.STORAGE_OFFSET:
+        now = val.storage_offset()
+        return None if now == e else f"{n}.storage_offset() changed: {e} -> {now}"
     raise AssertionError(k)
 
 

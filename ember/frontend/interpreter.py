@@ -126,12 +126,11 @@ class Tracer:
         cells = self._closure_cells(fn_vt, code)
         child = InstructionTranslator(self.output, code, fn_vt.f_globals, symbolic_locals, cells, parent=self,
                                       fn_vt=fn_vt)
-        if code.co_flags & bc.CO_GENERATOR:
-            from ember.frontend.variables.containers import ListIteratorVariable
+        if code.co_flags & bc.CO_GENERATOR:  # runs one yield at a time, when the consumer pulls
+            from ember.frontend.variables.iterators import GeneratorVariable
 
-            child.generator_yields = []
-            child.run()
-            return ListIteratorVariable(child.generator_yields)
+            child.in_generator = True
+            return GeneratorVariable(child, fn_vt, args, kwargs)
         return child.run()
 
     def _closure_cells(self, fn_vt, code) -> dict:
@@ -265,7 +264,8 @@ class InstructionTranslator(Tracer):
         self.kw_names: tuple = ()
         self.inst: bc.Instr | None = None
         self.returned: VariableTracker | None = None
-        self.generator_yields: list | None = None
+        self.in_generator = False  # a generator's frame: YIELD_VALUE suspends it (see GeneratorVariable)
+        self.yielded: VariableTracker | None = None
         self.exc_stack: list[VariableTracker] = []  # exceptions being handled (PUSH_EXC_INFO / POP_EXCEPT)
         self.raised_at: dict = {}  # id(exception tracker) -> the instruction that raised it, when caught here
 
@@ -301,7 +301,7 @@ class InstructionTranslator(Tracer):
         instructions = self.instructions
         break_at = root.break_at if self.depth == 1 else None
         try:
-            while self.returned is None:
+            while self.returned is None and self.yielded is None:
                 if self.ip == break_at:
                     raise BreakHere(self)
                 inst = instructions[self.ip]

@@ -19,7 +19,7 @@ from ember.frontend.sources import AttrSource
 from ember.frontend.variables import functions as F
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 from ember.frontend.variables.containers import (
-    DictVariable, ListVariable, NamedTupleVariable, SetVariable, SizeVariable, TupleVariable,
+    DequeVariable, DictVariable, ListVariable, NamedTupleVariable, SetVariable, SizeVariable, TupleVariable,
 )
 from ember.frontend.variables.modules import NNModuleVariable
 from ember.frontend.variables.objects import (
@@ -109,14 +109,18 @@ def _vars(tx, fn, obj=None):
 # ---- copies -----------------------------------------------------------------------------------
 @handler(copy.copy)
 def _copy(tx, fn, x):
-    if isinstance(x, _ATOMIC) or type(x) in (TupleVariable, NamedTupleVariable, SizeVariable):
+    if isinstance(x, _ATOMIC) or type(x) in (TupleVariable, SizeVariable):
         return x
+    if isinstance(x, NamedTupleVariable):  # not an exact tuple: copy rebuilds it (a new object)
+        return NamedTupleVariable(x.cls, x.items, attrs=x.attrs)
+    if isinstance(x, DequeVariable):
+        return DequeVariable(list(x.items), maxlen=x.maxlen)
     if isinstance(x, ListVariable):
         return ListVariable(x.items)
     if isinstance(x, DictVariable):
         return DictVariable(x.items, py_type=x.py_type, key_vts=x.key_vts, default_factory=x.default_factory)
     if isinstance(x, SetVariable):
-        return SetVariable(list(x.items.values()), frozen=x.frozen)
+        return x.copy()
     new = NewObjectVariable(_copied_class(x))
     new.attrs.update(_state(tx, x))
     return new
@@ -138,9 +142,10 @@ def deepcopy_vt(tx, x: VariableTracker, memo: dict) -> VariableTracker:
     if type(x) in (TupleVariable, SizeVariable):
         return type(x)([deepcopy_vt(tx, i, memo) for i in x.items])
     if isinstance(x, NamedTupleVariable):
-        return NamedTupleVariable(x.cls, [deepcopy_vt(tx, i, memo) for i in x.items])
+        return NamedTupleVariable(x.cls, [deepcopy_vt(tx, i, memo) for i in x.items],
+                                  attrs={k: deepcopy_vt(tx, v, memo) for k, v in x.attrs.items()})
     if isinstance(x, ListVariable):
-        new = memo[id(x)] = ListVariable([])
+        new = memo[id(x)] = DequeVariable([], maxlen=x.maxlen) if isinstance(x, DequeVariable) else ListVariable([])
         new.items = [deepcopy_vt(tx, i, memo) for i in x.items]
         return new
     if isinstance(x, DictVariable):
@@ -149,7 +154,7 @@ def deepcopy_vt(tx, x: VariableTracker, memo: dict) -> VariableTracker:
             new.items[k] = deepcopy_vt(tx, v, memo)
         return new
     if isinstance(x, SetVariable):  # of constants
-        return SetVariable(list(x.items.values()), frozen=x.frozen)
+        return x.copy()
     new = memo[id(x)] = NewObjectVariable(_copied_class(x))
     for k, v in _state(tx, x).items():
         new.attrs[k] = deepcopy_vt(tx, v, memo)

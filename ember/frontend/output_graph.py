@@ -6,7 +6,9 @@ on real data and never touches real tensors.
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
+import keyword
 import operator
 import re
 from typing import Any
@@ -46,7 +48,14 @@ def _sanitize(name: str) -> str:
     name = re.sub(r"[^0-9a-zA-Z_]+", "_", name).strip("_")
     if not name or name[0].isdigit():
         name = "v_" + name
+    if name in _RESERVED:  # FX writes the placeholder's name into forward(self, ...) as it is
+        name += "_1"
     return name
+
+
+# names a placeholder must not take: GraphModule.forward's own ``self``, keywords, and every global
+# the generated forward reads (builtins such as getattr, and FX's own: torch, inf, device...)
+_RESERVED = frozenset({"self", *keyword.kwlist, *keyword.softkwlist, *vars(builtins), *fx.graph._custom_builtins})
 
 
 class OutputGraph:
@@ -247,7 +256,21 @@ class OutputGraph:
                     node.meta["example_value"] = result
                     node.meta["ember_returns_input"] = True  # an effect on an input: never dead code
                     return vt
+        if target in _OFFSET_READERS and isinstance(result, int):
+            self._guard_storage_offsets(args[0])
         return self.wrap_result(node, result, mutating=_is_mutating(kind, target))
+
+    def _guard_storage_offsets(self, t) -> None:
+        """A storage offset read while tracing became a constant, but the tensor guard leaves offsets
+        free (a view at another offset reuses the graph, as in torch.compile): pin the offset of the
+        input it comes from. An intermediate's offset derives from the inputs it views; which ones is
+        not tracked, so all of them are pinned."""
+        if getattr(t, "source", None) is not None:
+            self.guards.add(t.source, GuardKind.STORAGE_OFFSET, t.fake.storage_offset())
+            return
+        for source, value, _ in self.inputs:
+            if isinstance(value, torch.Tensor):
+                self.guards.add(source, GuardKind.STORAGE_OFFSET, value.storage_offset())
 
     def wrap_result(self, node: fx.Node, result, mutating: bool = False):
         from ember.frontend.variables.builder import wrap_const
@@ -280,6 +303,10 @@ class OutputGraph:
 
     def op_nodes(self) -> int:
         return sum(1 for n in self.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+
+
+# calls whose answer is a tensor's storage offset (which the tensor guard does not check)
+_OFFSET_READERS = ("storage_offset", torch.Tensor.storage_offset)
 
 
 def _is_vt(x) -> bool:

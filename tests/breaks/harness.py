@@ -130,7 +130,7 @@ def obj_case(name: str, make: Callable, inputs: Callable, *, method=None, train=
 
 CASE_FILES = ("cases_print", "cases_values", "cases_branches", "cases_calls", "cases_loops",
               "cases_modules", "cases_exceptions", "cases_grad", "cases_effects", "cases_args",
-              "cases_frame", "cases_guards", "cases_order")
+              "cases_frame", "cases_guards", "cases_order", "cases_datamodel")
 
 
 def load_all_cases() -> list[Case]:

@@ -85,7 +85,7 @@ def module_case(name: str, make: Callable[[], torch.nn.Module], inputs: Callable
 def load_all_cases() -> list[Case]:
     """Import every case file (registration happens at import) and return the registry."""
     from . import (cases_arith, cases_builtins, cases_containers, cases_control,  # noqa: F401
-                   cases_functions, cases_grad, cases_modules, cases_mutation,
+                   cases_datamodel, cases_functions, cases_grad, cases_modules, cases_mutation,
                    cases_semantics, cases_signatures, cases_structures, cases_torch_api)
     return CASES
 

@@ -55,13 +55,9 @@ def GET_ITER(tx, inst):
 
 
 def _next_item(tx, it):
-    from ember.frontend.variables.containers import ListIteratorVariable
+    from ember.frontend.variables.iterators import next_of
 
-    if isinstance(it, ListIteratorVariable):
-        return it.next(tx)
-    from ember.frontend.errors import Unsupported
-
-    raise Unsupported(f"iterating over {it.describe()}")
+    return next_of(tx, it)
 
 
 @register("FOR_ITER", versions=((3, 11), (3, 11)))
@@ -102,23 +98,23 @@ def RETURN_CONST(tx, inst):
     tx.returned = wrap_const(inst.argval)
 
 
-# ---- generators: run to completion, collecting what they yield -------------------------------
+# ---- generators: suspended at each yield, resumed by the consumer's next() ------------------
 @register("RETURN_GENERATOR")
 def RETURN_GENERATOR(tx, inst):
     from ember.frontend.errors import Unsupported
 
-    if tx.generator_yields is None:
+    if not tx.in_generator:
         raise Unsupported("a generator function as the compiled function")
     tx.push(ConstantVariable(None))
 
 
 @register("YIELD_VALUE")
 def YIELD_VALUE(tx, inst):
-    tx.generator_yields.append(tx.pop())
-    tx.push(ConstantVariable(None))  # the value sent back in by next()
+    tx.yielded = tx.pop()  # ends this run of the frame's loop
+    tx.push(ConstantVariable(None))  # the value next() sends in when it resumes the frame
 
 
-# ---- yield from (inside a generator we are running to completion) --------------------------
+# ---- yield from (inside a generator frame: each item the sub-iterator gives is yielded on) ------
 @register("GET_YIELD_FROM_ITER")
 def GET_YIELD_FROM_ITER(tx, inst):
     tx.push(tx.pop().iter(tx))

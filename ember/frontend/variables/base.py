@@ -15,6 +15,10 @@ class VariableTracker:
     the value was made during tracing)."""
 
     source: "Source | None" = None
+    # The attribute holding the real Python object this tracker stands for (an input, a global, a
+    # class...), which then decides ``is`` and identity hashing. None: the tracker *is* the object
+    # (made in the trace: a new list, user object, tuple, partial...), so identity is the tracker's.
+    identity_attr: "str | None" = None
 
     def python_type(self) -> type:
         raise Unsupported(f"the type of {self.describe()} is not known while tracing")
@@ -82,6 +86,17 @@ class VariableTracker:
         return self.describe()
 
 
+def identity_of(vt: VariableTracker):
+    """What ``is`` compares for ``vt``: the real object it stands for, or the tracker itself for an
+    object made in the trace (two fresh objects are never identical, whatever their class)."""
+    if vt.identity_attr is None:
+        return vt
+    obj = getattr(vt, vt.identity_attr, None)
+    if obj is None and not isinstance(vt, ConstantVariable):  # e.g. a ModelOutput made in the trace
+        return vt
+    return obj
+
+
 class NullVariable(VariableTracker):
     """The NULL that 3.11+ pushes below a callable."""
 
@@ -96,6 +111,8 @@ _LITERAL = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis), t
 
 class ConstantVariable(VariableTracker):
     """An immutable Python value known while tracing (specialised on, guarded when it has a source)."""
+
+    identity_attr = "value"
 
     def __init__(self, value: Any, source: "Source | None" = None):
         self.value = value

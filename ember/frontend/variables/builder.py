@@ -50,7 +50,7 @@ def wrap_const(value) -> VariableTracker:
     if type(value) is dict:
         return C.DictVariable({k: wrap_const(v) for k, v in value.items()})
     if isinstance(value, (set, frozenset)):
-        return C.SetVariable([wrap_const(v) for v in value], frozen=isinstance(value, frozenset))
+        return C.SetVariable.of_real(value, [wrap_const(v) for v in value])
     if type(value) is slice:
         return ConstantVariable(value)
     if is_namedtuple_cls(type(value)):
@@ -109,7 +109,12 @@ def _wrap(tx, value, source: Source) -> VariableTracker:
             return C.ListVariable(items, source)
         if type(value) is tuple:
             return C.TupleVariable(items, source)
-        return C.NamedTupleVariable(type(value), items, source)
+        attrs = {}
+        if hasattr(value, "__dict__"):  # a subclass carrying instance attributes
+            dsrc = AttrSource(source, "__dict__")
+            guards.add(dsrc, GuardKind.DICT_KEYS, tuple(vars(value)))
+            attrs = {k: wrap(tx, v, ItemSource(dsrc, k)) for k, v in vars(value).items()}
+        return C.NamedTupleVariable(type(value), items, source, attrs=attrs)
     if type(value) is dict or (isinstance(value, dict) and type(value).__module__ == "collections"):
         guards.add(source, GuardKind.TYPE, type(value))
         keys = list(value.keys())
@@ -119,13 +124,15 @@ def _wrap(tx, value, source: Source) -> VariableTracker:
         guards.add(source, GuardKind.DICT_KEYS, tuple(keys))
         items = {k: wrap(tx, value[k], ItemSource(source, k)) for k in keys}
         key_vts = {k: _wrap_object(tx, k, None) for k in keys if _is_identity_key(k)}
-        return C.DictVariable(items, source, py_type=type(value), key_vts=key_vts)
+        factory = getattr(value, "default_factory", None)  # a defaultdict's: a missing key calls it
+        factory = wrap(tx, factory, AttrSource(source, "default_factory")) if factory is not None else None
+        return C.DictVariable(items, source, py_type=type(value), key_vts=key_vts, default_factory=factory)
     if type(value) in (set, frozenset):
         if not all(isinstance(v, _CONST_TYPES) for v in value):
             raise Unsupported(f"set of non-constants at {source.name()}")
         guards.add(source, GuardKind.CONST, type(value)(value))
-        return C.SetVariable([ConstantVariable(v) for v in value], frozen=type(value) is frozenset,
-                             source=source if type(value) is set else None)
+        return C.SetVariable.of_real(value, [ConstantVariable(v) for v in value],
+                                     source=source if type(value) is set else None)
     if type(value) is slice:
         guards.add(source, GuardKind.CONST, value)
         return ConstantVariable(value, source)

@@ -7,6 +7,13 @@ from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 
 
+def _pull(tx, iterable: VariableTracker):
+    """The items of ``iterable`` one at a time (see ``iterators.iterate``)."""
+    from ember.frontend.variables.iterators import iterate
+
+    return iterate(tx, iterable)
+
+
 def _const_key(tx, k: VariableTracker):
     if k.is_constant():
         return k.as_constant()
@@ -129,6 +136,13 @@ class SizeVariable(TupleVariable):
 class ListVariable(BaseSequenceVariable):
     py_type = list
 
+    def iter(self, tx):
+        if type(self) is not ListVariable:  # a deque's iterator raises when the deque changes: snapshot
+            return super().iter(tx)
+        from ember.frontend.variables.iterators import ListLiveIteratorVariable
+
+        return ListLiveIteratorVariable(self)
+
     def _check_mutable(self, tx, what: str):
         if self.source is not None:  # a list from outside: replay its final contents after the graph
             tx.output.side_effects.track_container(self)
@@ -153,7 +167,10 @@ class ListVariable(BaseSequenceVariable):
         if name == "append":
             items.append(args[0])
         elif name == "extend":
-            items.extend(args[0].unpack(tx))
+            if args[0] is self:  # extending a list by itself doubles it (CPython copies first)
+                items.extend(list(items))
+            for v in _pull(tx, args[0]):  # one item at a time: a lazy source may read this list
+                self.items.append(v)
         elif name == "pop":
             idx = args[0].as_constant() if args else -1
             return items.pop(idx)
@@ -190,7 +207,12 @@ class ListVariable(BaseSequenceVariable):
 
 
 class DequeVariable(ListVariable):
-    """collections.deque (no maxlen) made inside the trace."""
+    """collections.deque made inside the trace; with a ``maxlen``, adding to a full deque drops an
+    item from the other end, as CPython does."""
+
+    def __init__(self, items: list, source=None, maxlen: int | None = None):
+        super().__init__(items if maxlen is None else list(items)[-maxlen:] if maxlen else [], source)
+        self.maxlen = maxlen
 
     def python_type(self):
         import collections
@@ -200,21 +222,43 @@ class DequeVariable(ListVariable):
     def describe(self):
         return f"deque of {len(self.items)}"
 
+    def getattr(self, tx, name):
+        if name == "maxlen":
+            return ConstantVariable(self.maxlen)
+        return super().getattr(tx, name)
+
+    def _add(self, v, left: bool):
+        if self.maxlen == 0:
+            return
+        if self.maxlen is not None and len(self.items) >= self.maxlen:
+            self.items.pop(-1 if left else 0)
+        self.items.insert(0, v) if left else self.items.append(v)
+
     def call_method(self, tx, name, args, kwargs):
-        if name == "appendleft":
-            self.items.insert(0, args[0])
+        if name in ("append", "appendleft", "extend", "extendleft", "insert", "pop", "popleft", "remove",
+                    "clear", "rotate", "reverse"):
+            self._check_mutable(tx, f"deque.{name}()")
+        if name in ("append", "appendleft"):
+            self._add(args[0], left=name == "appendleft")
+        elif name in ("extend", "extendleft"):
+            src = list(self.items) if args[0] is self else args[0]
+            for v in _pull(tx, src):  # one item at a time: a lazy source may read this deque
+                self._add(v, left=name == "extendleft")
+        elif name == "insert":
+            if self.maxlen is not None and len(self.items) >= self.maxlen:
+                raise Unsupported("deque.insert() into a full deque (IndexError)")
+            self.items.insert(args[0].as_constant(), args[1])
         elif name == "popleft":
             if not self.items:
                 raise Unsupported("popleft from an empty deque (IndexError)")
             return self.items.pop(0)
-        elif name == "extendleft":
-            for v in args[0].unpack(tx):
-                self.items.insert(0, v)
         elif name == "rotate":
             n = args[0].as_constant() if args else 1
             if self.items:
                 n %= len(self.items)
                 self.items[:] = self.items[-n:] + self.items[:-n]
+        elif name in ("copy", "__copy__"):
+            return DequeVariable(list(self.items), maxlen=self.maxlen)
         else:
             return super().call_method(tx, name, args, kwargs)
         return ConstantVariable(None)
@@ -222,7 +266,10 @@ class DequeVariable(ListVariable):
     def reconstruct(self, cg) -> str:
         import collections
 
-        return cg.memo(self, lambda: f"{cg.const(collections.deque, 'deque')}([" + ", ".join(cg.reconstruct(i) for i in self.items) + "])")
+        if self.source is not None:
+            return cg.load(self.source)
+        maxlen = f", maxlen={self.maxlen}" if self.maxlen is not None else ""
+        return cg.memo(self, lambda: f"{cg.const(collections.deque, 'deque')}([" + ", ".join(cg.reconstruct(i) for i in self.items) + f"]{maxlen})")
 
 
 class StructSeqVariable(TupleVariable):
@@ -246,9 +293,12 @@ class StructSeqVariable(TupleVariable):
 
 
 class NamedTupleVariable(TupleVariable):
-    def __init__(self, cls, items, source=None):
+    def __init__(self, cls, items, source=None, attrs: dict | None = None):
         super().__init__(items, source)
         self.cls = cls
+        # instance attributes (a subclass without __slots__ has a __dict__): set in the trace, or
+        # (an input) read from the object's __dict__, whose keys the builder guards
+        self.attrs: dict = dict(attrs or {})
 
     def python_type(self):
         return self.cls
@@ -258,6 +308,8 @@ class NamedTupleVariable(TupleVariable):
 
     def getattr(self, tx, name):
         fields = self.cls._fields
+        if name in self.attrs:
+            return self.attrs[name]
         if name in fields:
             return self.items[fields.index(name)]
         if name in ("_replace", "_asdict", "index", "count", "__getitem__", "__len__", "__contains__"):
@@ -267,6 +319,16 @@ class NamedTupleVariable(TupleVariable):
         from ember.frontend.variables.objects import class_attr_of_instance
 
         return class_attr_of_instance(tx, self, self.cls, name)
+
+    def setattr(self, tx, name, value):
+        from ember.frontend.variables.objects import python_dunder
+
+        if self.source is not None or "__dict__" not in dir(self.cls) or python_dunder(self.cls, "__setattr__") \
+                or name in self.cls._fields:
+            # an input's attributes are side effects on an existing object; a plain namedtuple has
+            # no __dict__ (AttributeError) and fields are read-only: Python decides, natively
+            return super().setattr(tx, name, value)
+        self.attrs[name] = value
 
     def call_method(self, tx, name, args, kwargs):
         if name == "_asdict":
@@ -281,7 +343,18 @@ class NamedTupleVariable(TupleVariable):
     def reconstruct(self, cg) -> str:
         if self.source is not None:  # tuples are immutable: the input object itself
             return cg.load(self.source)
-        return f"{cg.const(self.cls, 'nt')}(" + ", ".join(cg.reconstruct(i) for i in self.items) + ")"
+        built = f"{cg.const(self.cls, 'nt')}(" + ", ".join(cg.reconstruct(i) for i in self.items) + ")"
+        if not self.attrs:
+            return built
+        attrs = "{" + ", ".join(f"{k!r}: {cg.reconstruct(v)}" for k, v in self.attrs.items()) + "}"
+        return cg.memo(self, lambda: f"{cg.const(with_attrs, 'with_attrs')}({built}, {attrs})")
+
+
+def with_attrs(obj, attrs: dict):
+    """``obj`` after setting ``attrs`` on it: a rebuilt object that carries instance attributes."""
+    for k, v in attrs.items():
+        setattr(obj, k, v)
+    return obj
 
 
 class DictVariable(VariableTracker):
@@ -307,6 +380,11 @@ class DictVariable(VariableTracker):
 
     def key_vt(self, k):
         return self.key_vts.get(k) or ConstantVariable(k)
+
+    def iter(self, tx):
+        from ember.frontend.variables.iterators import DictIteratorVariable
+
+        return DictIteratorVariable(self, "keys")
 
     def unpack(self, tx):
         return [self.key_vt(k) for k in self.items]
@@ -362,20 +440,18 @@ class DictVariable(VariableTracker):
         if name == "get":
             k = _const_key(tx, args[0])
             return items[k] if k in items else (args[1] if len(args) > 1 else ConstantVariable(None))
-        if name == "keys":
-            return DictViewVariable(self, "keys")
-        if name == "values":
-            return DictViewVariable(self, "values")
-        if name == "items":
-            return DictViewVariable(self, "items")
+        if name in ("keys", "values", "items"):
+            from ember.frontend.variables.dict_views import DictViewVariable
+
+            return DictViewVariable(self, name)
         if name == "__contains__":
             return ConstantVariable(_const_key(tx, args[0]) in items)
         if name == "__len__":
             return ConstantVariable(len(items))
         if name == "__iter__":
             return self.iter(tx)
-        if name == "copy":
-            return DictVariable(items, py_type=self.py_type, key_vts=self.key_vts)
+        if name == "copy":  # a defaultdict's copy keeps its factory
+            return DictVariable(items, py_type=self.py_type, key_vts=self.key_vts, default_factory=self.default_factory)
         if name == "update":
             from ember.frontend.builtins import dict_items_of
 
@@ -434,33 +510,20 @@ class DictVariable(VariableTracker):
         return "{" + ", ".join(f"{cg.reconstruct(self.key_vt(k))}: {cg.reconstruct(v)}" for k, v in self.items.items()) + "}"
 
 
-class DictViewVariable(VariableTracker):
-    def __init__(self, d: DictVariable, kind: str):
-        self.d = d
-        self.kind = kind
+_UNKNOWN = object()
 
-    def describe(self):
-        return f"dict_{self.kind}"
 
-    def unpack(self, tx):
-        if self.kind == "keys":
-            return self.d.unpack(tx)
-        if self.kind == "values":
-            return list(self.d.items.values())
-        return [TupleVariable([self.d.key_vt(k), v]) for k, v in self.d.items.items()]
+def _real_member(vt):
+    """The Python object a set member hashes as, when it is known while tracing (constants, existing
+    objects); _UNKNOWN for objects made in the trace and tensors (hashed by their run-time id)."""
+    if vt.is_constant():
+        return vt.as_constant()
+    from ember.frontend.variables.objects import hashable_key
 
-    def truth(self, tx):
-        return bool(self.d.items)
-
-    def call_method(self, tx, name, args, kwargs):
-        if name == "__contains__" and self.kind == "keys":
-            return ConstantVariable(_const_key(tx, args[0]) in self.d.items)
-        if name == "__len__":
-            return ConstantVariable(len(self.d.items))
-        raise Unsupported(f"dict_{self.kind}.{name}()")
-
-    def reconstruct(self, cg) -> str:
-        return f"{self.d.reconstruct(cg)}.{self.kind}()"
+    k = hashable_key(vt)
+    if isinstance(k, VariableTracker) or isinstance(k, tuple) or type(k).__module__.startswith("torch.fx"):
+        return _UNKNOWN
+    return k
 
 
 class SetVariable(VariableTracker):
@@ -470,8 +533,53 @@ class SetVariable(VariableTracker):
         self.items = {}  # key -> VT, insertion ordered
         self.frozen = frozen
         self.source = source  # a set that exists outside the function: mutations are side effects
+        # CPython iterates a set in hash-table order, which depends on the hashes and on the history
+        # of adds and removals: a real set fed the same operations gives that order (``_real`` maps
+        # its members back to keys). Members whose hash is only known at run time (objects made in
+        # the trace, tensors) make the order unknown: iterating then breaks the graph.
+        self._order: set = set()
+        self._real: dict = {}  # key -> the real member in _order
+        self._exact = True
+        self._shared = False  # _order is a real set of the program (copied before the first change)
         for it in items:
-            self.items.setdefault(self._key(it), it)
+            self._add(it)
+
+    @staticmethod
+    def of_real(value, items: list, source=None) -> "SetVariable":
+        """The tracker of a real set (an input or a constant): it iterates in that set's own order."""
+        vt = SetVariable(items, frozen=isinstance(value, frozenset), source=source)
+        if vt._exact:
+            vt._order, vt._shared = value, True
+        return vt
+
+    def _own(self):
+        if self._shared:
+            self._order, self._shared = set(self._order), False
+
+    def _add(self, vt):
+        key = self._key(vt)
+        if key in self.items:
+            return
+        self.items[key] = vt
+        self._own()
+        real = _real_member(vt)
+        if real is _UNKNOWN:
+            self._exact = False
+        else:
+            self._order.add(real)
+            self._real[key] = real
+
+    def copy(self) -> "SetVariable":
+        """set.copy(): the same members; the real set is copied too (CPython copies the table)."""
+        new = SetVariable([], self.frozen)
+        new.items, new._real, new._exact = dict(self.items), dict(self._real), self._exact
+        new._order = set(self._order) if self._shared else self._order.copy()
+        return new
+
+    def _discard(self, key):
+        self._own()
+        if self.items.pop(key, None) is not None and key in self._real:
+            self._order.discard(self._real.pop(key))
 
     def _mutated(self, tx):
         if self.source is not None:
@@ -483,7 +591,8 @@ class SetVariable(VariableTracker):
             return ("c", vt.as_constant())
         from ember.frontend.variables.objects import hashable_key
 
-        return ("id", id(hashable_key(vt)))
+        k = hashable_key(vt)
+        return ("tuple", k) if isinstance(k, tuple) else ("id", id(k))  # tuples hash by their items
 
     def python_type(self):
         return frozenset if self.frozen else set
@@ -494,10 +603,16 @@ class SetVariable(VariableTracker):
     def as_constant(self):
         if not self.is_constant():
             raise Unsupported("a set of objects used as a constant")
-        return (frozenset if self.frozen else set)(k[1] for k in self.items)
+        return (frozenset if self.frozen else set)(self._order)  # a copy of the real set: CPython's order
 
     def unpack(self, tx):
-        return list(self.items.values())
+        if len(self.items) <= 1:
+            return list(self.items.values())
+        if not self._exact:
+            raise Unsupported("iterating a set holding objects made in the trace or tensors: CPython's order "
+                              "follows their run-time hashes", hint="iterate a list instead")
+        key_of = {id(r): k for k, r in self._real.items()}
+        return [self.items[key_of[id(r)]] for r in self._order]
 
     def length(self, tx):
         return len(self.items)
@@ -513,23 +628,31 @@ class SetVariable(VariableTracker):
     def call_method(self, tx, name, args, kwargs):
         if name == "add":
             self._mutated(tx)
-            self.items.setdefault(self._key(args[0]), args[0])
+            self._add(args[0])
             return ConstantVariable(None)
         if name == "update":
             self._mutated(tx)
             for a in args:
-                for it in a.unpack(tx):
-                    self.items.setdefault(self._key(it), it)
+                real = a._order if isinstance(a, SetVariable) and a._exact else (
+                    a.as_constant() if a.is_constant() and isinstance(a.as_constant(), (set, frozenset)) else None)
+                if real is not None:  # CPython merges another set's table at once: so does the real set
+                    self._own()
+                    self._order.update(real)
+                for it in _pull(tx, a):
+                    self._add(it)
             return ConstantVariable(None)
         if name == "remove" and self._key(args[0]) not in self.items:
             raise Unsupported("set.remove() of a missing element (KeyError)")
         if name in ("discard", "remove"):
             self._mutated(tx)
-            self.items.pop(self._key(args[0]), None)
+            self._discard(self._key(args[0]))
             return ConstantVariable(None)
         if name == "clear":
             self._mutated(tx)
             self.items.clear()
+            self._order, self._shared = set(), False
+            self._real.clear()
+            self._exact = True
             return ConstantVariable(None)
         if name in ("pop", "difference_update", "intersection_update", "symmetric_difference_update"):
             raise Unsupported(f"set.{name}()")
@@ -538,7 +661,7 @@ class SetVariable(VariableTracker):
         if name == "__len__":
             return ConstantVariable(len(self.items))
         if name == "copy":
-            return SetVariable(list(self.items.values()), self.frozen)
+            return self.copy()
         # everything else (union, intersection, issubset, ...) on constant values
         res = getattr(self.as_constant(), name)(*[a.as_constant() for a in args])
         from ember.frontend.variables.builder import wrap_const
@@ -551,7 +674,8 @@ class SetVariable(VariableTracker):
         if self.frozen and self.is_constant():
             return cg.const(self.as_constant())
         # a new set on every call: a shared constant would be mutated by the caller (set.add...)
-        items = ", ".join(cg.reconstruct(v) for v in self.items.values())
+        members = self.unpack(None) if self._exact else list(self.items.values())
+        items = ", ".join(cg.reconstruct(v) for v in members)
         built = f"{{{items}}}" if items else "set()"
         return f"frozenset({built})" if self.frozen else built
 
@@ -591,15 +715,48 @@ class SliceVariable(VariableTracker):
         return cg.const(self.as_constant())
 
 
-class ListIteratorVariable(VariableTracker):
+class IteratorVariable(VariableTracker):
+    """An iterator: ``next`` pulls one item (None when exhausted). Consumers pull item by item, as
+    Python does; the lazy ones (map, filter, zip...) live in ``iterators.py``."""
+
+    def __init__(self):
+        pass
+
+    def describe(self):
+        return "iterator"
+
+    def next(self, tx):
+        raise NotImplementedError
+
+    def unpack(self, tx):
+        out = []
+        while (item := self.next(tx)) is not None:
+            out.append(item)
+        return out
+
+    def iter(self, tx):
+        return self
+
+    def truth(self, tx):
+        return True
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__next__":
+            item = self.next(tx)
+            if item is None:
+                raise Unsupported("next() on an exhausted iterator (StopIteration)")
+            return item
+        if name == "__iter__":
+            return self
+        raise Unsupported(f"iterator.{name}()")
+
+
+class ListIteratorVariable(IteratorVariable):
     """An iterator over a known list of items; advancing it is tracked here, not replayed."""
 
     def __init__(self, items: list, index: int = 0):
         self.items = items
         self.index = index
-
-    def describe(self):
-        return "iterator"
 
     def next(self, tx):
         if self.index >= len(self.items):
@@ -612,19 +769,6 @@ class ListIteratorVariable(VariableTracker):
         rest = self.items[self.index:]
         self.index = len(self.items)
         return rest
-
-    def iter(self, tx):
-        return self
-
-    def call_method(self, tx, name, args, kwargs):
-        if name == "__next__":
-            item = self.next(tx)
-            if item is None:
-                raise Unsupported("next() on an exhausted iterator (StopIteration)")
-            return item
-        if name == "__iter__":
-            return self
-        raise Unsupported(f"iterator.{name}()")
 
     def reconstruct(self, cg):
         return f"iter({TupleVariable(self.items[self.index:]).reconstruct(cg)})"

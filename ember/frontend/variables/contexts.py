@@ -94,6 +94,8 @@ def _restore_grad(prev: bool, *exc_info):
 class GradModeClassVariable(VariableTracker):
     """``torch.no_grad`` / ``enable_grad`` / ``set_grad_enabled`` before they are instantiated."""
 
+    identity_attr = "cls"
+
     def __init__(self, cls):
         self.cls = cls
 
@@ -154,6 +156,8 @@ class AutocastContextVariable(ContextVariable):
 
 
 class AutocastClassVariable(VariableTracker):
+    identity_attr = "cls"
+
     def __init__(self, cls):
         self.cls = cls
 

@@ -30,6 +30,8 @@ class BaseUserFunctionVariable(CallableVariable):
 class UserFunctionVariable(BaseUserFunctionVariable):
     """A real Python function; calls are inlined into the trace."""
 
+    identity_attr = "fn"
+
     def __init__(self, fn: types.FunctionType, source=None):
         self.fn = fn
         self.source = source
@@ -223,6 +225,8 @@ class ConstantMethodVariable(CallableVariable):
 class BuiltinVariable(CallableVariable):
     """A Python builtin (len, isinstance, max...), ``math``/``operator`` functions; see ``builtins.py``."""
 
+    identity_attr = "fn"
+
     def __init__(self, fn, source=None):
         self.fn = fn
         self.source = source
@@ -251,6 +255,8 @@ class BuiltinVariable(CallableVariable):
 class TorchFunctionVariable(CallableVariable):
     """A torch function (torch.*, torch.nn.functional.*, Tensor methods used unbound): a graph op."""
 
+    identity_attr = "fn"
+
     def __init__(self, fn, source=None):
         self.fn = fn
         self.source = source
@@ -278,6 +284,8 @@ class TorchFunctionVariable(CallableVariable):
 
 class ConstantFunctionVariable(CallableVariable):
     """A function whose answer is fixed while compiling (``torch.compiler.is_compiling`` -> True)."""
+
+    identity_attr = "fn"
 
     def __init__(self, fn, result):
         self.fn = fn
@@ -315,6 +323,8 @@ class PartialVariable(CallableVariable):
 
 class OpaqueCallableVariable(CallableVariable):
     """A C function or other callable ember cannot see into."""
+
+    identity_attr = "fn"
 
     def __init__(self, fn, source=None):
         self.fn = fn
@@ -415,6 +425,8 @@ class LruCacheVariable(CallableVariable):
     The second is what transformers' ``logger.warning_once(msg)`` passes (a ``Logger`` as ``self``):
     folded, the warning prints once, at the first compile (as at the first eager call), where tracing
     into ``logging`` would break the graph on its lock."""
+
+    identity_attr = "fn"
 
     def __init__(self, fn, source=None):
         self.fn = fn

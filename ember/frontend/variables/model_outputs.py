@@ -18,6 +18,8 @@ def is_model_output_cls(cls) -> bool:
 class ModelOutputVariable(VariableTracker):
     """A Hugging Face ModelOutput: made in the trace, or an existing one (``source``; read only)."""
 
+    identity_attr = "value"
+
     def __init__(self, cls, values: dict, source=None, value=None):
         self.cls = cls
         self.values = values  # field name -> VT, only non-None fields, in field order
@@ -87,7 +89,8 @@ class ModelOutputVariable(VariableTracker):
         return bool(self.values)
 
     def call_method(self, tx, name, args, kwargs):
-        from ember.frontend.variables.containers import DictViewVariable, DictVariable, TupleVariable
+        from ember.frontend.variables.containers import DictVariable, TupleVariable
+        from ember.frontend.variables.dict_views import DictViewVariable
 
         if name == "to_tuple":
             return TupleVariable(list(self.values.values()))

@@ -20,6 +20,8 @@ _CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict, to
 
 
 class NNModuleVariable(VariableTracker):
+    identity_attr = "module"
+
     def __init__(self, module: torch.nn.Module, source):
         self.module = module
         self.value = module
@@ -133,7 +135,8 @@ class NNModuleVariable(VariableTracker):
         return True
 
     def call_method(self, tx, name, args, kwargs):
-        from ember.frontend.variables.containers import DictVariable, DictViewVariable, ListIteratorVariable, TupleVariable
+        from ember.frontend.variables.containers import DictVariable, ListIteratorVariable, TupleVariable
+        from ember.frontend.variables.dict_views import DictViewVariable
 
         if self._is_container():
             m = self.module

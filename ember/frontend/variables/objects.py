@@ -22,6 +22,8 @@ def _is_trusted(mod: types.ModuleType) -> bool:
 
 
 class PythonModuleVariable(VariableTracker):
+    identity_attr = "value"
+
     def __init__(self, module: types.ModuleType, source=None):
         self.value = module
         self.source = source
@@ -31,6 +33,11 @@ class PythonModuleVariable(VariableTracker):
 
     def describe(self):
         return f"module {self.value.__name__}"
+
+    def reconstruct(self, cg):
+        if self.source is not None:
+            return cg.load(self.source)
+        return cg.const(self.value, self.value.__name__)  # a module is one object per process
 
     def getattr(self, tx, name):
         from ember.frontend.variables.builder import _wrap_object, wrap, wrap_const, _CONST_TYPES
@@ -95,6 +102,8 @@ def class_attr_of_instance(tx, self_vt, cls, name, self_source=None):
 
 
 class UserClassVariable(VariableTracker):
+    identity_attr = "value"
+
     def __init__(self, cls: type, source=None):
         self.value = cls
         self.source = source
@@ -213,6 +222,8 @@ class _ObjectProtocol(VariableTracker):
 
 class UserObjectVariable(_ObjectProtocol):
     """An existing object reached through a source: attributes are read for real and guarded."""
+
+    identity_attr = "value"
 
     def __init__(self, value, source):
         self.value = value
@@ -396,6 +407,8 @@ def is_nn_module_cls(cls) -> bool:
 class OpaqueObjectVariable(VariableTracker):
     """An object made while tracing that ember only knows as a value (e.g. torch.finfo)."""
 
+    identity_attr = "value"
+
     def __init__(self, value):
         self.value = value
 
@@ -449,20 +462,27 @@ class OpaqueObjectVariable(VariableTracker):
 
 
 def hashable_key(vt: VariableTracker):
-    """What a set member or dict key hashes by: the underlying object (by identity)."""
+    """What a set member or dict key hashes by: the underlying object (by identity); an object made
+    in the trace hashes by its tracker, which is its identity, unless its class hashes by value."""
+    from ember.frontend.variables.base import identity_of
+    from ember.frontend.variables.containers import TupleVariable
     from ember.frontend.variables.tensor import TensorVariable
 
     if isinstance(vt, TensorVariable):
         return vt.node  # one tracker (and node) per tensor object: identity semantics, like Tensor.__hash__
-    for attr in ("module", "value", "fn", "cls"):
-        if hasattr(vt, attr):
-            obj = getattr(vt, attr)
-            try:
-                hash(obj)
-                return obj
-            except TypeError:
-                break
-    raise Unsupported(f"using {vt.describe()} as a dict key")
+    if isinstance(vt, TupleVariable):  # tuples hash and compare by their items (a namedtuple too)
+        return ("tuple", tuple(i.as_constant() if i.is_constant() else hashable_key(i) for i in vt.items))
+    obj = identity_of(vt)
+    if obj is vt:
+        if isinstance(vt, NewObjectVariable) and all(
+                lookup_static(vt.cls, n)[1] in (None, object) for n in ("__hash__", "__eq__")):
+            return vt
+        raise Unsupported(f"using {vt.describe()} as a dict key or set member")
+    try:
+        hash(obj)
+        return obj
+    except TypeError:
+        raise Unsupported(f"using {vt.describe()} as a dict key") from None
 
 
 class SuperVariable(VariableTracker):
