@@ -91,7 +91,7 @@ def unstarted_generator_across_break(x):
     return [p + s for p in g], log
 
 
-@case(t, min_graphs=0)
+@case(t, xfail="a generator suspended at a yield cannot cross a graph break: the frame runs eagerly")
 def started_generator_across_break(x):
     # a generator suspended at a yield cannot be rebuilt: the frame falls back, eager semantics kept
     log = []

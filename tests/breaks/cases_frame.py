@@ -234,8 +234,9 @@ def requires_grad_input_returned_after_break(x):
 
 
 # A generator runs lazily, up to each yield as it is pulled; one suspended at a yield cannot be
-# rebuilt at the break (its frame lives inside the trace), so the frame runs eagerly (logged).
-@case(t, min_graphs=0)
+# rebuilt at the break (its frame lives inside the trace), so the frame runs eagerly (logged); the
+# results equal eager, but nothing compiles (torch.compile resumes such frames).
+@case(t, xfail="a generator suspended at a yield cannot cross a graph break: the frame runs eagerly")
 def generator_object_live_across_break(x):
     g = (r * 2 for r in x)
     first = next(g)
