@@ -68,6 +68,9 @@ def graphs():
     for dt in (torch.float32, torch.bfloat16):
         yield f"mlp_train-{dt}", mlp_train, [torch.randn(13, 24, dtype=dt), torch.randn(24, 19, dtype=dt),
                                               torch.randn(19, dtype=dt), torch.randn(19, 7, dtype=dt)], "fake"
+    f64 = torch.rand(9, 31, dtype=torch.float64) + 0.5
+    yield "float64", lambda x: (1 / x, x.reciprocal(), x ** -2, torch.rsqrt(x), torch.erf(x)), [f64], "fake"
+    yield "chain-float64", chain, [f64, f64 * 2], "fake"
     fwd, inputs = gpt2()
     yield "gpt2", fwd, inputs, "fake"
 
