@@ -40,7 +40,7 @@ KINDS = ("float", "any", "cmp")  # result dtype: computed in floating point / th
 @dataclasses.dataclass(frozen=True)
 class Sample:
     """A call exercising an op that no case of tests/native/optable.py covers. ``inputs`` per
-    argument: "randn", "unit" (in (0, 1)), "pos" (> 0), "int" (int64 in [-9, 9)), "bool", or a
+    argument: "randn", "prob" (in (0, 1)), "pos" (> 0), "int" (int64 in [-9, 9)), "bool", or a
     Python value passed as is. ``grad``: also compare gradients through ``ember.compile``."""
     fn: Callable
     inputs: tuple = ("randn",)
@@ -248,7 +248,7 @@ def _tl(template):
 # the table
 
 F, A, B = "float", "any", "cmp"
-_U = ("unit",)
+_U = ("prob",)
 
 REGISTRY: list[Op] = [
     # ---- arithmetic
@@ -293,7 +293,7 @@ REGISTRY: list[Op] = [
        samples=(Sample(torch.logit, _U, (torch.float32, torch.float16, torch.bfloat16), grad=True),
                 Sample(lambda x: torch.logit(x, eps=0.25), _U, grad=True),
                 Sample(lambda x: torch.logit(x, 1e-6), ("randn",), rtol=1e-4),
-                Sample(lambda x: torch.logit(x * 0.1), ("int",)))),
+                Sample(torch.logit, ("int",)))),
     # ---- rounding
     Op("floor", 1, A, _tl("tl.floor({0})"), aten=_rounding("floor")),
     Op("ceil", 1, A, _tl("tl.ceil({0})"), aten=_rounding("ceil")),
@@ -309,9 +309,12 @@ REGISTRY: list[Op] = [
     Op("ge", 2, B, _tl("{0} >= {1}"), aten=(aten.ge,)),
     Op("isnan", 1, B, _tl("{0} != {0}"), aten={(aten.isnan.default,): _nan_test("isnan")}),
     Op("isinf", 1, B, _tl("tl.abs({0}) == float('inf')"), aten={(aten.isinf.default,): _nan_test("isinf")}),
-    Op("logical_and", 2, B, _tl("{0} & {1}"), aten={(aten.logical_and,): _logical("logical_and")}),
-    Op("logical_or", 2, B, _tl("{0} | {1}"), aten={(aten.logical_or,): _logical("logical_or")}),
-    Op("logical_xor", 2, B, _tl("{0} ^ {1}"), aten={(aten.logical_xor,): _logical("logical_xor")}),
+    Op("logical_and", 2, B, _tl("{0} & {1}"), aten={(aten.logical_and,): _logical("logical_and")},
+       samples=(Sample(torch.logical_and, ("randn", "bool")),)),
+    Op("logical_or", 2, B, _tl("{0} | {1}"), aten={(aten.logical_or,): _logical("logical_or")},
+       samples=(Sample(torch.logical_or, ("randn", "bool")),)),
+    Op("logical_xor", 2, B, _tl("{0} ^ {1}"), aten={(aten.logical_xor,): _logical("logical_xor")},
+       samples=(Sample(torch.logical_xor, ("randn", "bool")),)),
     Op("logical_not", 1, B, _tl("{0} == 0"), aten={(aten.logical_not,): _not}),
     Op("bitwise_and", 2, A, _tl("{0} & {1}"), aten=(aten.bitwise_and,)),
     Op("bitwise_or", 2, A, _tl("{0} | {1}"), aten=(aten.bitwise_or,)),
