@@ -107,7 +107,9 @@ class PointwiseLowering:
 
 def _register_registry():
     for target, lower in ops.ATEN.items():
-        register(target)(lambda L, node, *args, _lower=lower, **kwargs: _lower(PointwiseLowering(node), *args, **kwargs))
+        def lowering(L, node, *args, _lower=lower, **kwargs):
+            return _lower(PointwiseLowering(node), *args, **kwargs)
+        register(target)(lowering)
 
 
 _register_registry()

@@ -40,8 +40,8 @@ KINDS = ("float", "any", "cmp")  # result dtype: computed in floating point / th
 @dataclasses.dataclass(frozen=True)
 class Sample:
     """A call exercising an op that no case of tests/native/optable.py covers. ``inputs`` per
-    argument: "randn", "prob" (in (0, 1)), "pos" (> 0), "int" (int64 in [-9, 9)), "bool", or a
-    Python value passed as is. ``grad``: also compare gradients through ``ember.compile``."""
+    argument: "randn", "prob" (in (0, 1)), "prob_nan" (every 5th a NaN), "pos" (> 0), "int" (int64
+    in [-9, 9)), "bool", or a Python value passed as is. ``grad``: also compare gradients through ``ember.compile``."""
     fn: Callable
     inputs: tuple = ("randn",)
     dtypes: tuple = (torch.float32,)
@@ -224,11 +224,13 @@ def _elu(P, x, alpha=1.0, scale=1.0, input_scale=1.0):
 
 
 def _logit(P, x, eps=None):
-    """``log(x / (1 - x))``, x first clamped to [eps, 1 - eps] when eps is given (NaN stays NaN,
-    as eager's clamp keeps it)."""
+    """``log(x / (1 - x))``, x first clamped to [eps, 1 - eps] when eps is given, the way eager's
+    kernel does it: ``x < lo ? lo : (x > hi ? hi : x)`` (NaN stays NaN; eps > 0.5, where lo > hi,
+    gives lo below lo, unlike a max/min clamp; a negative eps clamps nothing that matters)."""
     def fn(a):
         if eps is not None:
-            a = ir.op("minimum", ir.op("maximum", a, c(eps, a)), c(1 - eps, a))
+            lo, hi = c(eps, a), c(1 - eps, a)
+            a = ir.op("where", ir.op("lt", a, lo), lo, ir.op("where", ir.op("gt", a, hi), hi, a))
         return ir.op("logit", a)
     return P.pointwise(fn, [x], KIND.INT_TO_FLOAT)
 
@@ -293,6 +295,8 @@ REGISTRY: list[Op] = [
        samples=(Sample(torch.logit, _U, (torch.float32, torch.float16, torch.bfloat16), grad=True),
                 Sample(lambda x: torch.logit(x, eps=0.25), _U, grad=True),
                 Sample(lambda x: torch.logit(x, 1e-6), ("randn",), rtol=1e-4),
+                Sample(lambda x: torch.logit(x, eps=0.7), _U),  # lo > hi: eager's order of tests
+                Sample(lambda x: torch.logit(x, eps=0.25), ("prob_nan",)), Sample(lambda x: torch.logit(x, eps=-0.1)),
                 Sample(torch.logit, ("int",)))),
     # ---- rounding
     Op("floor", 1, A, _tl("tl.floor({0})"), aten=_rounding("floor")),

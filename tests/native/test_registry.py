@@ -28,8 +28,11 @@ def make_inputs(sample, dtype):
     for spec in sample.inputs:
         if spec == "randn":
             out.append(torch.randn(SHAPE, device=DEVICE).to(dtype))
-        elif spec == "prob":
-            out.append((torch.rand(SHAPE, device=DEVICE) * 0.98 + 0.01).to(dtype))
+        elif spec in ("prob", "prob_nan"):
+            t = torch.rand(SHAPE, device=DEVICE) * 0.98 + 0.01
+            if spec == "prob_nan":
+                t.view(-1)[::5] = float("nan")
+            out.append(t.to(dtype))
         elif spec == "pos":
             out.append((torch.rand(SHAPE, device=DEVICE) * 3 + 0.1).to(dtype))
         elif spec == "int":
@@ -44,7 +47,8 @@ def make_inputs(sample, dtype):
 def trace(fn, inputs, decompositions):
     def flat(*args):
         return fn(*args)
-    return make_fx(flat, decomposition_table=decompositions, pre_dispatch=decompositions is SAMPLE_DECOMPOSITIONS)(*inputs)
+    pre_dispatch = decompositions is SAMPLE_DECOMPOSITIONS
+    return make_fx(flat, decomposition_table=decompositions, pre_dispatch=pre_dispatch)(*inputs)
 
 
 SAMPLES = [(op, s, dt) for op in ops.REGISTRY for s in op.samples for dt in s.dtypes]
