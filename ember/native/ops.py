@@ -57,7 +57,8 @@ class Op:
     kind: str = "any"
     render: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     # a cheaper spelling for kernels whose every node computing the op rounds its result to
-    # fp16/bf16, where a few fp32 ulps are far below one rounding step (erf; see TritonKernelEmitter.lowp_ops)
+    # fp16/bf16, where a few fp32 ulps are far below one rounding step (erf; see
+    # TritonKernelEmitter.lowp_ops)
     render_lowp: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     heavy: bool = False                  # tens of instructions per element: fewer warps (choose_config)
     aten: Any = ()                       # packets lowered to ir.op(name, ...), or {packets: lower}
@@ -351,8 +352,9 @@ WHOLE: list = []                   # overloads lowered whole (taken out of the d
 
 
 def _build():
+    names = [op.name for op in REGISTRY]
+    assert len(names) == len(set(names)), f"ops declared twice: {sorted(n for n in names if names.count(n) > 1)}"
     for op in REGISTRY:
-        assert op.name not in OPS, f"op {op.name} declared twice"
         if op.arity is not None:
             OPS[op.name] = op
         rules = op.aten if isinstance(op.aten, Mapping) else {op.aten: _direct(op.name, op.promotion)}
