@@ -168,3 +168,22 @@ def test_whole_ops_stay_whole_through_the_autograd_layer():
     table = decomposition_table(AOT_DECOMPOSITIONS)
     assert ops.WHOLE and not [o for o in ops.WHOLE if o in table]
     assert all(table[o] is fn for o, fn in DECOMPOSITIONS.items())
+
+
+@pytest.mark.parametrize("op", list(ops.OPS.values()), ids=lambda op: op.name)
+def test_verifier_checks_registry_arity(op):
+    """The IR verifier knows every registry op's arity, and no op outside the registry."""
+    from ember.native import lowering
+    x = torch.randn(4, 6)
+    g, _ = lowering.lower(trace(lambda x: x * 2, [x], DECOMPOSITIONS), [x])
+    node = g.nodes[0]
+    x = node.body
+    for body, ok in ((ir.Expr(op.name, [x] * op.arity, x.dtype), True),
+                     (ir.Expr(op.name, [x] * (op.arity + 1), x.dtype), False),
+                     (ir.Expr(op.name + "_unknown", [x] * op.arity, x.dtype), False)):
+        g.nodes[0] = ir.ComputedNode(node.name, node.layout, node.ranges, body, node.store_index)
+        if ok:
+            ir.verify(g)
+        else:
+            with pytest.raises(ir.IRError, match="arity|unknown op"):
+                ir.verify(g)
