@@ -38,7 +38,8 @@ def aot_autograd(fw_compiler: Callable | None = None, bw_compiler: Callable | No
         fw_compiler: compiles the forward graph (ATen fx graph, example inputs) -> callable returning a
             tuple. Defaults to running the graph eagerly.
         bw_compiler: compiles the backward graph; defaults to ``fw_compiler``.
-        decompositions: op -> function entries added to (or overriding) ``default_decompositions()``.
+        decompositions: op -> function entries added to (or overriding) ``default_decompositions()``;
+            op -> None takes the op out (it reaches the compilers whole).
         partition_fn: ``fn(joint_gm, joint_inputs, *, num_fwd_outputs) -> (fw_gm, bw_gm)``; defaults to
             ``min_cut_partition``.
         inference_compiler: compiles forward-only graphs (no gradient needed); defaults to ``fw_compiler``.

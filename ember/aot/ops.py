@@ -39,11 +39,12 @@ def default_decompositions() -> dict:
 
 
 def decomposition_table(extra: dict | None) -> dict:
-    """``default_decompositions()`` extended (and overridden) by ``extra``, an op -> function mapping."""
+    """``default_decompositions()`` extended (and overridden) by ``extra``, an op -> function mapping;
+    an op mapped to None is taken out (a backend that lowers the op itself keeps it whole)."""
     table = default_decompositions()
     if extra:
         table.update(extra)
-    return table
+    return {op: fn for op, fn in table.items() if fn is not None}
 
 
 # ------------------------------------------------------------------------ torch-level rewrites while tracing

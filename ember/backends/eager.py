@@ -58,7 +58,8 @@ def _native_backend(cudagraphs: bool = False, autotune: bool = False):
     key = (cudagraphs, autotune)
     if key not in _native:  # imported on first use: the ATen tracing and codegen stack is heavy
         from ember.aot import aot_autograd
-        from ember.native import DECOMPOSITIONS, compile_aten_graph
+        from ember.native import compile_aten_graph
+        from ember.native.decomp import AOT_DECOMPOSITIONS
 
         compiler, options = compile_aten_graph, native_options(cudagraphs, autotune)
         if options:
@@ -67,7 +68,7 @@ def _native_backend(cudagraphs: bool = False, autotune: bool = False):
         if cudagraphs:
             from ember.cudagraphs import wrap_compiler
             compiler = wrap_compiler(compiler)
-        _native[key] = aot_autograd(fw_compiler=compiler, bw_compiler=compiler, decompositions=DECOMPOSITIONS)
+        _native[key] = aot_autograd(fw_compiler=compiler, bw_compiler=compiler, decompositions=AOT_DECOMPOSITIONS)
     return _native[key]
 
 

@@ -12,6 +12,7 @@ import torch
 from torch._decomp import get_decompositions
 
 from ember.aot.ops import core_aten_table
+from ember.native import ops
 
 aten = torch.ops.aten
 
@@ -39,7 +40,7 @@ _KEEP = [aten.var_mean.correction, aten.var.correction, aten.addmm.default, aten
 def _build():
     table = dict(core_aten_table())
     table.update(get_decompositions(_EXTRA))
-    for op in _KEEP:
+    for op in _KEEP + ops.WHOLE:  # WHOLE: pointwise ops the registry lowers as they are (logit)
         table.pop(op, None)
     # random ops stay whole (extern calls drawing from eager's generator the way eager does); this
     # also keeps scaled_dot_product_attention whole, so it becomes the flash/efficient extern kernel
@@ -49,3 +50,5 @@ def _build():
 
 
 DECOMPOSITIONS = _build()
+# for ember.aot, whose table starts from core ATen: the ops lowered here whole are taken out of it too
+AOT_DECOMPOSITIONS = {**DECOMPOSITIONS, **dict.fromkeys(_KEEP + ops.WHOLE)}

@@ -7,7 +7,7 @@ Two layers:
   (``s0, s1, ...``). Sizes, strides and ranges are ints or sympy expressions over size symbols; the
   arithmetic (``FloorDiv``, ``IMod``, bounds, simplification, proofs) lives in ``symbolic.py``.
 * **value expressions** (``Expr``) are small immutable trees: ``load``, ``const``, ``index``, ``cast``,
-  ``masked`` and the pointwise ops of ``POINTWISE_OPS``. They are hashed structurally, so equal
+  ``masked`` and the pointwise ops of the registry (``ops.py``). They are hashed structurally, so equal
   subtrees are the same value; the emitter's CSE relies on that.
 
 A graph is a list of nodes: ``ComputedNode`` (pointwise, or a reduction over some of its ranges) and
@@ -30,27 +30,8 @@ from ember.native.symbolic import (FloorDiv, IMod, SizeVars, as_int_or_expr, bou
 # --------------------------------------------------------------------------------------------------
 # value expressions
 
-# name -> (arity, kind). kind: "float" ops are computed in floating point, "cmp" return bool,
-# "any" keep their argument dtype. The Triton spelling of each op lives in triton_emit.py.
-POINTWISE_OPS: dict[str, tuple[int, str]] = {
-    "add": (2, "any"), "sub": (2, "any"), "mul": (2, "any"), "truediv": (2, "float"),
-    "floordiv": (2, "any"), "truncdiv": (2, "any"), "remainder": (2, "any"), "fmod": (2, "any"),
-    "maximum": (2, "any"), "minimum": (2, "any"), "pow": (2, "float"), "atan2": (2, "float"),
-    "neg": (1, "any"), "abs": (1, "any"), "sign": (1, "any"), "reciprocal": (1, "float"),
-    "exp": (1, "float"), "exp2": (1, "float"), "expm1": (1, "float"), "log": (1, "float"),
-    "log2": (1, "float"), "log1p": (1, "float"), "sqrt": (1, "float"), "rsqrt": (1, "float"),
-    "sin": (1, "float"), "cos": (1, "float"), "tan": (1, "float"), "tanh": (1, "float"),
-    "sigmoid": (1, "float"), "erf": (1, "float"), "atan": (1, "float"), "sinh": (1, "float"),
-    "cosh": (1, "float"), "asin": (1, "float"), "acos": (1, "float"),
-    "floor": (1, "any"), "ceil": (1, "any"), "trunc": (1, "any"), "round": (1, "any"),
-    "eq": (2, "cmp"), "ne": (2, "cmp"), "lt": (2, "cmp"), "le": (2, "cmp"), "gt": (2, "cmp"),
-    "ge": (2, "cmp"), "isnan": (1, "cmp"), "isinf": (1, "cmp"),
-    "logical_and": (2, "cmp"), "logical_or": (2, "cmp"), "logical_xor": (2, "cmp"),
-    "logical_not": (1, "cmp"),
-    "bitwise_and": (2, "any"), "bitwise_or": (2, "any"), "bitwise_xor": (2, "any"),
-    "bitwise_not": (1, "any"),
-    "where": (3, "any"),
-}
+# The pointwise ops (name, arity, result-dtype kind, renderings, ATen overloads) are declared
+# once, in the op registry ops.py (imported at the end of this module: it builds Exprs).
 
 REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all")
 
@@ -124,7 +105,7 @@ def cast(x: Expr, dtype) -> Expr:
 
 
 def op(name: str, *args: Expr, dtype=None) -> Expr:
-    arity, kind = POINTWISE_OPS[name]
+    arity, kind = _ops.SIGNATURE[name]
     assert len(args) == arity, (name, args)
     if dtype is None:
         dtype = torch.bool if kind == "cmp" else args[-1].dtype
@@ -492,8 +473,8 @@ def verify(g: GraphIR) -> None:
             elif e.op == "index":
                 extra = e.attr.free_symbols - allowed
                 _check(not extra, lambda: f"{n.name}: index value {e.attr} uses unbound symbols {extra}")
-            elif e.op in POINTWISE_OPS:
-                _check(len(e.args) == POINTWISE_OPS[e.op][0], lambda: f"{n.name}: {e.op} arity")
+            elif e.op in _ops.SIGNATURE:
+                _check(len(e.args) == _ops.SIGNATURE[e.op][0], lambda: f"{n.name}: {e.op} arity")
             else:
                 _check(e.op in ("const", "cast", "masked"), lambda: f"{n.name}: unknown op {e.op}")
         store_vars = set(n.store_index.free_symbols) - sizes if isinstance(n.store_index, sympy.Basic) else set()
@@ -552,3 +533,6 @@ def simplify_expr(e: Expr, ranges: dict, memo: dict | None = None, lower: dict |
     out = Expr(e.op, args, e.dtype, attr) if (args != e.args or attr is not e.attr) else e
     memo[e] = out
     return out
+
+
+from ember.native import ops as _ops  # noqa: E402  (the registry imports this module)

@@ -1,5 +1,6 @@
-"""Lowerings of computing ops: pointwise math, casts, constants, reductions, indexing, cat/pad,
-and the ops kept as extern ATen calls on purpose (matmul, convolution, attention).
+"""Lowerings of computing ops: pointwise math (declared in the op registry, ``ops.py``), casts,
+constants, reductions, indexing, cat/pad, and the ops kept as extern ATen calls on purpose (matmul,
+convolution, attention).
 
 Pointwise ops follow eager's type promotion: arguments are cast to the computation dtype that
 ``torch._prims_common.elementwise_dtypes`` gives (fp32 for fp16/bf16), the op runs, and the result is
@@ -14,7 +15,7 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as KIND
 from torch._prims_common import elementwise_dtypes
 
-from ember.native import ir
+from ember.native import ir, ops
 from ember.native.lower_views import reshape_value
 from ember.native.symbolic import SymbolicUnsupported, eq, is_static, norm
 from ember.native.lowering import (EXTERN_ALIGN, Decline, Lazy, Unsupported, Value, broadcast_loader, out_meta,
@@ -72,214 +73,46 @@ def pointwise(node, fn, args, kind=KIND.DEFAULT, compute=None):
     return Lazy(sizes, out_dtype, device, load)
 
 
-def c(value, like: ir.Expr):
-    return ir.const(value, like.dtype)
-
-
 # --------------------------------------------------------------------------------------------------
-# pointwise table: aten overloads -> an Expr builder
-
-UNARY_FLOAT = {
-    aten.exp: "exp", aten.exp2: "exp2", aten.expm1: "expm1", aten.log: "log", aten.log2: "log2",
-    aten.log1p: "log1p", aten.sqrt: "sqrt", aten.rsqrt: "rsqrt", aten.sin: "sin", aten.cos: "cos",
-    aten.tan: "tan", aten.tanh: "tanh", aten.sigmoid: "sigmoid", aten.erf: "erf", aten.atan: "atan",
-    aten.sinh: "sinh", aten.cosh: "cosh", aten.asin: "asin", aten.acos: "acos", aten.reciprocal: "reciprocal",
-}
-UNARY_ANY = {aten.neg: "neg", aten.abs: "abs", aten.sign: "sign", aten.bitwise_not: "bitwise_not",
-             aten.logical_not: "logical_not"}
-ROUNDING = {aten.floor: "floor", aten.ceil: "ceil", aten.trunc: "trunc", aten.round: "round"}
-BINARY = {aten.maximum: "maximum", aten.minimum: "minimum", aten.bitwise_and: "bitwise_and",
-          aten.bitwise_or: "bitwise_or", aten.bitwise_xor: "bitwise_xor", aten.fmod: "fmod",
-          aten.remainder: "remainder"}
-COMPARE = {aten.eq: "eq", aten.ne: "ne", aten.lt: "lt", aten.le: "le", aten.gt: "gt", aten.ge: "ge"}
-LOGICAL = {aten.logical_and: "logical_and", aten.logical_or: "logical_or", aten.logical_xor: "logical_xor"}
+# pointwise ops: the lowerings the op registry (ops.py) declares
 
 
-def _overloads(packet, names=("default", "Tensor", "Scalar", "Tensor_Scalar", "Scalar_Tensor", "self")):
-    return [getattr(packet, n) for n in names if n in packet.overloads()]
+class PointwiseLowering:
+    """What a registry lowering (``ops.Op.aten``) sees of the call it lowers: the target, the
+    output's metadata, and ``pointwise`` to build the value."""
+    __slots__ = ("node", "target", "out")
 
+    def __init__(self, node):
+        self.node, self.target, self.out = node, node.target, _out(node)
 
-def _reg_unary(table, kind):
-    for packet, name in table.items():
-        def lower(L, node, x, _name=name):
-            if _name == "bitwise_not" and x.dtype == torch.bool:
-                _name = "logical_not"
-            if _name == "logical_not":
-                return pointwise(node, lambda a: ir.op("logical_not", ir.op("ne", a, c(0, a))), [x])
-            return pointwise(node, lambda a: ir.op(_name, a), [x], kind)
-        register(*_overloads(packet))(lower)
+    def pointwise(self, fn, args, kind=KIND.DEFAULT, *, raw=False, const_dtypes=None):
+        """``fn(*exprs)`` per element, args broadcast; ``raw``: operands are loaded in their own
+        dtype (fn casts them), Python numbers become constants of ``const_dtypes``."""
+        if not raw:
+            return pointwise(self.node, fn, args, kind)
+        out = self.out
+        loaders = [broadcast_loader(v, out.shape) if isinstance(v, Value) else None for v in args]
 
+        def load(idx):
+            es = [v.load(r(idx)) if r else ir.const(v, dt) for v, r, dt in zip(args, loaders, const_dtypes)]
+            return ir.cast(fn(*es), out.dtype)
+        return Lazy(out.shape, out.dtype, out.device, load)
 
-_reg_unary(UNARY_FLOAT, KIND.INT_TO_FLOAT)
-_reg_unary(UNARY_ANY, KIND.DEFAULT)
+    compute_dtype = staticmethod(compute_dtype)
 
-
-@register(aten.log10.default)
-def log10(L, node, x):
-    return pointwise(node, lambda a: ir.op("mul", ir.op("log", a), c(1 / math.log(10), a)), [x], KIND.INT_TO_FLOAT)
-
-
-for _p, _n in ROUNDING.items():
-    def _round(L, node, x, decimals=0, _n=_n):
-        if not x.dtype.is_floating_point:
-            return pointwise(node, lambda a: a, [x])
-        if decimals:
-            s = 10.0 ** decimals
-            return pointwise(node, lambda a: ir.op("truediv", ir.op(_n, ir.op("mul", a, c(s, a))), c(s, a)), [x])
-        return pointwise(node, lambda a: ir.op(_n, a), [x])
-    register(*_overloads(_p, ("default", "decimals")))(_round)
-
-
-@register(aten.relu.default)
-def relu(L, node, x):
-    return pointwise(node, lambda a: ir.op("maximum", a, c(0, a)), [x])
-
-
-@register(aten.isnan.default)
-def isnan(L, node, x):
-    return pointwise(node, lambda a: ir.op("isnan", a) if a.dtype.is_floating_point else ir.const(False, torch.bool), [x])
-
-
-@register(aten.isinf.default)
-def isinf(L, node, x):
-    return pointwise(node, lambda a: ir.op("isinf", a) if a.dtype.is_floating_point else ir.const(False, torch.bool), [x])
-
-
-@register(aten.isfinite.default)
-def isfinite(L, node, x):
-    def fn(a):
-        if not a.dtype.is_floating_point:
-            return ir.const(True, torch.bool)
-        return ir.op("logical_not", ir.op("logical_or", ir.op("isnan", a), ir.op("isinf", a)))
-    return pointwise(node, fn, [x])
-
-
-def _arith(name):
-    def lower(L, node, a, b, alpha=None):
-        def fn(x, y):
-            if alpha is not None and alpha != 1:
-                y = ir.op("mul", y, c(alpha, y))
-            return ir.op(name, x, y)
-        return pointwise(node, fn, [a, b])
-    return lower
-
-
-register(*_overloads(aten.add))(_arith("add"))
-register(*_overloads(aten.sub))(_arith("sub"))
-register(*_overloads(aten.mul))(_arith("mul"))
-register(prims.add.default)(_arith("add"))
-register(prims.sub.default)(_arith("sub"))
-register(prims.mul.default)(_arith("mul"))
-
-
-@register(aten.rsub.Tensor, aten.rsub.Scalar)
-def rsub(L, node, a, b, alpha=1):
-    return _arith("sub")(L, node, b, a, alpha)
-
-
-for _p, _n in BINARY.items():
-    register(*_overloads(_p))(lambda L, node, a, b, _n=_n: pointwise(node, lambda x, y: ir.op(_n, x, y), [a, b]))
-for _p, _n in COMPARE.items():
-    register(*_overloads(_p))(lambda L, node, a, b, _n=_n: pointwise(node, lambda x, y: ir.op(_n, x, y), [a, b]))
-for _p, _n in LOGICAL.items():
-    register(*_overloads(_p))(lambda L, node, a, b, _n=_n: pointwise(
-        node, lambda x, y: ir.op(_n, ir.op("ne", x, c(0, x)), ir.op("ne", y, c(0, y))), [a, b]))
-
-
-@register(aten.atan2.default)
-def atan2(L, node, a, b):
-    return pointwise(node, lambda x, y: ir.op("atan2", x, y), [a, b], KIND.INT_TO_FLOAT)
-
-
-@register(aten.div.Tensor, aten.div.Scalar, prims.div.default)
-def div(L, node, a, b):
-    if node.target is prims.div.default and not _out(node).dtype.is_floating_point:
-        return pointwise(node, lambda x, y: ir.op("truncdiv", x, y), [a, b])
-    return pointwise(node, lambda x, y: ir.op("truediv", x, y), [a, b], KIND.INT_TO_FLOAT)
-
-
-@register(aten.div.Tensor_mode, aten.div.Scalar_mode)
-def div_mode(L, node, a, b, rounding_mode=None):
-    if rounding_mode is None:
-        return div(L, node, a, b)
-    floating = _out(node).dtype.is_floating_point
-    if floating:
-        rnd = "trunc" if rounding_mode == "trunc" else "floor"
-        return pointwise(node, lambda x, y: ir.op(rnd, ir.op("truediv", x, y)), [a, b])
-    return pointwise(node, lambda x, y: ir.op("truncdiv" if rounding_mode == "trunc" else "floordiv", x, y), [a, b])
-
-
-@register(aten.floor_divide.default, aten.floor_divide.Scalar)
-def floor_divide(L, node, a, b):
-    return div_mode(L, node, a, b, "floor")
-
-
-@register(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
-def pow_(L, node, a, b):
-    out = _out(node)
-    if isinstance(b, (int, float)) and not isinstance(b, bool):
-        small = {2: lambda x: ir.op("mul", x, x), 1: lambda x: x, 3: lambda x: ir.op("mul", ir.op("mul", x, x), x),
-                 0: lambda x: c(1, x)}
-        if b in small:
-            return pointwise(node, small[b], [a])
-        if out.dtype.is_floating_point:
-            special = {0.5: lambda x: ir.op("sqrt", x), -0.5: lambda x: ir.op("rsqrt", x),
-                       -1: lambda x: ir.op("reciprocal", x), -2: lambda x: ir.op("reciprocal", ir.op("mul", x, x))}
-            if b in special:
-                return pointwise(node, special[b], [a])
-    if not out.dtype.is_floating_point:
+    @staticmethod
+    def decline():
         raise Decline
-    return pointwise(node, lambda x, y: ir.op("pow", x, y), [a, b])
 
 
-@register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar, prims.where.default)
-def where(L, node, cond, a, b):
-    compute = compute_dtype([a, b])
-
-    def fn(cnd, x, y):
-        return ir.op("where", ir.op("ne", cnd, c(0, cnd)) if cnd.dtype != torch.bool else cnd,
-                     ir.cast(x, compute), ir.cast(y, compute))
-    out = _out(node)
-    loaders = [broadcast_loader(v, out.shape) if isinstance(v, Value) else None for v in (cond, a, b)]
-
-    def load(idx):
-        es = [v.load(r(idx)) if r else ir.const(v, torch.bool if i == 0 else compute)
-              for i, (v, r) in enumerate(zip((cond, a, b), loaders))]
-        return ir.cast(fn(*es), out.dtype)
-    return Lazy(out.shape, out.dtype, out.device, load)
+def _register_registry():
+    for target, lower in ops.ATEN.items():
+        def lowering(L, node, *args, _lower=lower, **kwargs):
+            return _lower(PointwiseLowering(node), *args, **kwargs)
+        register(target)(lowering)
 
 
-@register(aten.clamp.default, aten.clamp.Tensor, aten.clamp_min.default, aten.clamp_min.Tensor,
-          aten.clamp_max.default, aten.clamp_max.Tensor, aten.hardtanh.default)
-def clamp(L, node, x, lo=None, hi=None):
-    if node.target in (aten.clamp_max.default, aten.clamp_max.Tensor):
-        lo, hi = None, lo
-    if node.target is aten.hardtanh.default:
-        lo = -1.0 if lo is None else lo
-        hi = 1.0 if hi is None else hi
-    args = [x] + [v for v in (lo, hi) if v is not None]
-
-    def fn(v, *bounds):
-        it = iter(bounds)
-        if lo is not None:
-            v = ir.op("maximum", v, next(it))
-        if hi is not None:
-            v = ir.op("minimum", v, next(it))
-        return v
-    return pointwise(node, fn, args)
-
-
-@register(aten.leaky_relu.default)
-def leaky_relu(L, node, x, slope=0.01):
-    return pointwise(node, lambda a: ir.op("where", ir.op("gt", a, c(0, a)), a, ir.op("mul", a, c(slope, a))), [x])
-
-
-@register(aten.elu.default)
-def elu(L, node, x, alpha=1.0, scale=1.0, input_scale=1.0):
-    def fn(a):
-        neg = ir.op("mul", ir.op("expm1", ir.op("mul", a, c(input_scale, a))), c(alpha * scale, a))
-        return ir.op("where", ir.op("gt", a, c(0, a)), ir.op("mul", a, c(scale, a)), neg)
-    return pointwise(node, fn, [x])
+_register_registry()
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Lowering: an ATen FX graph -> ``GraphIR``.
 
-``GraphLowering`` interprets the graph node by node. Each op's lowering (tables in ``lower_ops.py`` and
-``lower_views.py``) maps its arguments to a *tensor value*:
+``GraphLowering`` interprets the graph node by node. Each op's lowering (pointwise ops: the op registry
+``ops.py``; the rest: ``lower_ops.py`` and ``lower_views.py``) maps its arguments to a *tensor value*:
 
 * ``Stored``: a strided view of a buffer (a graph input, a computed buffer, an extern output). Views of
   it stay ``Stored`` while they are expressible with sizes/strides/offset, so extern ops can take them

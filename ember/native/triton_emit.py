@@ -36,7 +36,7 @@ import types
 import sympy
 import torch
 
-from ember.native import ir
+from ember.native import ir, ops
 from ember.native.scheduler import Kernel
 from ember.native.split_reduction import contiguous_reduction
 from ember.native.symbolic import is_static, print_expr
@@ -48,31 +48,7 @@ TL_DTYPE = {
 }
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
-# op -> Triton expression template over its argument names
-TEMPLATES = {
-    "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "truediv": "{0} / {1}",
-    "truncdiv": "{0} // {1}", "floordiv": "floordiv({0}, {1})", "remainder": "remainder({0}, {1})",
-    "fmod": "{0} % {1}", "maximum": "maximum({0}, {1})", "minimum": "minimum({0}, {1})",
-    "pow": "pow({0}, {1})", "atan2": "atan2({0}, {1})",
-    "neg": "-{0}", "abs": "tl.abs({0})", "sign": "sign({0})", "reciprocal": "1.0 / {0}",
-    "exp": "tl.exp({0})", "exp2": "tl.exp2({0})", "expm1": "expm1({0})", "log": "tl.log({0})",
-    "log2": "tl.log2({0})", "log1p": "log1p({0})", "sqrt": "tl.sqrt({0})", "rsqrt": "tl.rsqrt({0})",
-    "sin": "tl.sin({0})", "cos": "tl.cos({0})", "tan": "tan({0})", "tanh": "tanh({0})",
-    "sigmoid": "tl.sigmoid({0})", "erf": "tl.math.erf({0})", "atan": "atan({0})", "sinh": "sinh({0})",
-    "cosh": "cosh({0})", "asin": "asin({0})", "acos": "acos({0})",
-    "floor": "tl.floor({0})", "ceil": "tl.ceil({0})", "trunc": "trunc({0})", "round": "round_half_even({0})",
-    "eq": "{0} == {1}", "ne": "{0} != {1}", "lt": "{0} < {1}", "le": "{0} <= {1}", "gt": "{0} > {1}",
-    "ge": "{0} >= {1}", "isnan": "{0} != {0}", "isinf": "tl.abs({0}) == float('inf')",
-    "logical_and": "{0} & {1}", "logical_or": "{0} | {1}", "logical_xor": "{0} ^ {1}",
-    "logical_not": "{0} == 0", "bitwise_and": "{0} & {1}", "bitwise_or": "{0} | {1}",
-    "bitwise_xor": "{0} ^ {1}", "bitwise_not": "~{0}", "where": "tl.where({0}, {1}, {2})",
-}
-
-# ops that cost tens of instructions per element: kernels with one get fewer warps (choose_config)
-HEAVY_OPS = frozenset({"erf", "tanh", "pow", "atan", "atan2", "asin", "acos", "sinh", "cosh", "tan", "expm1",
-                       "log1p"})
-# in kernels whose every erf result is rounded to bf16/fp16 (see TritonKernelEmitter.fast_erf)
-LOW_PRECISION_TEMPLATES = {"erf": "erf_rational({0})"}
+# how each pointwise op is spelled in Triton, and which are costly (HEAVY): the op registry, ops.py
 
 # the least size a symbolic size's hint counts as when choosing block sizes (see _config)
 SYMBOLIC_HINT_FLOOR = 1024
@@ -126,7 +102,7 @@ def choose_config(k: Kernel, options: dict, inner_reduction: bool, persistent_ok
     """Block sizes from Inductor-like heuristics; ``options`` may cap them (tests force small
     blocks so mask tails and several loop iterations get exercised). ``k`` has int sizes (hints for
     symbolic kernels); ``persistent_ok=False`` when no bound on rnumel is known; ``heavy``: the
-    kernel computes a costly function per element (``HEAVY_OPS``)."""
+    kernel computes a costly function per element (``ops.HEAVY``)."""
     max_x = options.get("max_xblock", 4096)
     max_r = options.get("max_rblock", 4096)
     if not k.is_reduction:
@@ -206,13 +182,14 @@ class TritonKernelEmitter:
         self.int32_limits = [] if self.int64 else [n for n in sizes if not is_static(n)]
         self.vars = ir.node_vars(len(k.ranges))
         self.kept = [i for i in range(len(k.ranges)) if i not in k.reduced]
-        # erf as a cheaper rational function (a few float32 ulps off libdevice's) when every node
-        # computing one rounds its result to bf16/fp16, as gelu on half tensors does: the error is
-        # far below one rounding step, and libdevice's erf made such kernels compute-bound
-        ops = {n.name: {x.op for x in ir.walk([k.bodies[n.name]])} for n in k.nodes}
-        self.heavy = any(o & HEAVY_OPS for o in ops.values())
-        erf_nodes = [n for n in k.nodes if "erf" in ops[n.name]]
-        self.fast_erf = bool(erf_nodes) and all(n.layout.dtype in LOW_PRECISION for n in erf_nodes)
+        # an op's cheaper spelling (erf as a rational function, a few float32 ulps off libdevice's)
+        # when every node computing it rounds its result to bf16/fp16, as gelu on half tensors
+        # does: the error is far below one rounding step, and libdevice's erf made such kernels
+        # compute-bound
+        used = {n.name: {x.op for x in ir.walk([k.bodies[n.name]])} for n in k.nodes}
+        self.heavy = any(o & ops.HEAVY for o in used.values())
+        self.lowp_ops = {name for name in set().union(*used.values()) & ops.LOWP_RENDERED
+                         if all(n.layout.dtype in LOW_PRECISION for n in k.nodes if name in used[n.name])}
 
     # -- names ---------------------------------------------------------------------------------
     def pointer(self, buf, out=False):
@@ -283,11 +260,7 @@ class TritonKernelEmitter:
             other = _literal(e.attr, e.dtype)
             return self.emit_line(scope, f"tl.where({m}, {body}, {other})")
         args = [self.value(a, scope, mask) for a in e.args]
-        if e.op == "reciprocal":
-            return self.emit_line(scope, f"1.0 / {args[0]}" if compute_dtype(e.dtype) == torch.float32
-                                  else f"tl.full([], 1, {TL_DTYPE[e.dtype]}) / {args[0]}")
-        template = LOW_PRECISION_TEMPLATES.get(e.op) if self.fast_erf else None
-        return self.emit_line(scope, (template or TEMPLATES[e.op]).format(*args))
+        return self.emit_line(scope, ops.render("triton", e, args, e.op in self.lowp_ops))
 
     def cast(self, v, src, dst, scope):
         csrc, cdst = compute_dtype(src), compute_dtype(dst)
