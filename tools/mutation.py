@@ -54,7 +54,7 @@ LOWER = "ember/native/lower_ops.py"
 T_GUARDS = "tests/frontend/test_guard_strength.py"
 T_HANDLERS = "tests/frontend/test_handler_strength.py"
 T_OPS = "tests/native/test_ops.py"
-T_AOT = "tests/aot/test_aot_strength.py"
+T_AOT = "tests/aot/test_aot_semantics.py"
 
 MUTANTS: list[Mutant] = [
     # ---- guards --------------------------------------------------------------------------------
@@ -137,7 +137,7 @@ MUTANTS: list[Mutant] = [
       "torch.zeros(shape, dtype=dtype, device=device) if g is None", "torch.ones(shape, dtype=dtype, device=device) if g is None",
       T_AOT, why="an output the loss ignores contributes a gradient"),
     M("aot_regenerate_view_grad", "ember/aot/runtime.py", "if info.requires_grad or not base.requires_grad:", "if True:",
-      T_AOT, why="a view returned under no_grad requires grad"),
+      T_AOT, why="a view of a detached input comes back requiring grad"),
     M("aot_double_backward_silent", "ember/aot/runtime.py", "            if create_graph:\n                result = _poison(result)\n",
       "", T_AOT, why="double backward through a compiled graph silently gives zero"),
 ]
