@@ -81,6 +81,8 @@ MUTANTS: list[Mutant] = [
       why="dict iteration order is baked into the graph but not checked"),
     M("guard_alias", GUARDS, 'return f"{v} is {load(g.other)}"', 'return "True"', T_GUARDS,
       why="a graph traced with f(x, x) reused for two distinct tensors"),
+    M("guard_dynamic_tie", "ember/frontend/dynamic.py", 'return f"{load(source)}.{kind}({dim}) == {self.text}"',
+      'return "True"', T_GUARDS, why="with dynamic shapes, a stride or size tied to a symbol is not checked"),
     M("guard_global_default_dtype", GUARDS, "        torch.get_default_dtype(),\n", "", T_GUARDS,
       why="a graph that created float32 tensors reused under set_default_dtype(float64)"),
     # ---- opcode handlers ------------------------------------------------------------------------

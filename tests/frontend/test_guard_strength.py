@@ -99,9 +99,10 @@ def test_strided_view_through_the_default_backend():
 def test_dynamic_shapes_keep_static_strides():
     """With dynamic shapes the sizes are symbols and the SHAPE guard relates the strides to them
     (stride(0) == size(1)); the static unit stride is checked by the tensor guard. Overlapping
-    views with stride(0) == size(1) but stride(1) == 2 pass the first and must fail the second."""
+    views with stride(0) == size(1) but stride(1) == 2 pass the first and must fail the second;
+    a column slice (stride(0) == 6 != size(1)) must fail the first."""
     calls = [(torch.randn(4, 3),), (torch.randn(5, 3),), (torch.randn(20).as_strided((5, 3), (3, 2)),),
-             (torch.randn(30).as_strided((6, 3), (3, 2)),)]
+             (torch.randn(30).as_strided((6, 3), (3, 2)),), (torch.randn(5, 6)[:, :3],)]
     _run_all(_contiguity_branch, calls, dynamic=True)
 
 
