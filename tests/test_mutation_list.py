@@ -37,3 +37,17 @@ def test_a_moved_snippet_is_reported(tmp_path):
     assert "occurs 2 times" in mod.check([m], str(tmp_path))[0]
     (tmp_path / "f.py").write_text("b = 1\n")
     assert "occurs 0 times" in mod.check([m], str(tmp_path))[0]
+
+
+def test_a_folder_mutant_finds_its_snippet_in_any_module(tmp_path):
+    mod = _mutation()
+    m = mod.M("anywhere", "pkg/", "x = 1", "x = 2", "tests/x.py")
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "pkg" / "a.py").write_text("y = 1\n")
+    (tmp_path / "pkg" / "sub" / "b.py").write_text("x = 1\n")
+    assert mod.check([m], str(tmp_path)) == []
+    path, original = mod.mutate(str(tmp_path), m)
+    assert path.endswith("b.py") and original == "x = 1\n" and (tmp_path / "pkg" / "sub" / "b.py").read_text() == "x = 2\n"
+    (tmp_path / "pkg" / "sub" / "b.py").write_text(original)
+    (tmp_path / "pkg" / "a.py").write_text("x = 1\n")  # now in two modules
+    assert "occurs 2 times" in mod.check([m], str(tmp_path))[0]

@@ -37,8 +37,8 @@ COPIED = ("ember", "tests", "pyproject.toml")
 @dataclasses.dataclass(frozen=True)
 class Mutant:
     name: str
-    file: str          # relative to the repository root
-    old: str           # must occur exactly once in the file
+    file: str          # relative to the repository root: a file, or a folder ending in "/" (its .py files)
+    old: str           # must occur exactly once in the file (in all of the folder's files together)
     new: str
     tests: tuple       # pytest arguments (paths, -k expressions) that must fail with the mutant
     why: str = ""      # the bug it stands for
@@ -50,7 +50,9 @@ def M(name, file, old, new, *tests, why=""):
 
 GUARDS = "ember/frontend/guards.py"
 HANDLERS = "ember/frontend/handlers/"
-LOWER = "ember/native/lower_ops.py"
+# lowerings are found anywhere in ember/native/: they may move between its modules (an op registry)
+LOWER = "ember/native/"
+AOT = "ember/aot/"
 T_GUARDS = "tests/frontend/test_guard_strength.py"
 T_HANDLERS = "tests/frontend/test_handler_strength.py"
 T_OPS = "tests/native/test_ops.py"
@@ -86,18 +88,18 @@ MUTANTS: list[Mutant] = [
     M("guard_global_default_dtype", GUARDS, "        torch.get_default_dtype(),\n", "", T_GUARDS,
       why="a graph that created float32 tensors reused under set_default_dtype(float64)"),
     # ---- opcode handlers ------------------------------------------------------------------------
-    M("handler_is_not", HANDLERS + "arithmetic.py", "tx.push(ConstantVariable(r != bool(inst.arg)))",
+    M("handler_is_not", HANDLERS, "tx.push(ConstantVariable(r != bool(inst.arg)))",
       "tx.push(ConstantVariable(r))", T_HANDLERS, why="`a is not b` traced as `a is b`"),
-    M("handler_not_in", HANDLERS + "arithmetic.py", "    if inst.arg:\n        r = ConstantVariable(not r.truth(tx))",
+    M("handler_not_in", HANDLERS, "    if inst.arg:\n        r = ConstantVariable(not r.truth(tx))",
       "    if False:\n        r = ConstantVariable(not r.truth(tx))", T_HANDLERS, why="`k not in d` traced as `k in d`"),
-    M("handler_const_key_map_order", HANDLERS + "containers.py", "tx.push(DictVariable(dict(zip(keys, values))))",
+    M("handler_const_key_map_order", HANDLERS, "tx.push(DictVariable(dict(zip(keys, values))))",
       "tx.push(DictVariable(dict(zip(keys, reversed(values)))))", T_HANDLERS,
       why="a {'a': x, 'b': y} literal pairs keys with the wrong values"),
-    M("handler_unpack_ex_head", HANDLERS + "containers.py", "    for v in reversed(head):\n        tx.push(v)",
+    M("handler_unpack_ex_head", HANDLERS, "    for v in reversed(head):\n        tx.push(v)",
       "    for v in head:\n        tx.push(v)", T_HANDLERS, why="`a, b, *rest = seq` swaps a and b"),
-    M("handler_format_conversion", HANDLERS + "containers.py", "conv = _CONVERSIONS[inst.arg & 0x03]",
+    M("handler_format_conversion", HANDLERS, "conv = _CONVERSIONS[inst.arg & 0x03]",
       "conv = None", T_HANDLERS, why="f'{s!r}' formats like f'{s}'"),
-    M("handler_jump_if_true_or_pop", HANDLERS + "jumps.py",
+    M("handler_jump_if_true_or_pop", HANDLERS,
       "    if tx.stack[-1].truth(tx):\n        tx.jump(inst)", "    if not tx.stack[-1].truth(tx):\n        tx.jump(inst)",
       T_HANDLERS, why="`a or b` picks the wrong operand (3.11 bytecode)"),
     # ---- native lowerings -----------------------------------------------------------------------
@@ -126,41 +128,61 @@ MUTANTS: list[Mutant] = [
       why="arange ignores step"),
     M("lower_add_alpha", LOWER, "if alpha is not None and alpha != 1:", "if False:", T_OPS, "-k", "alpha or rsub",
       why="add/sub ignore alpha"),
-    M("lower_empty_prod_identity", "ember/native/lowering.py", '{"sum": 0, "prod": 1, "any": False, "all": True}',
+    M("lower_empty_prod_identity", LOWER, '{"sum": 0, "prod": 1, "any": False, "all": True}',
       '{"sum": 0, "prod": 0, "any": False, "all": True}', T_OPS, "-k", "empty",
       why="prod over an empty dimension gives 0"),
     # ---- autograd layer -------------------------------------------------------------------------
-    M("aot_copy_back_skipped", "ember/aot/runtime.py", "    for k, i in one_by_one:\n",
+    M("aot_copy_back_skipped", AOT, "    for k, i in one_by_one:\n",
       "    for k, i in one_by_one[:0]:\n", T_AOT, why="a mutated input is not written back"),
-    M("aot_under_no_grad", "ember/aot/functional.py",
+    M("aot_under_no_grad", AOT,
       "under_no_grad = data and bool(torch._functionalize_are_all_mutations_under_no_grad_or_inference_mode(inner))",
       "under_no_grad = data", T_AOT, why="a mutation made under grad mode is copied back without autograd"),
-    M("aot_missing_grad_ones", "ember/aot/runtime.py",
+    M("aot_missing_grad_ones", AOT,
       "torch.zeros(shape, dtype=dtype, device=device) if g is None", "torch.ones(shape, dtype=dtype, device=device) if g is None",
       T_AOT, why="an output the loss ignores contributes a gradient"),
-    M("aot_regenerate_view_grad", "ember/aot/runtime.py", "if info.requires_grad or not base.requires_grad:", "if True:",
+    M("aot_regenerate_view_grad", AOT, "if info.requires_grad or not base.requires_grad:", "if True:",
       T_AOT, why="a view of a detached input comes back requiring grad"),
-    M("aot_double_backward_silent", "ember/aot/runtime.py", "            if create_graph:\n                result = _poison(result)\n",
+    M("aot_double_backward_silent", AOT, "            if create_graph:\n                result = _poison(result)\n",
       "", T_AOT, why="double backward through a compiled graph silently gives zero"),
 ]
 
 
 # ---------------------------------------------------------------------------------------------------
+def _files(m: Mutant, root: str) -> list[str]:
+    """The files (relative to root) a mutant's snippet is looked for in."""
+    if not m.file.endswith("/"):
+        return [m.file]
+    found = []
+    for d, _, names in os.walk(os.path.join(root, m.file)):
+        found += [os.path.relpath(os.path.join(d, n), root) for n in names if n.endswith(".py")]
+    return sorted(found)
+
+
+def locate(m: Mutant, root: str = ROOT) -> tuple[list[str], int]:
+    """(files holding the snippet, total number of occurrences)."""
+    hits, total = [], 0
+    for rel in _files(m, root):
+        with open(os.path.join(root, rel), encoding="utf-8") as f:
+            n = f.read().count(m.old)
+        if n:
+            hits.append(rel)
+            total += n
+    return hits, total
+
+
 def check(mutants, root=ROOT) -> list[str]:
     """Problems with the list: snippets not occurring exactly once, duplicate names, no-op mutants."""
     problems = []
     names = [m.name for m in mutants]
     problems += [f"duplicate mutant name {n}" for n in sorted({n for n in names if names.count(n) > 1})]
     for m in mutants:
-        path = os.path.join(root, m.file)
-        if not os.path.exists(path):
+        if not os.path.exists(os.path.join(root, m.file)):
             problems.append(f"{m.name}: {m.file} does not exist")
             continue
-        with open(path, encoding="utf-8") as f:
-            count = f.read().count(m.old)
+        hits, count = locate(m, root)
         if count != 1:
-            problems.append(f"{m.name}: snippet occurs {count} times in {m.file} (expected once; did the code move?)"
-                            f"\n    {m.old!r}")
+            problems.append(f"{m.name}: snippet occurs {count} times in {m.file} {hits or ''} (expected once; "
+                            f"did the code move?)\n    {m.old!r}")
         if m.old == m.new:
             problems.append(f"{m.name}: replacement equals the snippet")
         if not m.tests:
@@ -209,14 +231,16 @@ def verdict(rc) -> str:
     return "killed" if rc == 1 else f"killed (pytest exit {rc})"
 
 
-def mutate(copy: str, m: Mutant) -> str:
-    path = os.path.join(copy, m.file)
+def mutate(copy: str, m: Mutant) -> tuple[str, str]:
+    """Apply m in the copy; returns (the mutated file's path, its original text) to restore it."""
+    hits, count = locate(m, copy)
+    assert count == 1, m.name
+    path = os.path.join(copy, hits[0])
     with open(path, encoding="utf-8") as f:
         original = f.read()
-    assert original.count(m.old) == 1, m.name
     with open(path, "w", encoding="utf-8") as f:
         f.write(original.replace(m.old, m.new))
-    return original
+    return path, original
 
 
 def main(argv=None) -> int:
@@ -237,7 +261,7 @@ def main(argv=None) -> int:
         mutants = [m for m in MUTANTS if m.name in args.only]
     if args.list:
         for m in mutants:
-            print(f"{m.name:30} {m.file:36} {' '.join(m.tests)}\n{'':30} {m.why}")
+            print(f"{m.name:30} {', '.join(locate(m)[0]) or m.file:36} {' '.join(m.tests)}\n{'':30} {m.why}")
         return 0
     problems = check(MUTANTS)
     if problems:
@@ -263,11 +287,11 @@ def main(argv=None) -> int:
                     return 2
         rows = []
         for m in mutants:
-            original = mutate(copy, m)
+            path, original = mutate(copy, m)
             try:
                 rc, secs, last = run_tests(copy, m.tests, args.timeout)
             finally:
-                with open(os.path.join(copy, m.file), "w", encoding="utf-8") as f:
+                with open(path, "w", encoding="utf-8") as f:
                     f.write(original)
             rows.append((m, verdict(rc), secs))
             print(f"{m.name:30} {verdict(rc):26} {secs:5.0f}s  {last[:70]}", flush=True)
