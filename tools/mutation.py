@@ -293,7 +293,7 @@ def main(argv=None) -> int:
             finally:
                 with open(path, "w", encoding="utf-8") as f:
                     f.write(original)
-            rows.append((m, verdict(rc), secs))
+            rows.append((m, verdict(rc), secs, os.path.relpath(path, copy)))
             print(f"{m.name:30} {verdict(rc):26} {secs:5.0f}s  {last[:70]}", flush=True)
     finally:
         if args.keep:
@@ -302,11 +302,11 @@ def main(argv=None) -> int:
             shutil.rmtree(copy, ignore_errors=True)
 
     print(f"\n{'mutant':30} {'file':36} {'result':26} time")
-    for m, v, secs in rows:
-        print(f"{m.name:30} {m.file:36} {v:26} {secs:4.0f}s")
-    killed = sum(v.startswith("killed") for _, v, _ in rows)
-    survivors = [m for m, v, _ in rows if v == "SURVIVED"]
-    errors = [m for m, v, _ in rows if v.startswith("ERROR")]
+    for m, v, secs, rel in rows:
+        print(f"{m.name:30} {rel:36} {v:26} {secs:4.0f}s")
+    killed = sum(v.startswith("killed") for _, v, _, _ in rows)
+    survivors = [m for m, v, _, _ in rows if v == "SURVIVED"]
+    errors = [m for m, v, _, _ in rows if v.startswith("ERROR")]
     print(f"\nkill rate: {killed}/{len(rows)} ({100 * killed / max(len(rows), 1):.0f}%)")
     for m in survivors:
         print(f"survived: {m.name} ({m.file}): {m.why}")
