@@ -47,7 +47,8 @@ def test_a_folder_mutant_finds_its_snippet_in_any_module(tmp_path):
     (tmp_path / "pkg" / "sub" / "b.py").write_text("x = 1\n")
     assert mod.check([m], str(tmp_path)) == []
     path, original = mod.mutate(str(tmp_path), m)
-    assert path.endswith("b.py") and original == "x = 1\n" and (tmp_path / "pkg" / "sub" / "b.py").read_text() == "x = 2\n"
+    assert path.endswith("b.py") and original == "x = 1\n"
+    assert (tmp_path / "pkg" / "sub" / "b.py").read_text() == "x = 2\n"
     (tmp_path / "pkg" / "sub" / "b.py").write_text(original)
     (tmp_path / "pkg" / "a.py").write_text("x = 1\n")  # now in two modules
     assert "occurs 2 times" in mod.check([m], str(tmp_path))[0]
