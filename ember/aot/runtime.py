@@ -159,8 +159,9 @@ def _regenerate(base: torch.Tensor, info) -> torch.Tensor:
     size, stride, offset = info.view
     if info.requires_grad or not base.requires_grad:
         return base.as_strided(size, stride, offset)
-    with torch.no_grad():  # the eager output did not require grad (a no_grad view, a detach)
-        return base.as_strided(size, stride, offset)
+    # the eager output needs no gradient (a view of a detach): a view made under no_grad would
+    # still require it (views of a tensor that requires grad do, whatever the grad mode)
+    return base.detach().as_strided(size, stride, offset)
 
 
 class EagerVariant:

@@ -152,6 +152,25 @@ def test_output_view_of_input_aliases_it():
     close(x.grad, expected)
 
 
+def test_output_view_of_detached_input_does_not_require_grad():
+    """A view of a detached input needs no gradient; rebuilding it on the real input must not
+    attach it to the graph. (A view made under no_grad of an input that requires grad does
+    require grad, in eager too.)"""
+    def f(x):
+        with torch.no_grad():
+            row = x[1]
+        return row, x.detach().view(-1), x.detach()[1:], x[0] * 2
+
+    x = leaf(3, 4)
+    expected = f(x)
+    actual = ember.compile(f, backend=Recorder())(x)
+    for a, e in zip(actual, expected):
+        assert a.requires_grad == e.requires_grad, (a.requires_grad, e.requires_grad)
+        close(a, e)
+    for a in actual[:3]:  # still sharing the input's memory
+        assert a.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+
+
 def test_outputs_aliasing_each_other_stay_aliased():
     def f(x):
         h = x * 2

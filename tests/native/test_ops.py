@@ -36,6 +36,9 @@ SYMBOLIC_FALLBACKS = {
     "split_chunk": "where the third chunk starts is not provably inside the dimension",
     "group_norm": "as_strided over a view whose size needs the divisibility of C by the groups",
     "conv_relu": "the output size Max(1, ...) of a convolution over symbolic spatial sizes",
+    "conv_args": "the same, with stride and dilation",
+    "batch_norm_train_stats": "the running variance's n / (n - 1) is a symbolic float",
+    "scatter_neg_slices": "a negative start (s1 - 30) with a step is not provably inside the dimension",
 }
 SYMBOLIC_QUICK = {"add_bcast", "mul_outer", "noncontig_in", "transpose_out", "permute3", "expand_add", "slice_step",
                   "select_narrow", "reshape_chain", "flip", "repeat", "sum_d0", "sum_d02", "sum_all", "mean",
