@@ -1,8 +1,8 @@
 """The native backend's on-disk wrappers and kernels are Python that ember imports: they are used only
 from a cache directory that is ours and private, only from bytes whose SHA-256 was recorded when they
 were generated, and only through a record stored under their own graph key (``ember/diskcache.py``).
-Anything else is regenerated, and every result matches eager. Kernels run in Triton's interpreter on
-CPU (``force_triton``), as the other native tests do."""
+Anything else is regenerated, and every result matches eager. Kernels run on the GPU when there is
+one, else in Triton's interpreter on CPU (``force_triton``), as the other native tests do."""
 import logging
 import os
 import stat
@@ -16,7 +16,7 @@ pytest.importorskip("triton")
 
 from ember.native import cache as ncache  # noqa: E402
 from ember.native import compile_aten_graph  # noqa: E402
-from tests.native.harness import trace  # noqa: E402
+from tests.native.harness import DEVICE, trace  # noqa: E402
 
 LOGGER = "ember.cache"
 
@@ -60,7 +60,7 @@ def _warnings(caplog):
 
 @pytest.mark.parametrize("problem", ["world-writable", "foreign owner", "foreign subdirectory"])
 def test_untrusted_dir_is_not_read(tmp_path, monkeypatch, caplog, problem):
-    root, x, marker = tmp_path / "cache", torch.randn(4, 8), tmp_path / "marker"
+    root, x, marker = tmp_path / "cache", torch.randn(4, 8, device=DEVICE), tmp_path / "marker"
     wrapper = _check(F.gelu, x, root).ember_native["wrapper"]
     _plant(wrapper, marker)
     bad = os.path.dirname(wrapper) if problem == "foreign subdirectory" else str(root)
@@ -82,7 +82,7 @@ def test_untrusted_dir_is_not_read(tmp_path, monkeypatch, caplog, problem):
 
 @pytest.mark.parametrize("which", ["wrapper", "kernel"])
 def test_edited_generated_module_is_regenerated(tmp_path, monkeypatch, caplog, which):
-    root, x, marker = tmp_path / "cache", torch.randn(4, 8), tmp_path / "marker"
+    root, x, marker = tmp_path / "cache", torch.randn(4, 8, device=DEVICE), tmp_path / "marker"
     first = _check(F.gelu, x, root)
     path = first.ember_native["wrapper"] if which == "wrapper" else first.ember_native["kernels"][0]
     good = open(path).read()
@@ -102,7 +102,7 @@ def _record(compiled):
 
 
 def test_record_swapped_under_another_key_is_regenerated(tmp_path, monkeypatch, caplog):
-    root, x = tmp_path / "cache", torch.randn(4, 8)
+    root, x = tmp_path / "cache", torch.randn(4, 8, device=DEVICE)
     gelu = _record(_check(F.gelu, x, root))
     relu = _record(_check(F.relu, x, root))
     with open(gelu, "rb") as f, open(relu, "wb") as g:
@@ -116,7 +116,7 @@ def test_record_swapped_under_another_key_is_regenerated(tmp_path, monkeypatch, 
 
 @pytest.mark.parametrize("damage", ["truncated", "padded"])
 def test_damaged_record_is_regenerated(tmp_path, monkeypatch, caplog, damage):
-    root, x = tmp_path / "cache", torch.randn(4, 8)
+    root, x = tmp_path / "cache", torch.randn(4, 8, device=DEVICE)
     record = _record(_check(F.gelu, x, root))
     with open(record, "rb") as f:
         good = f.read()
@@ -135,7 +135,7 @@ def test_created_dirs_are_private(tmp_path):
     root = tmp_path / "a" / "cache"
     old = os.umask(0o022)
     try:
-        compiled = _check(F.gelu, torch.randn(4, 8), root)
+        compiled = _check(F.gelu, torch.randn(4, 8, device=DEVICE), root)
     finally:
         os.umask(old)
     files = [compiled.ember_native["wrapper"], _record(compiled), *compiled.ember_native["kernels"]]
@@ -149,7 +149,7 @@ def test_build_worker_imports_only_the_recorded_source(tmp_path):
     """The build workers load kernel modules by path too: with the digest the parent sends."""
     from ember import diskcache
     from ember.native.build_worker import load_kernel_module
-    compiled = _check(F.gelu, torch.randn(4, 8), tmp_path / "cache")
+    compiled = _check(F.gelu, torch.randn(4, 8, device=DEVICE), tmp_path / "cache")
     path = compiled.ember_native["kernels"][0]
     marker = tmp_path / "marker"
     _plant(path, marker)

@@ -136,13 +136,13 @@ def test_sample_gradients(op, sample):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             out = ember.compile(sample.fn)(*mine)
-            (out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum().backward()
+            (out * torch.linspace(-1, 1, out.numel(), device=out.device).view(out.shape)).sum().backward()
     finally:
         config.native_force_triton = old
     fallbacks = [str(w.message) for w in caught if "eagerly" in str(w.message)]
     assert not fallbacks, fallbacks  # the graphs must reach the native backend, not run as they are
     expected = sample.fn(*ref)
-    (expected * torch.linspace(-1, 1, expected.numel()).view(expected.shape)).sum().backward()
+    (expected * torch.linspace(-1, 1, expected.numel(), device=expected.device).view(expected.shape)).sum().backward()
     compare(out, expected, sample.atol, sample.rtol)
     for a, b in zip(mine, ref):
         if isinstance(a, torch.Tensor) and a.requires_grad:

@@ -36,21 +36,21 @@ def pointwise(x, y):
     return (x * 2 + y).tanh() - y.abs().sum(-1, keepdim=True)
 
 
-def programs(backend: str) -> list:
+def programs(backend: str, device: str = "cpu") -> list:
     """(name, compiled callable, eager callable, make_args(rng_gen, k)): a module; a function whose
     batch size changes (automatic dynamic after the second size); one compiled with dynamic=True."""
     torch.manual_seed(0)
-    block = Block().eval()
+    block = Block().eval().to(device)
     # float32 results on CPU: OpenVINO's default there is bf16 inference (and it warns)
     kw = {"options": {"config": {"INFERENCE_PRECISION_HINT": "f32"}}} if backend == "openvino" else {}
     sizes = (2, 5, 9)
 
     def block_args(g, k):
-        return (torch.randn(sizes[k % 3], 16, generator=g),)
+        return (torch.randn(sizes[k % 3], 16, generator=g).to(device),)
 
     def pw_args(g, k):
         n = sizes[(k // 2) % 3]
-        return torch.randn(n, 8, generator=g), torch.randn(n, 8, generator=g)
+        return torch.randn(n, 8, generator=g).to(device), torch.randn(n, 8, generator=g).to(device)
 
     return [
         ("module", ember.compile(block, backend=backend, **kw), block, block_args),
@@ -83,10 +83,10 @@ def openvino_fallbacks():
         log.setLevel(old_level)
 
 
-def run(backend: str, n_threads: int, n_calls: int) -> dict:
-    """Run the workload; return {"mismatches": [...], "errors": [...], "fallbacks": Counter,
+def run(backend: str, n_threads: int, n_calls: int, device: str = "cpu") -> dict:
+    """Run the workload on ``device``; return {"mismatches": [...], "errors": [...], "fallbacks": Counter,
     "warnings": [...], "openvino_fallbacks": [...]}: all empty on success."""
-    progs = programs(backend)
+    progs = programs(backend, device)
     barrier = threading.Barrier(n_threads)
     mismatches, errors = [], []
     before = snapshot()
