@@ -9,12 +9,13 @@ from typing import Any, Callable
 
 import torch
 
+from ember.backends.ember_backend import MODES
 from ember.backends.registry import backend_spec, validate_options
 from ember.diagnostics.explain import EntryReport, ExplainReport, graph_report
 from ember.frontend.bytecode import CO_ASYNC_GENERATOR, CO_COROUTINE, CO_GENERATOR, CO_ITERABLE_COROUTINE, check_python_version
 from ember.frontend.cache import FrameCache
 
-_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+_MODES = tuple(MODES)  # the default backend's mode table (backends/ember_backend.py)
 
 
 def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: bool | None = None,
