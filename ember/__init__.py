@@ -6,10 +6,10 @@ graphs and hands them to a backend. The rest of this namespace mirrors ``torch.c
 from ember.api import EmberFunction as EmberFunction
 from ember.api import OptimizedModule as OptimizedModule
 from ember.api import compile as compile
+from ember.api import explain as explain
 from ember.backends.registry import list_backends as list_backends
 from ember.backends.registry import register_backend as register_backend
 from ember.config import config as config
-from ember.diagnostics.explain import explain as explain
 from ember.control import allow_in_graph as allow_in_graph
 from ember.control import disable as disable
 from ember.control import is_compiling as is_compiling

@@ -1,4 +1,4 @@
-"""Public entry points: ``ember.compile`` and the wrappers it returns. Wiring only."""
+"""Public entry points: ``ember.compile``, the wrappers it returns, and ``ember.explain``. Wiring only."""
 from __future__ import annotations
 
 import difflib
@@ -9,11 +9,13 @@ from typing import Any, Callable
 
 import torch
 
+from ember.backends.ember_backend import MODES
 from ember.backends.registry import backend_spec, validate_options
+from ember.diagnostics.explain import EntryReport, ExplainReport, graph_report
 from ember.frontend.bytecode import CO_ASYNC_GENERATOR, CO_COROUTINE, CO_GENERATOR, CO_ITERABLE_COROUTINE, check_python_version
 from ember.frontend.cache import FrameCache
 
-_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+_MODES = tuple(MODES)  # the default backend's mode table (backends/ember_backend.py)
 
 
 def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: bool | None = None,
@@ -95,6 +97,49 @@ def make_compiler(backend, mode: str | None, options: dict) -> Callable:
     compiler = functools.partial(spec.fn, **bound)
     compiler.ember_backend_name = spec.name  # the name a BackendCompilerFailed message gives
     return compiler
+
+
+def explain(fn, *, backend="eager"):
+    """``explain(fn)(*args, **kwargs)`` compiles and runs ``fn`` once and returns an ExplainReport
+    (``ember/diagnostics/explain.py``): what was captured, where and why it broke, the guards."""
+
+    def run(*args, **kwargs) -> ExplainReport:
+        report = ExplainReport()
+        graph_ids: list = []
+        owner: dict = {}
+        inner = make_compiler(backend, None, {})
+
+        def recording(gm, example_inputs):
+            report.graphs.append(graph_report(gm))
+            graph_ids.append(id(gm))
+            return inner(gm, example_inputs)
+
+        compiled = compile(fn, backend=recording)
+        report.out = compiled(*args, **kwargs)
+        seen: set = set()
+
+        def visit(cache: FrameCache) -> None:
+            if id(cache) in seen:
+                return
+            seen.add(id(cache))
+            if cache.fallback_reason is not None:
+                report.fallbacks.append((cache.root.name, cache.fallback_reason))
+            report.recompile_reasons += [f"{cache.root.name}: {r}" for r in cache.recompile_reasons]
+            for entry in reversed(cache.entries):
+                guards = [f"{g.source.name() if g.source is not None else 'global state'}: {g.kind.name}"
+                          for g in entry.guards]
+                report.entries.append(EntryReport(cache.root.name, guards, list(entry.breaks)))
+                if entry.graph is not None:
+                    owner[id(entry.graph)] = cache.root.name
+            for sub in cache.break_context.caches():
+                visit(sub)
+
+        visit(compiled._ember_cache)
+        for g, gid in zip(report.graphs, graph_ids):
+            g.function = owner.get(gid, "?")
+        return report
+
+    return run
 
 
 class EmberFunction:

@@ -152,4 +152,46 @@ def markdown_table() -> str:
     return "\n".join(rows) + "\n"
 
 
+# Triton's own spellings of true for a boolean variable (triton._C.libtriton.getenv_bool, any case): ember
+# must call the interpreter on exactly when Triton does, or it emits GPU-only code the interpreter runs
+TRITON_TRUE = ("1", "true", "yes", "on", "y")
+
+
+class Environment:
+    """The variables of other programs that ember must agree with. This and ``Config.from_env`` are
+    the only reads of the environment in ember (tests/test_layering.py keeps it so).
+
+    These are read at each use, not cached: Triton reads ``TRITON_INTERPRET`` through its knobs on
+    every launch, and OpenVINO's torch.compile integration reads its variables at every compile; a copy
+    taken at ``import ember`` would disagree with them once a test or a user changes the variable.
+    Every use is at compile time (or at a module's import), never per call of a compiled function.
+    """
+
+    VARIABLES = {
+        "TRITON_INTERPRET": "Triton runs kernels in its CPU interpreter (read by Triton itself; ember "
+                            "follows it and sets it to 1 before importing Triton for forced CPU kernels)",
+        "OPENVINO_TORCH_BACKEND_DEVICE": "openvino backend: default of the 'device' option",
+        "OPENVINO_TORCH_MODEL_CACHING": "openvino backend: default of the 'model_caching' option",
+        "OPENVINO_TORCH_CACHE_DIR": "openvino backend: default of the 'cache_dir' option",
+    }
+
+    def get(self, name: str) -> str | None:
+        """The raw value of one of ``VARIABLES`` (None: unset)."""
+        if name not in self.VARIABLES:
+            raise KeyError(f"{name!r} is not an environment variable ember reads; add it to "
+                           f"ember.config.Environment.VARIABLES with its meaning (known: {', '.join(self.VARIABLES)})")
+        return os.environ.get(name)
+
+    @property
+    def triton_interpret(self) -> bool:
+        """Whether Triton runs kernels in its interpreter, as Triton itself decides it."""
+        return (self.get("TRITON_INTERPRET") or "").strip().lower() in TRITON_TRUE
+
+    def request_triton_interpreter(self) -> None:
+        """Ask for the interpreter before Triton is imported (it picks its mode at import); a value the
+        user set is left alone."""
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
 config = Config.from_env()
+environment = Environment()

@@ -1,118 +1,13 @@
-"""The built-in backends: ``eager`` runs the captured FX graph as Python; ``ember`` (alias ``inductor``,
-so code written for torch.compile runs unchanged) is the default: ember's autograd layer
-(ember/aot) traces each graph to ATen with its backward, and the native code generator
-(ember/native) turns the ATen graphs into fused Triton kernels on CUDA (CPU tensors run the ATen
-graph as it is).
+"""The ``eager`` debug backend: runs the captured FX graph as Python, nothing compiled.
 
-Modes of the ``ember`` backend, as torch.compile names them:
-
-- ``default``: the above;
-- ``reduce-overhead``: each compiled forward, backward and inference graph replays as a CUDA graph
-  (``ember/cudagraphs``), which removes the per-call Python and launch costs;
-- ``max-autotune-no-cudagraphs``: kernels are tuned on the device at compile time
-  (``ember/native/autotune.py``: block sizes and warps per kernel, cuBLAS against a Triton matmul);
-- ``max-autotune``: both.
-
-On CPU tensors neither applies (no CUDA graphs, nothing to tune): the graph compiles with the
-default settings and a warning says so.
+Useful to tell a frontend problem (capture, guards, graph breaks) from a backend one. The default
+backend lives in ``ember_backend.py``.
 """
 from __future__ import annotations
 
-import functools
-import warnings
-
-import torch
-
-from ember.backends.registry import register_alias, register_backend
-
-# mode -> (CUDA graphs, autotuning)
-MODES = {
-    None: (False, False), "default": (False, False),
-    "reduce-overhead": (True, False),
-    "max-autotune": (True, True),
-    "max-autotune-no-cudagraphs": (False, True),
-}
-_native: dict = {}
+from ember.backends.registry import register_backend
 
 
 @register_backend(name="eager", tags=("debug",), options={})
 def eager(gm, example_inputs):
     return gm.forward
-
-
-def native_options(cudagraphs: bool, autotune: bool) -> dict:
-    """The native compiler's options for a mode (its ``DEFAULT_OPTIONS`` fill the rest)."""
-    options = {}
-    if autotune:
-        options["autotune"] = True
-    if cudagraphs:
-        # a replayed graph launches nothing from Python, so SmallMM's saving (CPU time per call)
-        # is gone and its device time is what counts: cuBLAS is faster there (batch-32 MLP on an
-        # H100: its three matmuls take 51 us of device time as SmallMM, 25 us as cuBLAS, by
-        # benchmarks/probes/step_profile.py mlp ember|eager)
-        options["small_mm_flops"] = 0
-    return options
-
-
-def _native_backend(cudagraphs: bool = False, autotune: bool = False):
-    key = (cudagraphs, autotune)
-    if key not in _native:  # imported on first use: the ATen tracing and codegen stack is heavy
-        from ember.aot import aot_autograd
-        from ember.native import compile_aten_graph
-        from ember.native.decomp import AOT_DECOMPOSITIONS
-
-        compiler, options = compile_aten_graph, native_options(cudagraphs, autotune)
-        if options:
-            compiler = functools.partial(compile_aten_graph, options=options)
-            compiler.__name__ = "compile_aten_graph_" + "_".join(sorted(options))
-        if cudagraphs:
-            from ember.cudagraphs import wrap_compiler
-            compiler = wrap_compiler(compiler)
-        _native[key] = aot_autograd(fw_compiler=compiler, bw_compiler=compiler, decompositions=AOT_DECOMPOSITIONS)
-    return _native[key]
-
-
-def _cpu_backend():
-    """The autograd layer alone, for graphs of CPU tensors: no code generator runs them, so they are
-    traced without the Triton decompositions and eager's fused CPU kernels run (softmax and
-    layer_norm split into their pieces cost 1.5x to 7x more, one ATen call each)."""
-    if "cpu" not in _native:
-        from ember.aot import aot_autograd, run_graph_eagerly
-        _native["cpu"] = aot_autograd(fw_compiler=run_graph_eagerly)
-    return _native["cpu"]
-
-
-def _on_cuda(gm, example_inputs) -> bool:
-    if any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs):
-        return True
-    return any(isinstance(v, torch.Tensor) and v.device.type == "cuda"
-               for v in (n.meta.get("val") for n in gm.graph.nodes))
-
-
-@register_backend(name="ember", options={})
-def ember_default(gm, example_inputs, mode=None, options=None):
-    cudagraphs, autotune = MODES.get(mode, (False, False))
-    if (cudagraphs or autotune) and not _on_cuda(gm, example_inputs):
-        # correct results, just not the mode's extra speed: say so instead of pretending
-        what = " and ".join(w for w, on in (("CUDA graphs", cudagraphs), ("kernel autotuning", autotune)) if on)
-        warnings.warn(f"ember: mode={mode!r} has no effect on CPU tensors ({what} need CUDA tensors); "
-                      "the graph compiles with the default settings", stacklevel=2)
-        cudagraphs = autotune = False
-    if not _on_cuda(gm, example_inputs):
-        from ember.config import config
-        if not config.native_force_triton:  # forced: the Triton kernels run in the interpreter (tests)
-            return _cpu_backend()(gm, example_inputs)
-    return _native_backend(cudagraphs, autotune)(gm, example_inputs)
-
-
-def _prewarm():
-    """What the first kernel build of a process waits for (Triton's cache key and driver, the build
-    workers): started in the background when a function is compiled on a machine with a GPU, so it
-    overlaps the frontend's trace (``runtime.prewarm_triton``)."""
-    if torch.cuda.is_available():
-        from ember.native import runtime
-        runtime.prewarm_triton(runtime.compile_threads())
-
-
-ember_default.prewarm = _prewarm
-register_alias("inductor", "ember")

@@ -5,8 +5,9 @@ Names resolve in this order: backends registered in this process (ember's own an
 ``register_backend`` calls), then the ``ember_backends`` entry-point group (backends shipped by other
 packages for ember), then the ``torch_dynamo_backends`` group (backends written for torch.compile).
 
-A backend may declare the ``options`` it understands (``{name: OptionSpec}``); ``ember.compile``
-then rejects unknown keys by name. A backend that declares nothing receives options unchecked,
+A backend may declare the ``options`` it understands: a ``BackendOptions`` dataclass (ember's own
+backends: ``ember/backends/options.py``) or ``{name: OptionSpec}``; ``ember.compile`` then rejects
+unknown keys by name and wrong types by field. A backend that declares nothing receives options unchecked,
 as torch.compile passes them (``backend(gm, inputs, options=...)``).
 """
 from __future__ import annotations
@@ -16,6 +17,8 @@ import difflib
 import inspect
 from importlib import metadata
 from typing import Any, Callable
+
+from ember.backends.options import BackendOptions, type_error, type_ok, unknown_options_error
 
 EMBER_ENTRY_POINTS = "ember_backends"
 TORCH_ENTRY_POINTS = "torch_dynamo_backends"
@@ -33,7 +36,7 @@ class BackendSpec:
     name: str
     fn: Callable
     tags: tuple = ()
-    options: dict | None = None  # None: not declared (passed through unchecked)
+    options: dict | type | None = None  # {key: OptionSpec} or a BackendOptions class; None: not declared
     origin: str = "registered"   # "registered" | entry-point group name
 
     def accepts(self, kwarg: str) -> bool:
@@ -53,7 +56,8 @@ def register_backend(compiler_fn: Callable | None = None, name: str | None = Non
                      options: dict | None = None):
     """Register a backend; usable as ``@register_backend`` or ``@register_backend(name=..., tags=...)``.
 
-    ``options`` (optional) declares the option keys the backend understands, ``{key: OptionSpec}``.
+    ``options`` (optional) declares the option keys the backend understands: a ``BackendOptions``
+    dataclass or ``{key: OptionSpec}``.
     """
     def deco(fn):
         if not callable(fn):
@@ -141,17 +145,17 @@ def list_backends(exclude_tags=("debug", "experimental")) -> list[str]:
     return sorted(names)
 
 
-def validate_options(spec: BackendSpec, options: dict) -> dict:
-    """Check ``options`` against the backend's declared keys and types; fill defaults."""
+def validate_options(spec: BackendSpec, options: dict):
+    """Check ``options`` against the backend's declared keys and types. A backend that declares a
+    ``BackendOptions`` class gets an instance of it (checked once, here); one that declares a dict of
+    ``OptionSpec`` gets a dict with the defaults filled."""
     if spec.options is None:
         return dict(options)
-    unknown = sorted(set(options) - set(spec.options), key=repr)  # keys of any type
+    if isinstance(spec.options, type) and issubclass(spec.options, BackendOptions):
+        return _validate_fields(spec, options)
+    unknown = set(options) - set(spec.options)
     if unknown:
-        valid = ", ".join(sorted(spec.options)) or "none"
-        close = difflib.get_close_matches(str(unknown[0]), spec.options, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"unknown option(s) {', '.join(map(repr, unknown))} for backend {spec.name!r}{hint}; "
-                         f"valid options: {valid} (and 'guard_filter_fn', which every backend takes)")
+        raise unknown_options_error(spec.name, unknown, spec.options, _EVERY_BACKEND)
     out = {}
     for key, opt in spec.options.items():
         value = options.get(key, opt.default)
@@ -162,7 +166,22 @@ def validate_options(spec: BackendSpec, options: dict) -> dict:
     return out
 
 
+_EVERY_BACKEND = " (and 'guard_filter_fn', which every backend takes)"
+
+
+def _validate_fields(spec: BackendSpec, options: dict):
+    fields = {f.name: f for f in dataclasses.fields(spec.options)}
+    unknown = set(options) - set(fields)
+    if unknown:
+        raise unknown_options_error(spec.name, unknown, fields, _EVERY_BACKEND)
+    for key, value in options.items():
+        if not type_ok(fields[key], value):
+            raise type_error(spec.name, fields[key], value)
+    return spec.options(**options)  # its __post_init__ checks ranges
+
+
 from ember.backends import eager  # noqa: E402,F401  (registers the built-in backends)
+from ember.backends import ember_backend  # noqa: E402,F401  (the default, "ember" alias "inductor")
 from ember.backends import aot_eager  # noqa: E402,F401
 from ember.backends import openvino  # noqa: E402,F401  (openvino, openvino_ts; imports openvino lazily)
 from ember.backends import cudagraphs  # noqa: E402,F401

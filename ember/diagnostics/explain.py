@@ -1,6 +1,7 @@
-"""``ember.explain(fn)(*args, **kwargs)``: run ``fn`` once through ember and report what happened —
-the graphs, each graph break with its reason and the user's file:line, ops per graph, the guards of
-each cache entry, and recompile reasons. ``print(report)`` is meant to be read by people.
+"""The report of ``ember.explain(fn)(*args, **kwargs)`` (which lives in ``ember/api.py``: it drives a
+compile, and diagnostics sit below what they report on): the graphs, each graph break with its reason
+and the user's file:line, ops per graph, the guards of each cache entry, and recompile reasons.
+``print(report)`` is meant to be read by people.
 """
 from __future__ import annotations
 
@@ -71,53 +72,14 @@ class ExplainReport:
         return "\n".join(lines)
 
 
+def graph_report(gm) -> GraphReport:
+    """The report of one captured graph (its function is filled in once the caches are walked)."""
+    ops = [_op_name(n) for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
+    return GraphReport("", len(ops), ops, gm.code)
+
+
 def _op_name(node) -> str:
     t = node.target
     if isinstance(t, str):
         return t
     return getattr(t, "__name__", None) or str(t)
-
-
-def explain(fn, *, backend="eager"):
-    """``explain(fn)(*args, **kwargs)`` compiles and runs ``fn`` once and returns an ExplainReport."""
-    import ember
-    from ember.frontend.cache import FrameCache
-
-    def run(*args, **kwargs) -> ExplainReport:
-        report = ExplainReport()
-        graph_ids: list = []
-        owner: dict = {}
-        inner = ember.api.make_compiler(backend, None, {})
-
-        def recording(gm, example_inputs):
-            ops = [_op_name(n) for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
-            report.graphs.append(GraphReport("", len(ops), ops, gm.code))
-            graph_ids.append(id(gm))
-            return inner(gm, example_inputs)
-
-        compiled = ember.compile(fn, backend=recording)
-        report.out = compiled(*args, **kwargs)
-        seen: set = set()
-
-        def visit(cache: FrameCache) -> None:
-            if id(cache) in seen:
-                return
-            seen.add(id(cache))
-            if cache.fallback_reason is not None:
-                report.fallbacks.append((cache.root.name, cache.fallback_reason))
-            report.recompile_reasons += [f"{cache.root.name}: {r}" for r in cache.recompile_reasons]
-            for entry in reversed(cache.entries):
-                guards = [f"{g.source.name() if g.source is not None else 'global state'}: {g.kind.name}"
-                          for g in entry.guards]
-                report.entries.append(EntryReport(cache.root.name, guards, list(entry.breaks)))
-                if entry.graph is not None:
-                    owner[id(entry.graph)] = cache.root.name
-            for sub in cache.break_context.caches():
-                visit(sub)
-
-        visit(compiled._ember_cache)
-        for g, gid in zip(report.graphs, graph_ids):
-            g.function = owner.get(gid, "?")
-        return report
-
-    return run

@@ -30,6 +30,8 @@ import triton
 from ember import diskcache
 from ember.native import cache
 from ember.native.mm_kernel import ember_mm  # (a module of its own: the build workers import it)
+from ember.config import environment
+from ember.native.options import NativeOptions
 
 MIN_GAIN = 0.03           # a candidate must be this much faster than the current choice
 VERSION = "1"             # bump when candidates or the template change: old cache entries are ignored
@@ -37,7 +39,7 @@ _WARMUP_MS, _REP_MS = 5, 25
 
 
 def skip_reason(device) -> str | None:
-    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+    if environment.triton_interpret:
         return "the Triton interpreter cannot time kernels"
     if torch.device(device).type != "cuda" or not torch.cuda.is_available():
         return "no CUDA device to time kernels on"
@@ -110,13 +112,13 @@ def _store(key: str, value, base) -> None:
 
 # -------------------------------------------------------------------------------------- kernel configs
 
-def candidates(ek, single: bool, opts: dict) -> list:
+def candidates(ek, single: bool, opts: NativeOptions) -> list:
     """Launch configs to time for one emitted kernel: the heuristic one first."""
     from ember.native.triton_emit import LaunchConfig, next_pow2
     base = ek.config
     if single:
         return [base]
-    max_x, max_r = opts.get("max_xblock", 4096), opts.get("max_rblock", 8192)
+    max_x, max_r = opts.max_xblock, opts.max_rblock
     out = [base]
 
     def add(xb, rb, warps, stages=None):
@@ -163,11 +165,11 @@ def _launch_site_buffers(ek, layouts, device):
             for b in ek.args]
 
 
-def tune_kernel(fn, ek, single: bool, layouts, opts, base_dir) -> tuple:
+def tune_kernel(fn, ek, single: bool, layouts, opts: NativeOptions, base_dir) -> tuple:
     """(best LaunchConfig, from cache?) for one launch site of ``fn`` (the loaded @triton.jit kernel)."""
     from ember.native.triton_emit import LaunchConfig
     sig = [(layouts[b].dtype, layouts[b].storage_numel) for b in ek.args]
-    key = _key("kernel", ek.source, ek.kind, ek.xnumel, ek.rnumel, sig, single, sorted(opts.items()))
+    key = _key("kernel", ek.source, ek.kind, ek.xnumel, ek.rnumel, sig, single, sorted(opts_for_key(opts).items()))
     hit = _load(key, base_dir)
     if hit is not None:
         return LaunchConfig(**hit), True
@@ -250,7 +252,7 @@ class MMTemplate:
         c = self.config
         precision = "tf32" if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32 else "ieee"
         grid = (triton.cdiv(M, c["BLOCK_M"]) * triton.cdiv(N, c["BLOCK_N"]), nb)
-        upcast = dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET", "0") == "1"
+        upcast = dtype == torch.bfloat16 and environment.triton_interpret
         meta = dict(HAS_BIAS=has_bias, ACTIVATION=self.activation, INPUT_PRECISION=precision, UPCAST=upcast,
                     EVEN_K=K % c["BLOCK_K"] == 0, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"],
                     BLOCK_K=c["BLOCK_K"], GROUP_M=8, STORE_PRE=False,
@@ -325,14 +327,14 @@ def _time_matmul(op, tensors, scal, target, layouts) -> dict:
 
 # ----------------------------------------------------------------------------------------- the pass
 
-def tune(sched, kernels: dict, layouts: dict, opts: dict, device) -> dict:
+def tune(sched, kernels: dict, layouts: dict, opts: NativeOptions, device) -> dict:
     """Tune every kernel launch site (``kernels``: id(step) -> (name, EmittedKernel, path); configs
     are replaced in place) and every matmul extern; returns ``{extern name: template expression}``."""
     from ember.native.ir import ExternNode
     from ember.native.scheduler import Kernel
     if skip_reason(device) is not None:
         return {}
-    base_dir = opts.get("cache_dir")
+    base_dir = opts.cache_dir
     sites = [s for s in sched.steps if isinstance(s, Kernel) and s.numel > 0]
     mms = [s for s in sched.steps if isinstance(s, ExternNode) and not s.multi
            and getattr(s.target, "_schema", None) is not None
@@ -341,7 +343,7 @@ def tune(sched, kernels: dict, layouts: dict, opts: dict, device) -> dict:
     for step in sites:
         name, ek, path = kernels[id(step)]
         fn = getattr(cache.load_module(path), name)
-        ek.config, cached = tune_kernel(fn, ek, step.single, layouts, opts_for_key(opts), base_dir)
+        ek.config, cached = tune_kernel(fn, ek, step.single, layouts, opts, base_dir)
         bar.step(cached)
     overrides = {}
     for e in mms:
@@ -352,6 +354,6 @@ def tune(sched, kernels: dict, layouts: dict, opts: dict, device) -> dict:
     return overrides
 
 
-def opts_for_key(opts: dict) -> dict:
-    """The options that bound candidates (not paths or switches)."""
-    return {k: opts[k] for k in ("max_xblock", "max_rblock") if k in opts}
+def opts_for_key(opts: NativeOptions) -> dict:
+    """The options that bound candidates (not paths or switches): part of a tuning entry's key."""
+    return {"max_xblock": opts.max_xblock, "max_rblock": opts.max_rblock}

@@ -19,37 +19,21 @@ too, with the reason logged; ops without a lowering become extern ATen calls, ne
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 
 import torch
 
+from ember.config import environment
 from ember.diagnostics import counters
 from ember.native import cache, ir, runtime
 from ember.native.lowering import Unsupported
 from ember.native.specialize import PerShapeGraph
+from ember.native.options import DEFAULT_OPTIONS, NativeOptions, resolve as resolve_options  # noqa: F401
 from ember.native.symbolic import SymbolicUnsupported, has_symbolic_inputs
 
-DEFAULT_OPTIONS = {
-    "max_xblock": 4096,          # caps on block sizes (tests lower them to exercise tails and loops)
-    "max_rblock": 8192,
-    "persistent_rnumel": 8192,   # row reductions up to this many elements keep the row in registers
-    "single_program_numel": 1 << 16,  # a kernel this small may run as one program (reduce across rows)
-    # a reduction that would run fewer programs than split_reduction_programs (2 per SM of an H100),
-    # each reducing split_reduction_numel elements or more, becomes two kernels (split_reduction.py)
-    "split_reduction_programs": 264,
-    "split_reduction_numel": 1 << 16,
-    "fusion": True,              # False: one kernel per realized node (for comparisons)
-    "verify": True,              # run ir.verify on the lowered graph
-    "cache": True,               # read and write the on-disk graph cache
-    "guard_inputs": True,        # check input sizes/strides per call (else run the graph as it is)
-    "autotune": False,           # time launch configs and cuBLAS vs a Triton matmul on the device (autotune.py)
-    "cse": True,                 # merge repeated pure ops before lowering (passes.py)
-    "pad_mm": True,              # pad large matmuls with misaligned sizes for cuBLAS (pad_mm.py)
-    "pad_mm_min_flops": 1 << 30,
-    "small_mm_flops": 1 << 26,   # mm/addmm up to this many FLOPs run as one Triton launch (small_mm.py); 0: never
-}
+# NativeOptions (options.py) holds every setting and its one default; DEFAULT_OPTIONS is the same
+# defaults as a dict, kept for callers of plan() that spell options as dicts
 
 # graphs and kernels generated in this process (cache hits excluded), and static copies compiled by
 # the per-size fallback: tests check that a symbolic graph generates its kernels once
@@ -83,19 +67,20 @@ def _log(msg):
 
 
 def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, *, force_triton: bool | None = None,
-                       options: dict | None = None):
+                       options: dict | NativeOptions | None = None):
     """Compile an ATen-level, functionalized FX graph; returns ``fn(*args) -> outputs``.
 
     The returned function has an ``ember_native`` dict: ``report`` (kernels, externs, bytes moved),
     ``cache_hit``, ``compile_s``, ``wrapper`` (source path) and ``reason`` when the graph runs as is.
     """
     example_inputs = list(example_inputs)
+    opts = resolve_options(options)  # first: a bad option is an error on every device
     force = force_triton if force_triton is not None else _force_triton()
     if not _uses_cuda(gm, example_inputs) and not force:
         return _as_is(gm, "CPU tensors run the ATen graph (no CPU code generator)")
     on_cpu = not _uses_cuda(gm, example_inputs)
     if on_cpu and "triton" not in sys.modules:
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+        environment.request_triton_interpreter()
     try:
         import triton.language as tl
     except ImportError:
@@ -103,8 +88,6 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, *, force_triton
     if on_cpu and type(tl.sum).__name__ != "InterpretedFunction":
         # the interpreter is chosen when triton is imported (make_fx in fake mode imports it)
         return _as_is(gm, "Triton on CPU tensors needs TRITON_INTERPRET=1 before triton is imported", fallback=True)
-    from ember.config import config
-    opts = {**DEFAULT_OPTIONS, "emulate_precision_casts": config.emulate_precision_casts, **(options or {})}
     if has_symbolic_inputs(gm):
         try:
             return _compile(gm, example_inputs, opts)
@@ -113,7 +96,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, *, force_triton
         except Exception as e:  # noqa: BLE001 - a gap of the symbolic path: per-size kernels are still right
             reason = f"{type(e).__name__}: {e}"
         _log(f"ember.native: symbolic sizes, compiling per input sizes: {reason}")
-        return PerShapeGraph(gm, lambda g, args: compile_aten_graph(g, args, force_triton=force, options=options),
+        return PerShapeGraph(gm, lambda g, args: compile_aten_graph(g, args, force_triton=force, options=opts),
                              reason)
     try:
         return _compile(gm, example_inputs, opts)
@@ -153,9 +136,9 @@ def _as_is(gm, reason, fallback: bool = False):
 
 def _compile(gm, example_inputs, opts):
     t0 = time.perf_counter()
-    use_cache = opts.get("cache", True)
-    base = opts.get("cache_dir")
-    key = cache.graph_key(gm, example_inputs, {k: v for k, v in opts.items() if k != "cache_dir"})
+    use_cache = opts.cache
+    base = opts.cache_dir
+    key = cache.graph_key(gm, example_inputs, opts.cache_key())
     info = cache.lookup_graph(key, base) if use_cache else None
     mod = cache.load_wrapper(info, key) if info is not None else None  # (None: a file not to trust)
     hit = mod is not None
@@ -177,13 +160,14 @@ def _constant(gm, target, device):
 
 
 def plan(gm, example_inputs, opts):
-    """Lower, verify, schedule and emit, without writing or running anything.
-    Returns (graph IR, lowering, schedule, [(Kernel, EmittedKernel)])."""
+    """Lower, verify, schedule and emit, without writing or running anything; ``opts``: NativeOptions
+    (or a dict of them). Returns (graph IR, lowering, schedule, [(Kernel, EmittedKernel)])."""
+    opts = NativeOptions.from_dict(opts)
     from ember.native import ir, lowering, passes, scheduler, split_reduction, triton_emit
     passes.run(gm, opts, on_cpu=not _uses_cuda(gm, example_inputs))
     g, L = lowering.lower(gm, example_inputs)
-    g = split_reduction.split_reductions(g, dict(DEFAULT_OPTIONS, **opts))
-    if opts.get("verify", True):
+    g = split_reduction.split_reductions(g, opts)
+    if opts.verify:
         ir.verify(g)
     sched = scheduler.schedule(g, opts)
     layouts = g.buffers()
@@ -209,10 +193,10 @@ def _generate(gm, example_inputs, opts, key, base):
     overrides = {}
     # max-autotune: launch configs and matmul choices timed on the device (at static sizes only:
     # symbolic kernels keep the heuristic configs chosen at the hints)
-    if opts.get("autotune") and not g.sizevars.symbolic:
+    if opts.autotune and not g.sizevars.symbolic:
         from ember.native import autotune
         overrides = autotune.tune(sched, kernels, g.buffers(), opts, L.device)
-    if opts.get("small_mm_flops"):
+    if opts.small_mm_flops:
         from ember.native import small_mm
         layouts = g.buffers()
         for e in sched.steps:
@@ -225,7 +209,7 @@ def _generate(gm, example_inputs, opts, key, base):
               f"{r['bytes']} bytes moved ({r['kernel_bytes']} by kernels)")
     if g.sizevars.symbolic:
         header += "\nsymbolic sizes (bytes counted at the hints):\n" + g.sizevars.describe()
-    src = wrapper.WrapperCodegen(sched, kernels, L.int_inputs, header, opts.get("guard_inputs", True),
+    src = wrapper.WrapperCodegen(sched, kernels, L.int_inputs, header, opts.guard_inputs,
                                  extern_overrides=overrides).generate()
     info = {"report": r, "kernels": sorted({p for _, p in by_source.values()}),
             "constants": [b.target for b in g.inputs if b.constant is not None],

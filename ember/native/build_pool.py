@@ -25,6 +25,7 @@ import threading
 import time
 
 from ember.native import build_worker
+from ember.config import environment
 
 STATS = {"submitted": 0, "built": 0, "failed": 0, "launchers": 0, "key_mismatch": 0, "worker_deaths": 0, "stalls": 0,
          "worker_s": 0.0, "slowest_s": 0.0, "wait_s": 0.0}
@@ -155,7 +156,7 @@ def start(n: int) -> "BuildPool | None":
     """The process's pool, started with ``n`` workers on first use; None when ``n <= 1`` or under the
     Triton interpreter (nothing to build)."""
     global _POOL
-    if n <= 1 or os.environ.get("TRITON_INTERPRET", "0") == "1":
+    if n <= 1 or environment.triton_interpret:
         return None
     with _LOCK:
         if _POOL is None:

@@ -28,6 +28,7 @@ import os
 import torch
 
 from ember import diskcache
+from ember.config import environment
 
 _MODULES: dict = {}  # path, and (path, digest) -> module
 _GRAPH_KIND = "native-graph"
@@ -106,7 +107,7 @@ def compiler_fingerprint() -> str:
         tv = triton.__version__
     except ImportError:
         tv = "none"
-    h.update(f"{torch.__version__}|{tv}|{os.environ.get('TRITON_INTERPRET', '0')}".encode())
+    h.update(f"{torch.__version__}|{tv}|{int(environment.triton_interpret)}".encode())
     return h.hexdigest()
 
 

@@ -23,11 +23,13 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
+from ember.native.options import NativeOptions
+
 aten = torch.ops.aten
 
 # bytes per leading dimension that cuBLAS wants for its fast kernels
 ALIGN_BYTES = 16
-DEFAULT_MIN_FLOPS = 1 << 30
+DEFAULT_MIN_FLOPS = NativeOptions.pad_mm_min_flops  # the one default lives in options.py
 
 
 def _align(dtype: torch.dtype) -> int | None:

@@ -17,6 +17,7 @@ import operator
 import torch
 
 from ember.native import pad_mm
+from ember.native.options import NativeOptions
 
 aten = torch.ops.aten
 
@@ -76,7 +77,7 @@ def cse(gm: torch.fx.GraphModule, opts=None, on_cpu=False) -> int:
 
 
 def _pad_mm(gm, opts, on_cpu) -> int:
-    return pad_mm.pad_matmuls(gm, opts.get("pad_mm_min_flops", pad_mm.DEFAULT_MIN_FLOPS), on_cpu=on_cpu)
+    return pad_mm.pad_matmuls(gm, opts.pad_mm_min_flops, on_cpu=on_cpu)
 
 
 def _fuse_activations(gm, opts, on_cpu) -> int:
@@ -88,6 +89,6 @@ def _fuse_activations(gm, opts, on_cpu) -> int:
 PASSES = [("cse", cse), ("pad_mm", _pad_mm), ("small_mm_flops", _fuse_activations)]
 
 
-def run(gm: torch.fx.GraphModule, opts: dict, on_cpu: bool = False) -> dict:
+def run(gm: torch.fx.GraphModule, opts: NativeOptions, on_cpu: bool = False) -> dict:
     """Apply the enabled passes in order; returns {pass name: what it changed}."""
-    return {name: fn(gm, opts, on_cpu) for name, fn in PASSES if opts.get(name, True)}
+    return {name: fn(gm, opts, on_cpu) for name, fn in PASSES if getattr(opts, name)}

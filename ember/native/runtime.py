@@ -5,6 +5,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 from ember.native.cache import load_module
+from ember.config import environment
 
 
 def load_kernel(path: str, name: str):
@@ -140,7 +141,7 @@ def prewarm_triton(pool_workers: int = 0) -> None:
     compiler subprocess release the GIL); and the kernel-build worker processes (``build_pool``).
     Triton is imported here, in the calling thread, so the two threads never import at once."""
     global _PREWARM
-    if _PREWARM is not None or os.environ.get("TRITON_INTERPRET", "0") == "1":
+    if _PREWARM is not None or environment.triton_interpret:
         return
     try:
         from triton.runtime import driver

@@ -29,11 +29,12 @@ import math
 import sympy
 
 from ember.native import ir
+from ember.native.options import NativeOptions
 
 MAX_FUSED_NODES = 64
 # A reduction kernel may also reduce its per-row results across rows when it can run as a single
-# program: only for small problems, where one launch instead of two wins.
-SINGLE_PROGRAM_NUMEL = 1 << 16
+# program: only for small problems, where one launch instead of two wins
+# (NativeOptions.single_program_numel says how small).
 # pointwise kernels this small merge with any other of the same size (no shared data needed)
 TINY_NUMEL = 1024
 
@@ -235,10 +236,11 @@ def _writes(n):
 
 
 class Scheduler:
-    def __init__(self, g: ir.GraphIR, options: dict | None = None):
+    def __init__(self, g: ir.GraphIR, options: NativeOptions | None = None):
         self.g = g
-        self.single_limit = (options or {}).get("single_program_numel", SINGLE_PROGRAM_NUMEL)
-        self.fusion = (options or {}).get("fusion", True)
+        options = options or NativeOptions()
+        self.single_limit = options.single_program_numel
+        self.fusion = options.fusion
         self.layouts = g.buffers()
         self.sv = g.sizevars
         self.producer = {}
@@ -552,5 +554,5 @@ def _leaves(tree):
         yield tree
 
 
-def schedule(g: ir.GraphIR, options: dict | None = None) -> Schedule:
+def schedule(g: ir.GraphIR, options: NativeOptions | None = None) -> Schedule:
     return Scheduler(g, options).schedule()

@@ -22,12 +22,13 @@ implementations, used wherever the matmul does not become a ``SmallMM`` after al
 from __future__ import annotations
 
 import operator
-import os
 
 import torch
 import triton
 
 from ember.native.ir import BufferArg
+from ember.config import environment
+from ember.native.options import NativeOptions
 
 OPS = ("mm", "addmm", "addmm_act", "addmm_act2")
 _tf32_allowed = torch._C._get_cublas_allow_tf32
@@ -89,7 +90,7 @@ def _gelu_of(pre):
     return out, [half[0], scaled[0], erf, plus]
 
 
-def _qualifies(n, opts: dict, on_cpu: bool) -> bool:
+def _qualifies(n, opts: NativeOptions, on_cpu: bool) -> bool:
     """Would ``n`` (an ``addmm`` node) become a SmallMM: 2-D static float, small, no alpha/beta?"""
     if not _is_call(n, aten.addmm.default, None, None, None):
         return False
@@ -102,13 +103,13 @@ def _qualifies(n, opts: dict, on_cpu: bool) -> bool:
     sizes = [*out.shape, *a.shape]
     if not all(type(s) is int for s in sizes):
         return False
-    return 0 < 2 * a.shape[0] * a.shape[1] * b.shape[1] <= opts.get("small_mm_flops", 0)
+    return 0 < 2 * a.shape[0] * a.shape[1] * b.shape[1] <= opts.small_mm_flops
 
 
-def fuse_activations(gm: torch.fx.GraphModule, opts: dict, on_cpu: bool = False) -> int:
+def fuse_activations(gm: torch.fx.GraphModule, opts: NativeOptions, on_cpu: bool = False) -> int:
     """FX pass: ``act(addmm(...))`` -> ``addmm_act`` for the matmuls that will be SmallMMs (module
     docstring); ``addmm_act2`` when the pre-activation value has other users. Returns the count."""
-    if not opts.get("small_mm_flops"):
+    if not opts.small_mm_flops:
         return 0
     g, fused = gm.graph, 0
     for n in list(g.nodes):
@@ -144,9 +145,9 @@ def fuse_activations(gm: torch.fx.GraphModule, opts: dict, on_cpu: bool = False)
     return fused
 
 
-def plan(e, layouts: dict, opts: dict) -> str | None:
+def plan(e, layouts: dict, opts: NativeOptions) -> str | None:
     """Source of a ``SmallMM(...)`` replacing extern node ``e``, or None when it keeps its ATen op."""
-    limit = opts.get("small_mm_flops", 0)
+    limit = opts.small_mm_flops
     schema = getattr(e.target, "_schema", None)
     if not limit or schema is None or e.target._overloadname != "default":
         return None
@@ -256,7 +257,7 @@ class SmallMM:
         m = self.meta
         grid = (triton.cdiv(self.M, m["BLOCK_M"]) * triton.cdiv(self.N, m["BLOCK_N"]), 1)
         # the interpreter's dot mishandles bf16 (see ember_mm); on a GPU half types feed tensor cores
-        upcast = dtype != torch.float32 and os.environ.get("TRITON_INTERPRET", "0") == "1"
+        upcast = dtype != torch.float32 and environment.triton_interpret
         # TF32 allowed: three TF32 products ("tf32x3", about fp32's accuracy) rather than one. Triton's
         # single TF32 product truncates its inputs: on the batch-32 MLP it landed 2.4e-3 (relative) from
         # eager's cuBLAS TF32, five times eager's own TF32 error; tf32x3 is 4e-4 from eager, and 4e-7

@@ -24,6 +24,7 @@ import torch
 
 from ember.native import ir
 from ember.native.scheduler import merge_loops
+from ember.native.options import NativeOptions
 
 SPLITTABLE = ("sum", "prod", "max", "min", "any", "all")
 # Programs of a reduction whose reduced loop is strided, not contiguous: each covers this many
@@ -61,13 +62,13 @@ def split_count(n: ir.ComputedNode, ranges, reduced, body, options) -> int:
         return 1  # symbolic sizes: how many programs a reduction runs is only known per call
     rnumel = math.prod(ranges[i] for i in reduced)
     xnumel = math.prod(r for i, r in enumerate(ranges) if i not in reduced)
-    if xnumel * rnumel <= options["single_program_numel"]:
+    if xnumel * rnumel <= options.single_program_numel:
         return 1  # the scheduler may run it as one program, in one launch
     vs = ir.node_vars(len(ranges))
     per_program = min(xnumel, 1 if contiguous_reduction(body, vs[reduced[-1]]) else STRIDED_XBLOCK)
     programs = -(-xnumel // per_program)
-    target = options["split_reduction_programs"]
-    if programs >= target or per_program * rnumel < options["split_reduction_numel"]:
+    target = options.split_reduction_programs
+    if programs >= target or per_program * rnumel < options.split_reduction_numel:
         return 1  # enough programs, or each one's loop is short anyway
     size = ranges[reduced[0]]
     want = max(2, min(-(-target // programs), size // 2))
@@ -119,7 +120,7 @@ def split_node(n: ir.ComputedNode, options) -> list:
     return [partial, final]
 
 
-def split_reductions(g: ir.GraphIR, options: dict) -> ir.GraphIR:
+def split_reductions(g: ir.GraphIR, options: NativeOptions) -> ir.GraphIR:
     """Split, in place, every reduction of g that would run too few programs for its size."""
     nodes = []
     for n in g.nodes:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import types
 
 import sympy
@@ -40,6 +39,8 @@ from ember.native import ir, ops
 from ember.native.scheduler import Kernel
 from ember.native.split_reduction import contiguous_reduction
 from ember.native.symbolic import is_static, print_expr
+from ember.native.options import NativeOptions
+from ember.config import environment
 
 TL_DTYPE = {
     torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
@@ -97,14 +98,13 @@ class EmittedKernel:
         return bool(self.size_args) or not (is_static(self.xnumel) and is_static(self.rnumel))
 
 
-def choose_config(k: Kernel, options: dict, inner_reduction: bool, persistent_ok: bool = True,
+def choose_config(k: Kernel, options: NativeOptions, inner_reduction: bool, persistent_ok: bool = True,
                   heavy: bool = False) -> LaunchConfig:
     """Block sizes from Inductor-like heuristics; ``options`` may cap them (tests force small
     blocks so mask tails and several loop iterations get exercised). ``k`` has int sizes (hints for
     symbolic kernels); ``persistent_ok=False`` when no bound on rnumel is known; ``heavy``: the
     kernel computes a costly function per element (``ops.HEAVY``)."""
-    max_x = options.get("max_xblock", 4096)
-    max_r = options.get("max_rblock", 4096)
+    max_x, max_r = options.max_xblock, options.max_rblock
     if not k.is_reduction:
         n = k.numel
         # powers of two only: tl.arange needs them (the interpreter does not check, real Triton does)
@@ -115,7 +115,7 @@ def choose_config(k: Kernel, options: dict, inner_reduction: bool, persistent_ok
     # the contiguous dim (measured on H100: softmax 8192x4096 fp32 94 us vs 109 us looped; the Triton
     # fused-softmax tutorial keeps rows whole too); for reductions across rows only small ones, as
     # the tile must stay wide along x to coalesce.
-    limit = options.get("persistent_rnumel", 8192) if inner_reduction else 64
+    limit = options.persistent_rnumel if inner_reduction else 64
     if persistent_ok and next_pow2(rn) <= min(limit, max_r):
         rb = next_pow2(rn)
         cap = 128 if inner_reduction else 64
@@ -163,7 +163,7 @@ class _Scope:
 
 
 class TritonKernelEmitter:
-    def __init__(self, k: Kernel, layouts: dict, options: dict, sv: ir.SizeVars | None = None):
+    def __init__(self, k: Kernel, layouts: dict, options: NativeOptions, sv: ir.SizeVars | None = None):
         self.k, self.layouts, self.options = k, layouts, options
         self.sv = sv or ir.SizeVars()
         self.size_names: dict = {}       # size symbol -> kernel parameter name
@@ -266,7 +266,7 @@ class TritonKernelEmitter:
         csrc, cdst = compute_dtype(src), compute_dtype(dst)
         if dst == torch.bool:
             return self.emit_line(scope, f"{v} != 0")
-        if dst in LOW_PRECISION and self.options.get("emulate_precision_casts"):
+        if dst in LOW_PRECISION and self.options.emulate_precision_casts:
             # round like eager stores each op's result, keep computing in fp32
             return self.emit_line(scope, f"{v}.to({TL_DTYPE[dst]}).to(tl.float32)")
         if csrc == cdst:
@@ -710,7 +710,7 @@ def _wrap(s: str) -> str:
 
 
 def _interpreted() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+    return environment.triton_interpret
 
 
 def provenance(k: Kernel) -> str:
@@ -736,5 +736,5 @@ def kernel_name(k: Kernel, kind: str, i: int) -> str:
     return f"triton_{kind}_fused_{'_'.join(ops[:6]) or 'copy'}_{i}"
 
 
-def emit_kernel(k: Kernel, layouts: dict, options: dict, sv: ir.SizeVars | None = None) -> EmittedKernel:
+def emit_kernel(k: Kernel, layouts: dict, options: NativeOptions, sv: ir.SizeVars | None = None) -> EmittedKernel:
     return TritonKernelEmitter(k, layouts, options, sv).generate()

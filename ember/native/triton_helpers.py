@@ -5,12 +5,12 @@ None (triton-lang/triton#8825), so math that ``tl``/``tl.math`` lacks is written
 exp/log/sqrt; on a GPU the same names call libdevice. Comparisons are written so NaN propagates the
 way eager's does (``maximum``, ``amax``, ``argmax`` all let NaN win).
 """
-import os
 
 import triton
 import triton.language as tl
+from ember.config import environment
 
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+INTERPRET = environment.triton_interpret
 
 __all__ = ["maximum", "minimum", "prod_combine", "argmax_combine", "argmin_combine", "floordiv", "remainder",
            "sign", "trunc", "round_half_even", "tanh", "expm1", "log1p", "pow", "atan", "atan2", "asin", "acos",

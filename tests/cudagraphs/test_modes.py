@@ -6,7 +6,7 @@ import torch
 
 import ember
 import ember.cudagraphs as cg
-from ember.backends import eager as ember_backends
+from ember.backends import ember_backend as ember_backends
 
 
 def test_cudagraphs_backend_is_listed():

@@ -15,6 +15,7 @@ pytest.importorskip("triton")
 
 from ember.native import autotune, compile_aten_graph  # noqa: E402
 from ember.native.backend import DEFAULT_OPTIONS, plan  # noqa: E402
+from ember.native.options import NativeOptions  # noqa: E402
 from ember.native.triton_emit import LaunchConfig  # noqa: E402
 from tests.native.harness import DEVICE, compare, trace  # noqa: E402
 
@@ -37,7 +38,7 @@ def test_candidates_start_with_the_heuristic_and_keep_the_kernel_valid(case):
                  "looped": (lambda x: torch.softmax(x, -1), (8, 20000))}[case]
     _, _, emitted = _emitted(fn, [torch.randn(shape)])
     (step, ek), = emitted
-    cands = autotune.candidates(ek, step.single, {})
+    cands = autotune.candidates(ek, step.single, NativeOptions())
     assert cands[0] == ek.config and 1 < len(cands) <= 10
     assert len({(c.XBLOCK, c.RBLOCK, c.num_warps, c.num_stages) for c in cands}) == len(cands)
     for c in cands:
@@ -56,7 +57,7 @@ def test_candidates_keep_blocks_that_divide_sizes_whose_masks_were_left_out():
     _, _, emitted = _emitted(lambda x: x.sin() * 2, [torch.randn(3072)])
     (step, ek), = emitted
     assert ek.exact_x and "xmask = tl.full(" in ek.source
-    cands = autotune.candidates(ek, step.single, {})
+    cands = autotune.candidates(ek, step.single, NativeOptions())
     assert {c.XBLOCK for c in cands} == {256, 512, 1024}
     _, _, emitted = _emitted(lambda x: x.sin() * 2, [torch.randn(3000)])
     assert not emitted[0][1].exact_x and "xmask = xindex < xnumel" in emitted[0][1].source
@@ -87,7 +88,7 @@ def test_fastest_candidate_wins_and_is_cached(monkeypatch, tmp_path):
     calls = []
     # the candidate with the most warps is "fastest"
     monkeypatch.setattr(autotune, "_time_config", _fake_timer(lambda c: 1.0 / c.num_warps, calls))
-    best, cached = autotune.tune_kernel(None, ek, step.single, layouts, {}, str(tmp_path))
+    best, cached = autotune.tune_kernel(None, ek, step.single, layouts, NativeOptions(), str(tmp_path))
     assert not cached and best.num_warps == max(c.num_warps for c in calls) and len(calls) > 1
     files = list((tmp_path / "native" / "autotune").rglob("*.json"))
     # (after ember.diskcache's one-line envelope header)
@@ -96,7 +97,7 @@ def test_fastest_candidate_wins_and_is_cached(monkeypatch, tmp_path):
     def boom(*a):
         raise AssertionError("timed again despite the cache")
     monkeypatch.setattr(autotune, "_time_config", boom)
-    again, cached = autotune.tune_kernel(None, ek, step.single, layouts, {}, str(tmp_path))
+    again, cached = autotune.tune_kernel(None, ek, step.single, layouts, NativeOptions(), str(tmp_path))
     assert cached and again == best
 
 
@@ -106,7 +107,7 @@ def test_small_gains_keep_the_heuristic(monkeypatch, tmp_path):
     heuristic = ek.config
     times = lambda c: 1.0 if c == heuristic else 0.99  # noqa: E731 - 1% faster: noise, not a win
     monkeypatch.setattr(autotune, "_time_config", _fake_timer(times, []))
-    best, _ = autotune.tune_kernel(None, ek, step.single, layouts, {}, str(tmp_path))
+    best, _ = autotune.tune_kernel(None, ek, step.single, layouts, NativeOptions(), str(tmp_path))
     assert best == heuristic
 
 
@@ -115,7 +116,7 @@ def test_failed_candidates_are_skipped(monkeypatch, tmp_path):
     (step, ek), = emitted
     times = lambda c: None if c.num_warps > 4 else 2.0 / c.XBLOCK  # noqa: E731 - big ones "do not fit"
     monkeypatch.setattr(autotune, "_time_config", _fake_timer(times, []))
-    best, _ = autotune.tune_kernel(None, ek, step.single, layouts, {}, str(tmp_path))
+    best, _ = autotune.tune_kernel(None, ek, step.single, layouts, NativeOptions(), str(tmp_path))
     assert best.num_warps <= 4
 
 

@@ -139,7 +139,7 @@ def test_config_tiles_fit_the_problem():
 def test_cuda_graph_modes_keep_the_aten_matmul(tmp_path, cudagraphs):
     """Under CUDA graphs nothing launches from Python, so SmallMM's CPU saving is gone and cuBLAS's
     faster kernel is kept (the options reduce-overhead and max-autotune compile with)."""
-    from ember.backends.eager import native_options
+    from ember.backends.ember_backend import native_options
     inputs = [torch.randn(8, 40, device=DEVICE), torch.randn(40, 24, device=DEVICE)]
     _, src = _compiled(torch.mm, inputs, tmp_path, **native_options(cudagraphs, False))
     assert ("SmallMM(" in src) is not cudagraphs and ("aten_mm" in src) is cudagraphs

@@ -5,7 +5,7 @@ Importing this package does not import openvino; the first compile does.
 """
 from __future__ import annotations
 
-from ember.backends.openvino.options import OPTIONS
+from ember.backends.openvino.options import OpenVINOOptions, OpenVINOTSOptions
 from ember.backends.registry import register_backend
 
 
@@ -22,18 +22,13 @@ def clear_reports() -> None:
     REPORTS.clear()
 
 
-@register_backend(name="openvino", options=OPTIONS)
+@register_backend(name="openvino", options=OpenVINOOptions)
 def openvino(gm, example_inputs, options=None, mode=None):
     from ember.backends.openvino.backend import openvino_backend
     return openvino_backend(gm, example_inputs, options=options, mode=mode)
 
 
-def _ts_options():
-    from ember.backends.openvino.options import OPTIONS
-    return {k: OPTIONS[k] for k in ("device", "config", "model_caching", "cache_dir")}
-
-
-@register_backend(name="openvino_ts", options=_ts_options())
+@register_backend(name="openvino_ts", options=OpenVINOTSOptions)
 def openvino_ts(gm, example_inputs, options=None, mode=None):
     from ember.backends.openvino.ts import openvino_ts as compile_ts
     return compile_ts(gm, example_inputs, options=options, mode=mode)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from ember.backends.registry import OptionSpec
+from ember.backends.options import BackendOptions, option
+from ember.config import environment
 
 ENV_DEVICE = "OPENVINO_TORCH_BACKEND_DEVICE"
 ENV_MODEL_CACHING = "OPENVINO_TORCH_MODEL_CACHING"
@@ -23,39 +24,51 @@ ENV_CACHE_DIR = "OPENVINO_TORCH_CACHE_DIR"
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 
-
-class _Accepts(type):
-    """A stand-in type for ``OptionSpec``: ``isinstance(v, T)`` is T's check, so ``ember.compile`` rejects a
-    value of the wrong kind up front (the registry checks types with isinstance). ``None`` always passes:
-    it means "not given" and lets the environment variable or the default apply."""
-
-    def __instancecheck__(cls, value) -> bool:
-        return value is None or isinstance(value, cls.accepts)
-
-
-def _kind(name: str, *types) -> type:
-    return _Accepts(name, (), {"accepts": types})
-
-
-OPTIONS = {
-    "device": OptionSpec(_kind("str", str), None,
-                         f"OpenVINO device for the converted partitions ('CPU'); env {ENV_DEVICE}"),
-    "aot_autograd": OptionSpec(_kind("bool", bool, str), None,
-                               "keep parameters and buffers as runtime inputs instead of folding them into "
-                               "OpenVINO constants (fine-tuning: weights may change between calls at no cost)"),
-    "model_caching": OptionSpec(_kind("bool", bool, str), None,
-                                f"save converted partitions under cache_dir and reuse them in later processes; "
-                                f"env {ENV_MODEL_CACHING}"),
-    "cache_dir": OptionSpec(_kind("str or os.PathLike", str, os.PathLike), None,
-                            f"where model_caching writes (default ./cache); env {ENV_CACHE_DIR}"),
-    "decompositions": OptionSpec(_kind("list", list, tuple), None,
-                                 "extra ATen ops (OpOverload/OpOverloadPacket) to decompose before conversion"),
-    "disabled_ops": OptionSpec(_kind("list", list, tuple, set, frozenset), None,
-                               "ATen ops kept in PyTorch: OpOverload objects or names like "
-                               "'torch.ops.aten.relu.default', 'aten.relu.default', 'aten.relu'"),
-    "config": OptionSpec(_kind("dict", dict), None,
-                         "OpenVINO properties for compile_model, e.g. {'INFERENCE_PRECISION_HINT': 'f32'}"),
+# Every field defaults to None, "not given": the environment variable (for the three that have one) or
+# the built-in default applies, in ``resolve``. The types are checked at ember.compile (registry).
+_FIELDS = {
+    "device": lambda: option(None, f"OpenVINO device for the converted partitions ('CPU'); env {ENV_DEVICE}",
+                             accepts=(str,), kind="str"),
+    "aot_autograd": lambda: option(None, "keep parameters and buffers as runtime inputs instead of folding them "
+                                         "into OpenVINO constants (fine-tuning: weights may change between calls "
+                                         "at no cost)", accepts=(bool, str), kind="bool"),
+    "model_caching": lambda: option(None, f"save converted partitions under cache_dir and reuse them in later "
+                                          f"processes; env {ENV_MODEL_CACHING}", accepts=(bool, str), kind="bool"),
+    "cache_dir": lambda: option(None, f"where model_caching writes (default ./cache); env {ENV_CACHE_DIR}",
+                                accepts=(str, os.PathLike), kind="str or os.PathLike"),
+    "decompositions": lambda: option(None, "extra ATen ops (OpOverload/OpOverloadPacket) to decompose before "
+                                           "conversion", accepts=(list, tuple), kind="list"),
+    "disabled_ops": lambda: option(None, "ATen ops kept in PyTorch: OpOverload objects or names like "
+                                         "'torch.ops.aten.relu.default', 'aten.relu.default', 'aten.relu'",
+                                   accepts=(list, tuple, set, frozenset), kind="list"),
+    "config": lambda: option(None, "OpenVINO properties for compile_model, e.g. "
+                                   "{'INFERENCE_PRECISION_HINT': 'f32'}", accepts=(dict,), kind="dict"),
 }
+
+
+@dataclass(frozen=True, eq=False)
+class OpenVINOOptions(BackendOptions):
+    """The options of the ``openvino`` backend, as given (``resolve`` turns them into ``OVOptions``)."""
+    backend: ClassVar[str] = "openvino"
+
+    device: str | None = _FIELDS["device"]()
+    aot_autograd: bool | str | None = _FIELDS["aot_autograd"]()
+    model_caching: bool | str | None = _FIELDS["model_caching"]()
+    cache_dir: str | None = _FIELDS["cache_dir"]()
+    decompositions: list | None = _FIELDS["decompositions"]()
+    disabled_ops: list | None = _FIELDS["disabled_ops"]()
+    config: dict | None = _FIELDS["config"]()
+
+
+@dataclass(frozen=True, eq=False)
+class OpenVINOTSOptions(BackendOptions):
+    """The options of ``openvino_ts``: TorchScript has no partitions, so no op lists or weight handling."""
+    backend: ClassVar[str] = "openvino_ts"
+
+    device: str | None = _FIELDS["device"]()
+    model_caching: bool | str | None = _FIELDS["model_caching"]()
+    cache_dir: str | None = _FIELDS["cache_dir"]()
+    config: dict | None = _FIELDS["config"]()
 
 
 @dataclass(frozen=True)
@@ -127,23 +140,18 @@ def _decompositions(ops) -> dict:
     return table
 
 
-def resolve(options: dict | None) -> OVOptions:
-    """The effective options of one compile. Unknown keys are rejected here too, for callers that reach
-    the backend function without going through ``ember.compile``'s checks."""
-    options = dict(options or {})
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise ValueError(f"unknown option(s) {', '.join(map(repr, unknown))} for backend 'openvino'; valid "
-                         f"options: {', '.join(sorted(OPTIONS))}")
-    for key, value in options.items():
-        if not isinstance(value, OPTIONS[key].type):
-            raise TypeError(f"openvino option {key!r} must be {OPTIONS[key].type.__name__}, got "
-                            f"{type(value).__name__} ({value!r})")
+def resolve(options=None) -> OVOptions:
+    """The effective options of one compile. ``options``: the checked ``OpenVINOOptions`` (or
+    ``OpenVINOTSOptions``) that ember.compile passes, or a dict from a caller that reaches the backend
+    function directly (torch.compile, tests): checked here then, with the same errors."""
+    if not isinstance(options, BackendOptions):
+        options = OpenVINOOptions.from_dict(options)
+    options = {k: v for k, v in options.as_dict().items() if v is not None}
 
     def given(key, env=None):
         value = options.get(key)
         if value is None and env is not None:
-            value = os.environ.get(env)
+            value = environment.get(env)
         return value
 
     device = given("device", ENV_DEVICE) or "CPU"

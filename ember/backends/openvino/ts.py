@@ -20,7 +20,7 @@ import torch.fx as fx
 from ember.backends.openvino import cache
 from ember.backends.openvino.backend import weight_positions
 from ember.backends.openvino.convert import _import_openvino, core
-from ember.backends.openvino.options import check_against_runtime, resolve
+from ember.backends.openvino.options import OpenVINOTSOptions, check_against_runtime, resolve
 from ember.backends.openvino.partition import log
 from ember.backends.openvino.runtime import OVPartition
 from ember.backends.openvino.shapes import Signature, graph_input_positions
@@ -77,7 +77,7 @@ def _why_not_traceable(gm: fx.GraphModule, example_inputs: list) -> str | None:
 def openvino_ts(gm: fx.GraphModule, example_inputs: list, options: dict | None = None, mode=None):
     if mode not in (None, "default"):
         raise ValueError(f"backend 'openvino_ts' takes no mode (got {mode!r})")
-    opts = resolve(options)
+    opts = resolve(OpenVINOTSOptions.from_dict(options))
     check_against_runtime(opts, core())
     reason = _why_not_traceable(gm, example_inputs)
     if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs):

@@ -1,0 +1,67 @@
+"""``NativeOptions``: the native code generator's settings, one typed object per compile.
+
+``compile_aten_graph(options=...)`` turns the caller's dict into this object once (unknown keys and
+bad values raise there, naming the field) and every step of the pipeline (passes, split_reduction,
+scheduler, triton_emit, autotune, small_mm, the graph cache key) reads its attributes: each setting
+has exactly one default, here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ember.backends.options import BackendOptions, option
+
+
+@dataclass(frozen=True)
+class NativeOptions(BackendOptions):
+    backend: ClassVar[str] = "ember"
+
+    max_xblock: int = option(4096, "largest block over a kernel's pointwise (x) dimension; tests lower it "
+                                   "to exercise tails and loops", min=1)
+    max_rblock: int = option(8192, "largest block over a reduction (r) dimension", min=1)
+    persistent_rnumel: int = option(8192, "row reductions up to this many elements keep the row in registers",
+                                    min=1)
+    single_program_numel: int = option(1 << 16, "a kernel this small may run as one program (reduce across rows)",
+                                       min=1)
+    # 2 per SM of an H100: fewer programs than this leave SMs idle (split_reduction.py)
+    split_reduction_programs: int = option(264, "a reduction running fewer programs than this, each reducing "
+                                                "split_reduction_numel elements or more, becomes two kernels", min=1)
+    split_reduction_numel: int = option(1 << 16, "see split_reduction_programs", min=1)
+    fusion: bool = option(True, "fuse pointwise and reduction nodes into one kernel (False: one kernel per "
+                                "realized node, for comparisons)")
+    verify: bool = option(True, "run ir.verify on the lowered graph")
+    cache: bool = option(True, "read and write the on-disk graph cache")
+    cache_dir: str | None = option(None, "root of the on-disk caches (None: ember.config.cache_dir)", accepts=(str,))
+    guard_inputs: bool = option(True, "check input sizes and strides per call (else run the graph as it is)")
+    autotune: bool = option(False, "time launch configs and cuBLAS against a Triton matmul on the device "
+                                   "(autotune.py; mode max-autotune)")
+    cse: bool = option(True, "merge repeated pure ops before lowering (passes.py)")
+    pad_mm: bool = option(True, "pad large matmuls with misaligned sizes for cuBLAS (pad_mm.py)")
+    pad_mm_min_flops: int = option(1 << 30, "smallest matmul (FLOPs) pad_mm pads", min=0)
+    small_mm_flops: int = option(1 << 26, "mm/addmm up to this many FLOPs run as one Triton launch "
+                                          "(small_mm.py); 0: never", min=0)
+    emulate_precision_casts: bool = option(False, "round fp16/bf16 casts inside fused kernels as eager rounds "
+                                                  "each op (compile_aten_graph fills it from ember.config)")
+
+    def cache_key(self) -> dict:
+        """What of these options changes generated code (the graph cache key holds it): all but where
+        the cache lives."""
+        d = self.as_dict()
+        d.pop("cache_dir")
+        return d
+
+
+def resolve(options=None) -> NativeOptions:
+    """The options of one compile: ``options`` (dict, NativeOptions or None) over the defaults, with
+    ``emulate_precision_casts`` from ``ember.config`` unless given."""
+    if isinstance(options, NativeOptions):
+        return options
+    from ember.config import config
+    given = dict(options or {})
+    given.setdefault("emulate_precision_casts", config.emulate_precision_casts)
+    return NativeOptions.from_dict(given)
+
+
+# the defaults as a dict, for code written against the old DEFAULT_OPTIONS dict (read-only use)
+DEFAULT_OPTIONS = NativeOptions().as_dict()
