@@ -198,3 +198,33 @@ def test_random_ops_draw_new_numbers_at_every_replay():
     for a, b in zip(masks[2:], masks[3:]):  # replays: each one a fresh mask
         assert not torch.equal(a, b)
     assert all(0.4 < m.float().mean().item() < 0.6 for m in masks)
+
+
+def test_threads_calling_one_reduce_overhead_function_get_eager_results():
+    """4 threads on the default stream, each keeping every output it gets: replays are serialised by
+    the runner's lock, and outputs held by one thread are never overwritten by another's replay."""
+    import threading
+    f = ember.compile(_fresh_fn(lambda x, w: torch.tanh(x @ w) * 2 + x.sum(-1, keepdim=True)), mode="reduce-overhead")
+    w = torch.randn(64, 64, device="cuda")
+    barrier, failures = threading.Barrier(4), []
+
+    def body(i):
+        g = torch.Generator(device="cuda").manual_seed(i)
+        xs = [torch.randn(32, 64, device="cuda", generator=g) for _ in range(60)]
+        barrier.wait()
+        try:
+            outs = [f(x, w) for x in xs]  # all held until the end
+            torch.cuda.synchronize()
+            for k, (x, o) in enumerate(zip(xs, outs)):
+                want = torch.tanh(x @ w) * 2 + x.sum(-1, keepdim=True)
+                if not torch.allclose(o, want, rtol=1e-4, atol=1e-4):
+                    failures.append(f"thread {i} call {k}: max diff {(o - want).abs().max().item():.3g}")
+        except BaseException as e:  # noqa: BLE001 - reported below
+            failures.append(f"thread {i}: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures[:5]
