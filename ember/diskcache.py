@@ -95,28 +95,40 @@ def _mkdir(path: str) -> None:
     os.chmod(path, DIR_MODE)  # (a umask such as 0o277 would strip bits 0700 needs)
 
 
-def secure_dir(path: str, root: str, create: bool = True) -> bool:
-    """Make sure ``path`` exists under ``root`` (``create=False``: a missing level is fine, there is
-    nothing to read) and that every existing level from ``root`` down is ours and not writable by
-    group or others. False (after one warning) when the cache must not be used."""
+def dir_problem(path: str, root: str, create: bool = True) -> tuple[str, str, bool] | None:
+    """(level, problem, mode_or_owner) for the first level from ``root`` down to ``path`` that must
+    not be trusted (not ours, writable by group or others, not a directory, or not creatable), or
+    None when every existing level is fine. ``mode_or_owner`` is False for an OSError (no chmod
+    fixes that). ``create``: make missing levels (mode 0700); else a missing level ends the walk
+    (there is nothing below it to read). Warns nothing: each caller names its own fix."""
     try:
         for level in _levels(path, root):
             if not os.path.lexists(level):
                 if not create:
-                    return True
+                    return None
                 _mkdir(level)
             problem = stat_problem(os.stat(level), want_dir=True)
             if problem is not None:
-                warn_once("not using the cache directory", level, problem,
-                          "ember runs without this cache; fix: `chown $USER` it and `chmod 700` it, or point "
-                          "EMBER_CACHE_DIR (config.cache_dir) at a directory of your own")
-                return False
+                return level, problem, True
     except (OSError, ValueError) as e:
-        warn_once("not using the cache directory", path, f"{type(e).__name__}: {e}",
-                  "ember runs without this cache; fix: point EMBER_CACHE_DIR (config.cache_dir) at a writable "
-                  "directory of your own")
-        return False
-    return True
+        return path, f"{type(e).__name__}: {e}", False
+    return None
+
+
+def secure_dir(path: str, root: str, create: bool = True) -> bool:
+    """Make sure ``path`` exists under ``root`` (``create=False``: a missing level is fine, there is
+    nothing to read) and that every existing level from ``root`` down is ours and not writable by
+    group or others. False (after one warning) when the cache must not be used."""
+    found = dir_problem(path, root, create)
+    if found is None:
+        return True
+    level, problem, mode_or_owner = found
+    if mode_or_owner:
+        fix = "`chown $USER` it and `chmod 700` it, or point EMBER_CACHE_DIR (config.cache_dir) at a directory of your own"
+    else:
+        fix = "point EMBER_CACHE_DIR (config.cache_dir) at a writable directory of your own"
+    warn_once("not using the cache directory", level, problem, "ember runs without this cache; fix: " + fix)
+    return False
 
 
 def scratch_dir(name: str) -> str:

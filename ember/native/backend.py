@@ -26,7 +26,7 @@ import torch
 
 from ember.config import environment
 from ember.diagnostics import counters
-from ember.native import cache, ir, runtime
+from ember.native import cache, ir, runtime, triton_cache
 from ember.native.lowering import Unsupported
 from ember.native.specialize import PerShapeGraph
 from ember.native.options import DEFAULT_OPTIONS, NativeOptions, resolve as resolve_options  # noqa: F401
@@ -88,6 +88,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, *, force_triton
     if on_cpu and type(tl.sum).__name__ != "InterpretedFunction":
         # the interpreter is chosen when triton is imported (make_fx in fake mode imports it)
         return _as_is(gm, "Triton on CPU tensors needs TRITON_INTERPRET=1 before triton is imported", fallback=True)
+    triton_cache.ensure_safe(opts.cache_dir)  # before Triton builds or loads anything from its disk cache
     if has_symbolic_inputs(gm):
         try:
             return _compile(gm, example_inputs, opts)

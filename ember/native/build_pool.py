@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 
-from ember.native import build_worker
+from ember.native import build_worker, triton_cache
 from ember.config import environment
 
 STATS = {"submitted": 0, "built": 0, "failed": 0, "launchers": 0, "key_mismatch": 0, "worker_deaths": 0, "stalls": 0,
@@ -53,7 +53,7 @@ class BuildPool:
     def _spawn():
         return subprocess.Popen([sys.executable, os.path.abspath(build_worker.__file__)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                bufsize=0, close_fds=True)
+                                bufsize=0, close_fds=True, env=triton_cache.worker_env())
 
     def alive(self) -> list:
         return [p for p in self.procs if p.poll() is None]
@@ -160,6 +160,7 @@ def start(n: int) -> "BuildPool | None":
         return None
     with _LOCK:
         if _POOL is None:
+            triton_cache.ensure_safe()  # (the workers get the checked directories: worker_env)
             try:  # (one core left to this process, which generates code meanwhile)
                 _POOL = BuildPool(min(n, max(2, (os.cpu_count() or 2) - 1)))
             except OSError:  # no processes to be had: builds stay in this process

@@ -16,7 +16,8 @@ files that are ours and not writable by others; anything else is a miss and is r
 
 Files are written to a temporary name and renamed, so a concurrent reader sees all or nothing.
 A second process compiling the same graph finds the wrapper and skips lowering and code generation.
-Triton keeps its own cache of compiled binaries (``TRITON_CACHE_DIR``, outside ``cache_dir``).
+Triton keeps its own cache of compiled binaries (``TRITON_CACHE_DIR``, outside ``cache_dir``), under
+the same ownership and mode checks (``triton_cache``).
 """
 from __future__ import annotations
 

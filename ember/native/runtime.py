@@ -98,7 +98,8 @@ class Launch:
             return self._first_locked(args)
 
     def _first_locked(self, args):
-        from ember.native import build_pool
+        from ember.native import build_pool, triton_cache
+        triton_cache.ensure_safe()  # (checked once per process: a set lookup after the first compile)
         build_pool.wait(self)  # (the worker processes' build of it: this one then finds its binary on disk)
         kernel = self._slow(args)
         if self.ahead is not None and getattr(kernel, "hash", self.ahead) != self.ahead:
@@ -149,6 +150,8 @@ def prewarm_triton(pool_workers: int = 0) -> None:
     except ImportError:
         _PREWARM = False
         return
+    from ember.native import triton_cache
+    triton_cache.ensure_safe()  # (creating the driver loads a C module from Triton's cache)
     import threading
 
     def work():
