@@ -191,10 +191,9 @@ def _callable_position(stack: list, inst) -> int | None:
 
 def resume_frame_state(tracer, info: R.ResumeInfo, stack_value: tuple, locals_value: dict):
     """Trackers for the stack and locals a resume function receives (guarded like any input)."""
-    from ember.frontend.variables.builder import wrap
 
-    stack_vt = wrap(tracer, stack_value, LocalSource(R.STACK_ARG))
-    locals_vt = wrap(tracer, locals_value, LocalSource(R.LOCALS_ARG))
+    stack_vt = VariableTracker.build(tracer, stack_value, LocalSource(R.STACK_ARG))
+    locals_vt = VariableTracker.build(tracer, locals_value, LocalSource(R.LOCALS_ARG))
     cellnames = set(info.code.co_cellvars)
     varnames = set(info.code.co_varnames) - cellnames
     local_vts = {k: v for k, v in locals_vt.items.items() if k in varnames}

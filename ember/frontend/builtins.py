@@ -18,14 +18,13 @@ import torch
 
 from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.variables.base import ConstantVariable, VariableTracker, identity_of
-from ember.frontend.variables.builder import wrap_const
 from ember.frontend.variables.containers import (
     BaseSequenceVariable, DictVariable, IteratorVariable, ListIteratorVariable, ListVariable, SetVariable, SizeVariable,
     TupleVariable,
 )
 from ember.frontend.variables import symbolic
 from ember.frontend.variables.dict_views import DictViewVariable, view_operator
-from ember.frontend.variables.functions import UserMethodVariable
+from ember.frontend.variables.functions import BUILTIN_HANDLERS, UserMethodVariable
 from ember.frontend.variables.iterators import (
     EnumerateIteratorVariable, FilterIteratorVariable, MapIteratorVariable, ZipIteratorVariable, iterate, make_itertool,
 )
@@ -57,7 +56,7 @@ _INPLACE_TO_BINARY = {v: BINARY[k] for k, v in INPLACE.items()}
 
 def _fold(fn, *vals, **kw):
     try:
-        return wrap_const(fn(*vals, **kw))
+        return VariableTracker.const(fn(*vals, **kw))
     except Exception as exc:
         raise Unsupported(f"{getattr(fn, '__name__', fn)}{vals} raised {type(exc).__name__}: {exc} while tracing") from None
 
@@ -113,7 +112,7 @@ def apply_operator(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> 
         merged.items.update(b.items)
         return merged
     if isinstance(a, SetVariable) or isinstance(b, SetVariable):
-        return wrap_const(base(a.as_constant(), b.as_constant()))
+        return VariableTracker.const(base(a.as_constant(), b.as_constant()))
     if base in (operator.eq, operator.ne):
         r = _user_dunder(tx, base, a, b)
         if r is not None:
@@ -328,7 +327,7 @@ def construct_builtin_type(tx, cls, args, kwargs):
 
 
 # ---- builtin functions ---------------------------------------------------------------------
-HANDLERS: dict = {}
+HANDLERS: dict = BUILTIN_HANDLERS  # the table the build rule of functions.py consults
 
 
 def handler(*fns):
@@ -417,9 +416,8 @@ def _callable(tx, fn, x):
 def _type(tx, fn, *args):
     if len(args) != 1:
         raise Unsupported("type() with 3 arguments (creating a class)")
-    from ember.frontend.variables.builder import _wrap_object
 
-    return _wrap_object(tx, args[0].python_type(), None)
+    return VariableTracker.build_object(tx, args[0].python_type())
 
 
 _MISSING = object()
@@ -607,7 +605,7 @@ def _pow(tx, fn, a, b, mod=None):
 
 @handler(dataclasses.fields)
 def _dc_fields(tx, fn, x):
-    return wrap_const(dataclasses.fields(x.as_constant() if x.is_constant() else x.python_type()))
+    return VariableTracker.const(dataclasses.fields(x.as_constant() if x.is_constant() else x.python_type()))
 
 
 @handler(dataclasses.is_dataclass)

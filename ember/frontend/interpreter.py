@@ -15,8 +15,7 @@ from ember.diagnostics import logging as elog
 from ember.frontend import bytecode as bc
 from ember.frontend.errors import CompileError, InternalError, TracedException, Unsupported
 from ember.frontend.sources import CellSource, DefaultSource, GlobalSource
-from ember.frontend.variables.base import ConstantVariable, NullVariable, VariableTracker
-from ember.frontend.variables.builder import _CONST_TYPES, _wrap_object, wrap, wrap_const
+from ember.frontend.variables.base import CONST_TYPES, ConstantVariable, NullVariable, VariableTracker
 from ember.frontend.variables.containers import DictVariable, TupleVariable
 
 CO_VARARGS = 0x04
@@ -59,7 +58,7 @@ class RealCellVariable(VariableTracker):
             val = self.cell.cell_contents
         except ValueError:
             raise Unsupported(f"free variable '{name}' referenced before assignment (NameError)") from None
-        return wrap(tx, val, self.source)
+        return VariableTracker.build(tx, val, self.source)
 
     def store(self, tx, name, value):
         tx.output.side_effects.store_source(self.source, value)
@@ -214,10 +213,10 @@ class Tracer:
 
     def _default(self, fn_vt, value, key, label):
         # Immutable defaults of a function whose identity is guarded are part of that function.
-        if isinstance(value, _CONST_TYPES) or (type(value) is tuple and all(isinstance(v, _CONST_TYPES) for v in value)):
-            return wrap_const(value)
+        if isinstance(value, CONST_TYPES) or (type(value) is tuple and all(isinstance(v, CONST_TYPES) for v in value)):
+            return VariableTracker.const(value)
         src = fn_vt.source or self.output.object_source(fn_vt.fn, fn_vt.fn.__qualname__)
-        return wrap(self, value, DefaultSource(src, key, label))
+        return VariableTracker.build(self, value, DefaultSource(src, key, label))
 
     # ---- subscripts (shared by handlers and builtins) ----
     def getitem(self, obj, key) -> VariableTracker:
@@ -227,7 +226,7 @@ class Tracer:
             return self.output.call(self, "call_function", operator.getitem, [obj, key], {})
         if obj.is_constant() and key.is_constant() and not hasattr(obj, "items"):
             try:
-                return wrap_const(obj.as_constant()[key.as_constant()])
+                return VariableTracker.const(obj.as_constant()[key.as_constant()])
             except Exception as exc:
                 raise Unsupported(f"indexing {obj.describe()} with {key.as_constant()!r} raised {type(exc).__name__}") from None
         if hasattr(obj, "getitem"):
@@ -374,15 +373,15 @@ class InstructionTranslator(Tracer):
         if written is not None:
             return written
         if name in g:
-            return wrap(self, g[name], self._global_source(name))
+            return VariableTracker.build(self, g[name], self._global_source(name))
         b = g.get("__builtins__", builtins)
         bd = b if isinstance(b, dict) else vars(b)
         if name not in bd:
             raise Unsupported(f"name '{name}' is not defined (NameError)")
         val = bd[name]
-        if isinstance(val, _CONST_TYPES):
+        if isinstance(val, CONST_TYPES):
             return ConstantVariable(val)
-        return _wrap_object(self, val, None)
+        return VariableTracker.build_object(self, val)
 
     def make_super(self, args):
         from ember.frontend.variables.objects import SuperVariable

@@ -177,9 +177,8 @@ def _copied_class(x: VariableTracker) -> type:
 def _state(tx, x) -> dict:
     """The attributes a copy starts from: an existing object's ``__dict__`` read through guarded
     sources, with the writes this trace made to it on top."""
-    from ember.frontend.variables.builder import wrap
 
     if isinstance(x, NewObjectVariable):
         return dict(x.attrs)
-    d = wrap(tx, x.value.__dict__, AttrSource(x.source, "__dict__"))
+    d = VariableTracker.build(tx, x.value.__dict__, AttrSource(x.source, "__dict__"))
     return {**d.items, **tx.output.side_effects.written_attrs(x.value)}

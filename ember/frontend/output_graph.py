@@ -29,6 +29,7 @@ from ember.frontend.dynamic import (
 from ember.frontend.errors import Unsupported
 from ember.frontend.guards import GuardKind, GuardSet, TensorMeta, global_state
 from ember.frontend.sources import Source
+from ember.frontend.variables.base import VariableTracker
 
 # Torch calls that change process state: running them on fake tensors at trace time would leak the
 # effect into the real program, so they are refused (a graph break once breaks exist).
@@ -273,7 +274,6 @@ class OutputGraph:
                 self.guards.add(source, GuardKind.STORAGE_OFFSET, value.storage_offset())
 
     def wrap_result(self, node: fx.Node, result, mutating: bool = False):
-        from ember.frontend.variables.builder import wrap_const
         from ember.frontend.variables.containers import StructSeqVariable, TupleVariable, ListVariable
         from ember.frontend.variables.tensor import TensorVariable
 
@@ -299,7 +299,7 @@ class OutputGraph:
             return wrap_sym(None, node, result)
         if not mutating and not node.users:
             self.graph.erase_node(node)
-        return wrap_const(result)
+        return VariableTracker.const(result)
 
     def op_nodes(self) -> int:
         return sum(1 for n in self.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
@@ -310,8 +310,6 @@ _OFFSET_READERS = ("storage_offset", torch.Tensor.storage_offset)
 
 
 def _is_vt(x) -> bool:
-    from ember.frontend.variables.base import VariableTracker
-
     return isinstance(x, VariableTracker)
 
 
@@ -323,16 +321,12 @@ def _is_mutating(kind: str, target) -> bool:
 
 
 def _to_node_arg(v):
-    from ember.frontend.variables.base import VariableTracker
-
     if isinstance(v, VariableTracker):
         return v.as_node_arg()
     return v
 
 
 def _to_fake_arg(v):
-    from ember.frontend.variables.base import VariableTracker
-
     if isinstance(v, VariableTracker):
         return v.as_fake_arg()
     return v

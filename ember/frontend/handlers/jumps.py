@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ember.frontend.handlers import register
-from ember.frontend.variables.base import ConstantVariable
+from ember.frontend.variables.base import ConstantVariable, VariableTracker
 
 
 @register("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP", "JUMP_NO_INTERRUPT")
@@ -93,9 +93,8 @@ def RETURN_VALUE(tx, inst):
 
 @register("RETURN_CONST", versions=((3, 12), (3, 12)))
 def RETURN_CONST(tx, inst):
-    from ember.frontend.variables.builder import wrap_const
 
-    tx.returned = wrap_const(inst.argval)
+    tx.returned = VariableTracker.const(inst.argval)
 
 
 # ---- generators: suspended at each yield, resumed by the consumer's next() ------------------

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.handlers import register, unsupported
-from ember.frontend.variables.base import NULL, ConstantVariable
-from ember.frontend.variables.builder import wrap_const
+from ember.frontend.variables.base import NULL, ConstantVariable, VariableTracker
 
 
 # https://docs.python.org/3/library/dis.html#opcode-NOP
@@ -36,7 +35,7 @@ def SWAP(tx, inst):
 
 @register("LOAD_CONST")
 def LOAD_CONST(tx, inst):
-    tx.push(wrap_const(inst.argval))
+    tx.push(VariableTracker.const(inst.argval))
 
 
 _UNBOUND = object()
@@ -184,9 +183,8 @@ def DELETE_ATTR(tx, inst):
 
 @register("LOAD_ASSERTION_ERROR")
 def LOAD_ASSERTION_ERROR(tx, inst):
-    from ember.frontend.variables.builder import _wrap_object
 
-    tx.push(_wrap_object(tx, AssertionError, None))
+    tx.push(VariableTracker.build_object(tx, AssertionError))
 
 
 # ---- imports inside functions (idempotent: the module is already in sys.modules or loads once) --
@@ -195,9 +193,8 @@ def IMPORT_NAME(tx, inst):
     fromlist = tx.pop().as_constant()
     level = tx.pop().as_constant()
     mod = __import__(inst.argval, tx.f_globals, None, fromlist, level)
-    from ember.frontend.variables.builder import _wrap_object
 
-    tx.push(_wrap_object(tx, mod, None))
+    tx.push(VariableTracker.build_object(tx, mod))
 
 
 @register("IMPORT_FROM")

@@ -1,9 +1,25 @@
-"""The VariableTracker protocol, plus the two trivial kinds: constants and the 3.11+ NULL."""
+"""The VariableTracker protocol, the build table every tracker registers in, plus the two trivial
+kinds: constants and the 3.11+ NULL.
+
+``VariableTracker.build(tx, value, source)`` turns a real object reached through ``source`` into a
+tracker and records the guard that makes the trace valid for it; ``VariableTracker.const(value)`` does
+the same for a value made while tracing (no source, no guard). Neither knows any tracker class: each
+tracker module registers builders for its own types beside its classes (``@register_builder``), so
+this module imports no tracker and no tracker imports another to build one.
+"""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import enum
+import types
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
 
+import torch
+
+from ember.frontend.dynamic import is_argument_source
 from ember.frontend.errors import Unsupported
+from ember.frontend.guards import GuardKind
+from ember.frontend.sources import ItemSource
 
 if TYPE_CHECKING:
     from ember.frontend.interpreter import InstructionTranslator
@@ -13,6 +29,29 @@ if TYPE_CHECKING:
 class VariableTracker:
     """A symbolic Python value. ``source`` says where the real value lives at run time (None when
     the value was made during tracing)."""
+
+    # -- building trackers (the table lives below the class) --
+    @staticmethod
+    def build(tx, value, source: "Source") -> "VariableTracker":
+        """A tracker for a real value reached through ``source``, guarded (once per source)."""
+        cache = tx.output.wrap_cache
+        hit = cache.get(source)
+        if hit is not None and hit[0] is value:
+            return hit[1]
+        vt = _build(tx, value, source)
+        cache[source] = (value, vt)
+        return vt
+
+    @staticmethod
+    def const(value) -> "VariableTracker":
+        """A tracker for a value made while tracing (e.g. a constant-folded result): no source, no guard."""
+        return _build(None, value, None)
+
+    @staticmethod
+    def build_object(tx, value, source: "Source | None" = None) -> "VariableTracker":
+        """Only the object kinds (callables, classes, modules, user objects), never a constant or
+        container: for a value known to be one (a class, a module, a builtin read off a frame)."""
+        return _build(tx, value, source, objects_only=True)
 
     source: "Source | None" = None
     # The attribute holding the real Python object this tracker stands for (an input, a global, a
@@ -145,7 +184,6 @@ class ConstantVariable(VariableTracker):
         return len(self.value)
 
     def getattr(self, tx, name: str) -> VariableTracker:
-        from ember.frontend.variables.builder import wrap_const
 
         try:
             attr = getattr(self.value, name)
@@ -155,9 +193,157 @@ class ConstantVariable(VariableTracker):
             from ember.frontend.variables.functions import ConstantMethodVariable
 
             return ConstantMethodVariable(self.value, name)
-        return wrap_const(attr)
+        return VariableTracker.const(attr)
 
     def reconstruct(self, cg) -> str:
         if self.source is not None and not isinstance(self.value, _LITERAL):
             return cg.load(self.source)
         return cg.const(self.value)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The build table. A builder is ``fn(tx, value, source) -> tracker | None``; ``source`` (and ``tx``) is
+# None for a value made while tracing, and then the builder records no guard. None from a builder
+# means "not mine after all" and the search goes on. The order of the search:
+#   1. value kinds by type (tensors, constants, containers), most derived class first;
+#   2. RULES, in registration order: what is decided by the value, not its type (the user's
+#      ember.disable / allow_in_graph rules, builtins with a handler, polyfills);
+#   3. object kinds by type (functions, modules, classes...), most derived class first;
+#   4. FALLBACKS, in order (the last one takes anything).
+
+CONST_TYPES = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis), type(NotImplemented),
+               torch.dtype, torch.device, torch.layout, torch.memory_format, range, types.CodeType)
+
+
+def is_namedtuple_cls(cls) -> bool:
+    return isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields") and hasattr(cls, "_make")
+
+
+@dataclass(frozen=True)
+class _Entry:
+    fn: Callable
+    exact: bool  # only for the type itself, not its subclasses
+
+
+_VALUE_TYPES: dict[type, _Entry] = {}
+_OBJECT_TYPES: dict[type, _Entry] = {}
+RULES: list[Callable] = []
+FALLBACKS: list[Callable] = []
+_PLAN: dict[type, tuple[tuple, tuple]] = {}  # type -> (value builders, object builders), from the MRO
+
+
+def register_builder(*types_: type, exact: bool = False, kind: str = "value"):
+    """Register ``fn`` as the builder of ``types_`` (and their subclasses unless ``exact``).
+    ``kind="object"`` puts it after the value rules (callables, classes, user objects)."""
+    table = {"value": _VALUE_TYPES, "object": _OBJECT_TYPES}[kind]
+
+    def deco(fn):
+        for t in types_:
+            assert t not in table, f"two builders for {t!r}: extend the registered one instead"
+            table[t] = _Entry(fn, exact)
+        _PLAN.clear()
+        return fn
+    return deco
+
+
+def register_rule(fn):
+    RULES.append(fn)
+    return fn
+
+
+def register_fallback(fn):
+    FALLBACKS.append(fn)
+    return fn
+
+
+def _plan(cls: type) -> tuple[tuple, tuple]:
+    plan = _PLAN.get(cls)
+    if plan is None:
+        mro = getattr(cls, "__mro__", (cls,))
+        pick = lambda table: tuple(e.fn for k in mro if (e := table.get(k)) is not None and (k is cls or not e.exact))
+        plan = _PLAN[cls] = (pick(_VALUE_TYPES), pick(_OBJECT_TYPES))
+    return plan
+
+
+def _build(tx, value, source, objects_only: bool = False) -> VariableTracker:
+    values, objects = _plan(type(value))
+    for fns in (() if objects_only else values, RULES, objects, FALLBACKS):
+        for fn in fns:
+            vt = fn(tx, value, source)
+            if vt is not None:
+                return vt
+    raise AssertionError(f"no builder took {type(value).__name__}: the object fallback is not registered")
+
+
+def guard(tx, source, kind: GuardKind, expected=None) -> None:
+    """Record a guard on ``source`` (nothing for a value made while tracing)."""
+    if source is not None:
+        tx.output.guards.add(source, kind, expected)
+
+
+def guard_id(tx, value, source) -> None:
+    """Guard ``source`` by identity, except for a builtin's bound method (``lst.append``,
+    ``dict.fromkeys``): it is made afresh on every attribute read, so an identity guard on it would
+    never hold again; its owner's guards pin it down instead."""
+    if isinstance(value, (types.BuiltinMethodType, types.MethodWrapperType)):
+        owner = getattr(value, "__self__", None)
+        if owner is not None and not isinstance(owner, types.ModuleType):
+            return
+    guard(tx, source, GuardKind.ID, value)
+
+
+# -- constants: the builders beside ConstantVariable --
+
+def _const_guarded(kind: GuardKind):
+    def build(tx, value, source):
+        guard(tx, source, kind, value)
+        return ConstantVariable(value, source)
+    return build
+
+
+register_builder(type(None), bool)(_const_guarded(GuardKind.CONST))
+register_builder(torch.device)(_const_guarded(GuardKind.CONST))
+register_builder(torch.dtype, torch.layout, torch.memory_format, type(Ellipsis), enum.Enum)(
+    _const_guarded(GuardKind.ID))
+register_builder(slice, exact=True)(_const_guarded(GuardKind.CONST))
+
+
+@register_builder(int, float, str, bytes, complex)
+def _build_literal(tx, value, source):
+    if source is None:  # made while tracing: a subclass (an IntEnum, a str subclass) is a constant too
+        return ConstantVariable(value)
+    if type(value) is int and is_argument_source(source) and tx.output.shapes.int_dynamic(source.name(), value):
+        vt = tx.output.add_symint_input(value, source)
+        if vt is not None:
+            return vt
+    if type(value) not in (int, float, str, bytes, complex):
+        return None  # a user subclass read from the frame: a user object
+    guard(tx, source, GuardKind.CONST, value)
+    return ConstantVariable(value, source)
+
+
+@register_builder(type(NotImplemented), range, types.CodeType)
+def _build_made_constant(tx, value, source):
+    # constants when made while tracing; one read from the frame is a (type-guarded) object
+    return ConstantVariable(value) if source is None else None
+
+
+@register_builder(torch.SymInt, torch.SymFloat, torch.SymBool)
+def _build_sym_made(tx, value, source):
+    if source is not None:
+        return None
+    # a symbolic value reached with no graph node for it: specialize (guarded, never wrong)
+    return ConstantVariable({torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[type(value)](value))
+
+
+@register_builder(torch.Size)
+def _build_size(tx, value, source):
+    if source is None:
+        if not all(type(v) is int for v in value):
+            value = torch.Size(int(v) for v in value)
+        return ConstantVariable(value)
+    guard(tx, source, GuardKind.TYPE, torch.Size)
+    guard(tx, source, GuardKind.LEN, len(value))
+    for i, v in enumerate(value):
+        guard(tx, ItemSource(source, i), GuardKind.CONST, v)
+    return ConstantVariable(value, source)

@@ -1,10 +1,16 @@
 """Tuples, lists, dicts, sets, slices and iterators of variable trackers."""
 from __future__ import annotations
 
+import enum
 import operator
+import types
 
 from ember.frontend.errors import TracedException, Unsupported
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.guards import GuardKind
+from ember.frontend.sources import AttrSource, ItemSource
+from ember.frontend.variables.base import (
+    CONST_TYPES, ConstantVariable, VariableTracker, guard, is_namedtuple_cls, register_builder,
+)
 
 
 def _pull(tx, iterable: VariableTracker):
@@ -664,9 +670,8 @@ class SetVariable(VariableTracker):
             return self.copy()
         # everything else (union, intersection, issubset, ...) on constant values
         res = getattr(self.as_constant(), name)(*[a.as_constant() for a in args])
-        from ember.frontend.variables.builder import wrap_const
 
-        return wrap_const(res)
+        return VariableTracker.const(res)
 
     def reconstruct(self, cg):
         if self.source is not None:
@@ -772,3 +777,70 @@ class ListIteratorVariable(IteratorVariable):
 
     def reconstruct(self, cg):
         return f"iter({TupleVariable(self.items[self.index:]).reconstruct(cg)})"
+
+
+# -- builders: tuples, lists, dicts and sets, read from the frame (guarded) or made while tracing --
+
+def _is_identity_key(k) -> bool:
+    """A dict key that hashes and compares by identity and is fixed once the dict's keys are guarded:
+    classes, functions, typing's special forms (e.g. a table of validators keyed by type)."""
+    return isinstance(k, (type, types.FunctionType, types.BuiltinFunctionType)) or type(k).__module__ == "typing"
+
+
+@register_builder(tuple, list)
+def _build_sequence(tx, value, source):
+    cls = type(value)
+    if cls not in (tuple, list) and not is_namedtuple_cls(cls):
+        return None  # a user subclass: a user object
+    if source is None:
+        if cls is tuple and all(isinstance(v, CONST_TYPES) for v in value):
+            return ConstantVariable(value)
+        items = [VariableTracker.const(v) for v in value]
+    else:
+        guard(tx, source, GuardKind.TYPE, cls)
+        guard(tx, source, GuardKind.LEN, len(value))
+        items = [VariableTracker.build(tx, v, ItemSource(source, i)) for i, v in enumerate(value)]
+    if cls is list:
+        return ListVariable(items, source)
+    if cls is tuple:
+        return TupleVariable(items, source)
+    attrs = {}
+    if source is not None and hasattr(value, "__dict__"):  # a subclass carrying instance attributes
+        dsrc = AttrSource(source, "__dict__")
+        guard(tx, dsrc, GuardKind.DICT_KEYS, tuple(vars(value)))
+        attrs = {k: VariableTracker.build(tx, v, ItemSource(dsrc, k)) for k, v in vars(value).items()}
+    return NamedTupleVariable(cls, items, source, attrs=attrs)
+
+
+@register_builder(dict)
+def _build_dict(tx, value, source):
+    if source is None:
+        if type(value) is not dict:
+            return None
+        return DictVariable({k: VariableTracker.const(v) for k, v in value.items()})
+    if type(value) is not dict and type(value).__module__ != "collections":
+        return None  # a user subclass: a user object (or a ModelOutput)
+    guard(tx, source, GuardKind.TYPE, type(value))
+    keys = list(value.keys())
+    if not all(isinstance(k, (int, str, float, bool, type(None), enum.Enum, tuple)) or _is_identity_key(k)
+               for k in keys):
+        raise Unsupported(f"dict with non-constant keys at {source.name()}")
+    guard(tx, source, GuardKind.DICT_KEYS, tuple(keys))
+    items = {k: VariableTracker.build(tx, value[k], ItemSource(source, k)) for k in keys}
+    key_vts = {k: VariableTracker.build_object(tx, k) for k in keys if _is_identity_key(k)}
+    factory = getattr(value, "default_factory", None)  # a defaultdict's: a missing key calls it
+    factory = VariableTracker.build(tx, factory, AttrSource(source, "default_factory")) if factory is not None else None
+    return DictVariable(items, source, py_type=type(value), key_vts=key_vts, default_factory=factory)
+
+
+@register_builder(set, frozenset)
+def _build_set(tx, value, source):
+    if source is None:
+        return SetVariable.of_real(value, [VariableTracker.const(v) for v in value])
+    if type(value) not in (set, frozenset):
+        return None
+    if not all(isinstance(v, CONST_TYPES) for v in value):
+        raise Unsupported(f"set of non-constants at {source.name()}")
+    guard(tx, source, GuardKind.CONST, type(value)(value))
+    return SetVariable.of_real(value, [ConstantVariable(v) for v in value],
+                               source=source if type(value) is set else None)

@@ -105,7 +105,6 @@ def as_key_set(tx, v) -> set:
 def view_operator(tx, fn, a, b):
     """``fn(a, b)`` where one side is a dict view; None when Python would not define it here."""
     from ember.frontend.builtins import identical
-    from ember.frontend.variables.builder import wrap_const
 
     views = [v for v in (a, b) if isinstance(v, DictViewVariable)]
     if fn in (operator.eq, operator.ne):
@@ -118,7 +117,7 @@ def view_operator(tx, fn, a, b):
         return ConstantVariable(same if fn is operator.eq else not same)
     if fn in _SET_OPS and all(is_set_like(v) or _is_iterable(v) for v in (a, b)) \
             and not any(v.kind == "values" for v in views):
-        return wrap_const(fn(_as_set(tx, a), _as_set(tx, b)))
+        return VariableTracker.const(fn(_as_set(tx, a), _as_set(tx, b)))
     if fn in _ORDER and is_set_like(a) and is_set_like(b):
         return ConstantVariable(fn(_as_set(tx, a), _as_set(tx, b)))
     return None

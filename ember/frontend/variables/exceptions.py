@@ -37,13 +37,12 @@ class ExceptionVariable(VariableTracker):
         return f"{self.cls.__name__} exception"
 
     def getattr(self, tx, name):
-        from ember.frontend.variables.builder import _wrap_object
         from ember.frontend.variables.containers import TupleVariable
 
         if name == "args":
             return TupleVariable(self.args)
         if name == "__class__":
-            return _wrap_object(tx, self.cls, None)
+            return VariableTracker.build_object(tx, self.cls)
         if name in ("__cause__", "__context__", "__traceback__"):
             return ConstantVariable(None)
         raise Unsupported(f"reading '{name}' of {self.describe()}")

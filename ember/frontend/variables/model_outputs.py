@@ -6,7 +6,7 @@ import dataclasses
 
 from ember.frontend.errors import Unsupported
 from ember.frontend.sources import AttrSource, ItemSource
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.base import ConstantVariable, VariableTracker, register_builder
 from ember.frontend.variables.objects import class_attr_of_instance
 
 
@@ -43,11 +43,10 @@ class ModelOutputVariable(VariableTracker):
     def existing(tx, value, source):
         """Items read as ``out['k']`` under a guard on the keys (the dict part is what the methods see)."""
         from ember.frontend.guards import GuardKind
-        from ember.frontend.variables.builder import wrap
 
         tx.output.guards.add(source, GuardKind.TYPE, type(value))
         tx.output.guards.add(source, GuardKind.DICT_KEYS, tuple(value.keys()))
-        items = {k: wrap(tx, v, ItemSource(source, k)) for k, v in value.items()}
+        items = {k: VariableTracker.build(tx, v, ItemSource(source, k)) for k, v in value.items()}
         return ModelOutputVariable(type(value), items, source, value)
 
     def python_type(self):
@@ -57,12 +56,11 @@ class ModelOutputVariable(VariableTracker):
         return f"{self.cls.__name__}" + (f" at {self.source.name()}" if self.source is not None else "")
 
     def getattr(self, tx, name):
-        from ember.frontend.variables.builder import wrap
         from ember.frontend.variables.functions import BoundMethodVariable
 
         names = [f.name for f in dataclasses.fields(self.cls)]
         if name in names and self.source is not None:  # the attribute, which may differ from the item
-            return wrap(tx, getattr(self.value, name), AttrSource(self.source, name))
+            return VariableTracker.build(tx, getattr(self.value, name), AttrSource(self.source, name))
         if name in self.values:
             return self.values[name]
         if name in names:
@@ -119,3 +117,10 @@ class ModelOutputVariable(VariableTracker):
             return cg.load(self.source)
         return cg.memo(self, lambda: f"{cg.const(self.cls, self.cls.__name__)}(" + ", ".join(
             f"{k}={cg.reconstruct(v)}" for k, v in self.values.items()) + ")")
+
+
+@register_builder(collections.OrderedDict, kind="object")
+def _build_model_output(tx, value, source):
+    if source is None or not is_model_output_cls(type(value)):
+        return None
+    return ModelOutputVariable.existing(tx, value, source)

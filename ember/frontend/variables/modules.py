@@ -11,8 +11,9 @@ import types
 import torch
 
 from ember.frontend.errors import Unsupported
+from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ModuleSlotSource
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.base import ConstantVariable, VariableTracker, guard, guard_id, register_builder
 from ember.frontend.variables.objects import class_attr_of_instance, lookup_static
 
 _CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.ParameterList,
@@ -34,7 +35,6 @@ class NNModuleVariable(VariableTracker):
         return f"{type(self.module).__name__} module {self.source.name()}"
 
     def getattr(self, tx, name):
-        from ember.frontend.variables.builder import wrap
 
         m = self.module
         d = m.__dict__
@@ -44,14 +44,14 @@ class NNModuleVariable(VariableTracker):
                 val = table[name]
                 if val is None:
                     return ConstantVariable(None)
-                return wrap(tx, val, ModuleSlotSource(self.source, slot, name))
+                return VariableTracker.build(tx, val, ModuleSlotSource(self.source, slot, name))
         static, _ = lookup_static(type(m), name)
         if static is not None and hasattr(type(static), "__set__") and not isinstance(static, (types.FunctionType,)):
             return class_attr_of_instance(tx, self, type(m), name, self_source=self.source)
         if name in d:
-            return wrap(tx, d[name], AttrSource(self.source, name))
+            return VariableTracker.build(tx, d[name], AttrSource(self.source, name))
         if name == "__class__":
-            return wrap(tx, type(m), tx.output.object_source(type(m), type(m).__name__))
+            return VariableTracker.build(tx, type(m), tx.output.object_source(type(m), type(m).__name__))
         if static is not None:
             return class_attr_of_instance(tx, self, type(m), name, self_source=self.source)
         raise AttributeError(f"'{type(m).__name__}' object has no attribute '{name}'")
@@ -68,15 +68,14 @@ class NNModuleVariable(VariableTracker):
 
     def _call_with_hooks(self, tx, args, kwargs):
         """nn.Module.__call__'s hook protocol: pre-hooks may replace the args, hooks the output."""
-        from ember.frontend.variables.builder import wrap
         from ember.frontend.variables.containers import TupleVariable
 
         m = self.module
         if m._forward_hooks_with_kwargs or m._forward_pre_hooks_with_kwargs or m._forward_hooks_always_called \
                 or m._backward_hooks or m._backward_pre_hooks:
             raise Unsupported(f"module hooks with kwargs, always_call or backward hooks on {self.source.name()}")
-        pre = wrap(tx, m._forward_pre_hooks, AttrSource(self.source, "_forward_pre_hooks"))
-        post = wrap(tx, m._forward_hooks, AttrSource(self.source, "_forward_hooks"))
+        pre = VariableTracker.build(tx, m._forward_pre_hooks, AttrSource(self.source, "_forward_pre_hooks"))
+        post = VariableTracker.build(tx, m._forward_hooks, AttrSource(self.source, "_forward_hooks"))
         args_vt = TupleVariable(list(args))
         for hook in pre.items.values():
             res = hook.call(tx, [self, args_vt], {})
@@ -93,9 +92,8 @@ class NNModuleVariable(VariableTracker):
         m = self.module
         if "forward" in m.__dict__:
             fwd = m.__dict__["forward"]
-            from ember.frontend.variables.builder import wrap
 
-            return wrap(tx, fwd, AttrSource(self.source, "forward")).call(tx, args, kwargs)
+            return VariableTracker.build(tx, fwd, AttrSource(self.source, "forward")).call(tx, args, kwargs)
         forward, _ = lookup_static(type(m), "forward")
         if not isinstance(forward, types.FunctionType):
             raise Unsupported(f"{type(m).__name__}.forward is not a Python function")
@@ -207,3 +205,13 @@ class ModuleSliceVariable(VariableTracker):
         for m in self.mods:
             x = m.call(tx, [x], {})
         return x
+
+
+@register_builder(torch.nn.Module, kind="object")
+def _build_module(tx, value, source):
+    if source is None:
+        raise Unsupported(f"an nn.Module ({type(value).__name__}) created inside the compiled function")
+    guard_id(tx, value, source)
+    if not (value._forward_hooks or value._forward_pre_hooks):
+        guard(tx, source, GuardKind.NO_HOOKS)  # else the call guards the hook dicts
+    return NNModuleVariable(value, source)

@@ -6,7 +6,7 @@ import operator
 import torch
 
 from ember.frontend.errors import Unsupported
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.base import ConstantVariable, VariableTracker, register_builder
 
 # Properties answered from the fake tensor's metadata (guards on the inputs make them constants).
 _META_PROPS = {
@@ -52,12 +52,11 @@ class TensorVariable(VariableTracker):
         return [tx.output.call(tx, "call_function", operator.getitem, [self, _c(i)], {}) for i in range(n)]
 
     def getattr(self, tx, name: str) -> VariableTracker:
-        from ember.frontend.variables.builder import wrap_const
 
         if name == "shape":
             return self.sizes(tx, "size")
         if name in _META_PROPS:
-            return wrap_const(getattr(self.fake, name))
+            return VariableTracker.const(getattr(self.fake, name))
         if name in _TENSOR_PROPS:
             return tx.output.call(tx, "call_function", getattr, [self, _c(name)], {})
         if name == "grad":
@@ -65,9 +64,8 @@ class TensorVariable(VariableTracker):
         if name == "data":
             return tx.output.call(tx, "call_method", "detach", [self], {})
         if name == "__class__":
-            from ember.frontend.variables.builder import wrap_const as wc
 
-            return wc(self.python_type())
+            return VariableTracker.const(self.python_type())
         attr = getattr(torch.Tensor, name, None)
         if attr is None:
             raise AttributeError(f"'Tensor' object has no attribute '{name}'")
@@ -85,9 +83,8 @@ class TensorVariable(VariableTracker):
 
         items = [size_item(tx, self, kind, d) for d in range(self.fake.dim())]
         if all(isinstance(i, ConstantVariable) for i in items):
-            from ember.frontend.variables.builder import wrap_const
 
-            return wrap_const(getattr(self.fake, kind)())
+            return VariableTracker.const(getattr(self.fake, kind)())
         return SizeVariable(items) if kind == "size" else TupleVariable(items)
 
     def reconstruct(self, cg) -> str:
@@ -125,3 +122,12 @@ class TensorMethodVariable(VariableTracker):
 
 def _c(v):
     return ConstantVariable(v)
+
+
+@register_builder(torch.Tensor)
+def _build_tensor(tx, value, source):
+    if source is None:
+        return None  # a tensor made by code ember does not trace: an opaque object
+    if type(value) not in (torch.Tensor, torch.nn.Parameter):
+        raise Unsupported(f"tensor subclass {type(value).__name__} at {source.name()}")
+    return tx.output.add_tensor_input(value, source)
