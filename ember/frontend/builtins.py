@@ -17,19 +17,23 @@ from typing import Callable
 import torch
 
 from ember.frontend.errors import TracedException, Unsupported
-from ember.frontend.variables.base import ConstantVariable, VariableTracker, identity_of
+from ember.frontend.variables import functions as F, symbolic
+from ember.frontend.variables.base import ConstantVariable, VariableTracker, helpers, identity_of
 from ember.frontend.variables.containers import (
-    BaseSequenceVariable, DictVariable, IteratorVariable, ListIteratorVariable, ListVariable, SetVariable, SizeVariable,
-    TupleVariable,
+    BaseSequenceVariable, DequeVariable, DictVariable, IteratorVariable, ListIteratorVariable, ListVariable,
+    SetVariable, SizeVariable, SliceVariable, TupleVariable,
 )
-from ember.frontend.variables import symbolic
 from ember.frontend.variables.dict_views import DictViewVariable, view_operator
-from ember.frontend.variables.functions import BUILTIN_HANDLERS, UserMethodVariable
+from ember.frontend.variables.functions import (
+    BUILTIN_HANDLERS, OperatorGetterVariable, PartialVariable, UserMethodVariable, handler,
+)
 from ember.frontend.variables.iterators import (
     EnumerateIteratorVariable, FilterIteratorVariable, MapIteratorVariable, ZipIteratorVariable, iterate, make_itertool,
 )
+from ember.frontend.variables.model_outputs import ModelOutputVariable
+from ember.frontend.variables.objects import NewObjectVariable, OpaqueObjectVariable, UserObjectVariable, lookup_static
 from ember.frontend.variables.symbolic import SymIntVariable
-from ember.frontend.variables.tensor import TensorVariable
+from ember.frontend.variables.tensor import TensorMethodVariable, TensorVariable
 
 BINARY = {
     "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
@@ -69,6 +73,7 @@ def _as_seq(tx, v) -> list:
     return v.unpack(tx)
 
 
+@helpers.add
 def apply_operator(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> VariableTracker:
     """``fn(a, b)`` for a binary operator function (operator.add, operator.iadd, operator.lt, ...)."""
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
@@ -133,8 +138,6 @@ def apply_operator(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> 
 
 
 def _user_dunder(tx, fn, a, b):
-    from ember.frontend.variables.objects import NewObjectVariable, UserObjectVariable, lookup_static
-
     names = DUNDER.get(fn)
     if names is None:
         return None
@@ -148,6 +151,7 @@ def _user_dunder(tx, fn, a, b):
     return None
 
 
+@helpers.add
 def identical(a: VariableTracker, b: VariableTracker) -> bool:
     """``a is b``: the same real object, or (objects made in the trace) the same tracker."""
     if a is b:
@@ -177,6 +181,7 @@ def is_op(tx, a, b) -> bool:
     return identical(a, b)
 
 
+@helpers.add
 def values_equal(tx, a, b) -> bool:
     """``a == b`` as containers compare items (``in``, list ==, index, count, remove): identity first."""
     if identical(a, b):
@@ -209,6 +214,7 @@ def sequences_equal(tx, a, b) -> bool:
     return len(xs) == len(ys) and all(values_equal(tx, x, y) for x, y in zip(xs, ys))
 
 
+@helpers.add
 def contains(tx, container, item) -> VariableTracker:
     if isinstance(container, TensorVariable):
         raise Unsupported("'x in tensor' needs the tensor's data")
@@ -222,6 +228,7 @@ def contains(tx, container, item) -> VariableTracker:
     return ConstantVariable(any(values_equal(tx, x, item) for x in container.unpack(tx)))
 
 
+@helpers.add
 def sort_items(tx, items, key, reverse) -> list:
     keyed = []
     for it in items:
@@ -231,12 +238,12 @@ def sort_items(tx, items, key, reverse) -> list:
     return [it for _, it in keyed]
 
 
+@helpers.add
 def dict_items_of(tx, v):
     """(key, value) trackers of a mapping or an iterable of pairs; pairs are pulled one at a time."""
     if isinstance(v, DictVariable):
         yield from [(v.key_vt(k), val) for k, val in v.items.items()]
         return
-    from ember.frontend.variables.model_outputs import ModelOutputVariable
 
     if isinstance(v, ModelOutputVariable):
         yield from [(ConstantVariable(k), val) for k, val in v.values.items()]
@@ -247,6 +254,7 @@ def dict_items_of(tx, v):
 
 
 # ---- constructors of builtin types ---------------------------------------------------------
+@helpers.add
 def construct_builtin_type(tx, cls, args, kwargs):
     """``int(x)``, ``tuple(it)``, ``dict(...)``... or None when ``cls`` is not a builtin type we model."""
     if cls in (int, float, bool, complex, str):
@@ -269,8 +277,6 @@ def construct_builtin_type(tx, cls, args, kwargs):
             s.call_method(tx, "update", [args[0]], {})
         return s
     if cls is collections.deque and len(args) + len(kwargs) <= 2 and set(kwargs) <= {"iterable", "maxlen"}:
-        from ember.frontend.variables.containers import DequeVariable
-
         bound = dict(zip(("iterable", "maxlen"), args), **kwargs)
         maxlen = bound["maxlen"].as_constant() if "maxlen" in bound else None
         if maxlen is not None and (type(maxlen) is not int or maxlen < 0):
@@ -294,8 +300,6 @@ def construct_builtin_type(tx, cls, args, kwargs):
             d.items[k] = v
         return d
     if cls is slice:
-        from ember.frontend.variables.containers import SliceVariable
-
         parts = list(args) + [ConstantVariable(None)] * (3 - len(args))
         if len(args) == 1:
             parts = [ConstantVariable(None), args[0], ConstantVariable(None)]
@@ -303,8 +307,6 @@ def construct_builtin_type(tx, cls, args, kwargs):
     if cls is range:
         return _fold(range, *[a.as_constant() for a in args])
     if cls is object and not args:
-        from ember.frontend.variables.objects import NewObjectVariable
-
         return NewObjectVariable(object)
     if cls is torch.Size:
         items = args[0].unpack(tx) if args else []
@@ -314,12 +316,8 @@ def construct_builtin_type(tx, cls, args, kwargs):
     if cls is super:
         return tx.make_super(args)
     if cls in (operator.itemgetter, operator.attrgetter, operator.methodcaller):
-        from ember.frontend.variables.functions import OperatorGetterVariable
-
         return OperatorGetterVariable(cls, args, kwargs)
     if cls is functools.partial:
-        from ember.frontend.variables.functions import PartialVariable
-
         return PartialVariable(args[0], list(args[1:]), dict(kwargs))
     if cls in (enumerate, zip, reversed, map, filter, type):
         return call_builtin(tx, cls, args, kwargs)
@@ -327,18 +325,10 @@ def construct_builtin_type(tx, cls, args, kwargs):
 
 
 # ---- builtin functions ---------------------------------------------------------------------
-HANDLERS: dict = BUILTIN_HANDLERS  # the table the build rule of functions.py consults
+HANDLERS: dict = BUILTIN_HANDLERS  # filled by ``@handler`` here and in object_builtins.py
 
 
-def handler(*fns):
-    def deco(f):
-        for fn in fns:
-            HANDLERS[fn] = f
-        return f
-
-    return deco
-
-
+@helpers.add
 def call_builtin(tx, fn, args, kwargs):
     h = HANDLERS.get(fn)
     if h is not None:
@@ -398,11 +388,8 @@ def _issubclass(tx, fn, a, b):
 
 @handler(callable)
 def _callable(tx, fn, x):
-    from ember.frontend.variables import functions as F
-
     if x.is_constant():
         return ConstantVariable(callable(x.as_constant()))
-    from ember.frontend.variables.tensor import TensorMethodVariable
 
     callables = (F.BaseUserFunctionVariable, F.UserMethodVariable, F.BuiltinVariable, F.TorchFunctionVariable,
                  F.BoundMethodVariable, F.PartialVariable, F.ConstantMethodVariable, TensorMethodVariable)
@@ -622,9 +609,6 @@ def _print(tx, fn, *args, **kwargs):
 @handler(inspect.signature)
 def _signature(tx, fn, f, **kwargs):
     """Signatures are static facts about a function: fold them."""
-    from ember.frontend.variables import functions as F
-    from ember.frontend.variables.objects import OpaqueObjectVariable
-
     if isinstance(f, F.UserFunctionVariable):
         return OpaqueObjectVariable(inspect.signature(f.fn))
     if isinstance(f, F.UserMethodVariable):

@@ -12,11 +12,16 @@ import types
 
 from ember.config import config
 from ember.diagnostics import logging as elog
-from ember.frontend import bytecode as bc
+from ember.frontend import bytecode as bc, trace_rules
 from ember.frontend.errors import CompileError, InternalError, TracedException, Unsupported
 from ember.frontend.sources import CellSource, DefaultSource, GlobalSource
 from ember.frontend.variables.base import CONST_TYPES, ConstantVariable, NullVariable, VariableTracker
 from ember.frontend.variables.containers import DictVariable, TupleVariable
+from ember.frontend.variables.exceptions import exception_value
+from ember.frontend.variables.functions import NestedFunctionVariable
+from ember.frontend.variables.iterators import GeneratorVariable
+from ember.frontend.variables.objects import SuperVariable
+from ember.frontend.variables.tensor import TensorVariable
 
 CO_VARARGS = 0x04
 CO_VARKEYWORDS = 0x08
@@ -113,7 +118,6 @@ class Tracer:
                 f"inlining depth limit ({config.inline_depth_limit}) reached while calling {fn_vt.describe()}: "
                 "deep or unbounded recursion",
                 hint="raise ember.config.inline_depth_limit (EMBER_INLINE_DEPTH_LIMIT) or simplify the recursion")
-        from ember.frontend import trace_rules
 
         reason = trace_rules.disabled_reason(getattr(fn_vt, "fn", None))
         if reason is not None:  # e.g. an ember.disable'd method, reached through its class
@@ -126,15 +130,12 @@ class Tracer:
         child = InstructionTranslator(self.output, code, fn_vt.f_globals, symbolic_locals, cells, parent=self,
                                       fn_vt=fn_vt)
         if code.co_flags & bc.CO_GENERATOR:  # runs one yield at a time, when the consumer pulls
-            from ember.frontend.variables.iterators import GeneratorVariable
 
             child.in_generator = True
             return GeneratorVariable(child, fn_vt, args, kwargs)
         return child.run()
 
     def _closure_cells(self, fn_vt, code) -> dict:
-        from ember.frontend.variables.functions import NestedFunctionVariable
-
         if not code.co_freevars:
             return {}
         if isinstance(fn_vt, NestedFunctionVariable):
@@ -146,8 +147,6 @@ class Tracer:
 
     def _bind(self, fn_vt, code, args, kwargs) -> dict:
         """Bind trackers to parameters the way CPython does (errors become Unsupported)."""
-        from ember.frontend.variables.functions import NestedFunctionVariable
-
         name = fn_vt.describe()
         nargs, nkw = code.co_argcount, code.co_kwonlyargcount
         varnames = code.co_varnames
@@ -220,8 +219,6 @@ class Tracer:
 
     # ---- subscripts (shared by handlers and builtins) ----
     def getitem(self, obj, key) -> VariableTracker:
-        from ember.frontend.variables.tensor import TensorVariable
-
         if isinstance(obj, TensorVariable):
             return self.output.call(self, "call_function", operator.getitem, [obj, key], {})
         if obj.is_constant() and key.is_constant() and not hasattr(obj, "items"):
@@ -234,8 +231,6 @@ class Tracer:
         return obj.call_method(self, "__getitem__", [key], {})
 
     def setitem(self, obj, key, value) -> None:
-        from ember.frontend.variables.tensor import TensorVariable
-
         if isinstance(obj, TensorVariable):
             self.output.call(self, "call_function", operator.setitem, [obj, key, value], {})
             return
@@ -292,7 +287,7 @@ class InstructionTranslator(Tracer):
 
     # ---- the loop ----
     def run(self) -> VariableTracker:
-        from ember.frontend.handlers import HANDLERS
+        from ember.frontend.handlers import HANDLERS  # the handlers build on this module
 
         trace_bytecode = elog.enabled("bytecode")
         root = self.root
@@ -345,7 +340,6 @@ class InstructionTranslator(Tracer):
     def catch(self, exc: TracedException) -> bool:
         """Enter the handler of the ``try`` around the current instruction, as CPython does: cut the
         stack to the handler's depth, push (lasti and) the exception, jump. False: no handler here."""
-        from ember.frontend.variables.exceptions import exception_value
 
         entry = bc.exception_handler(self.code, self.inst.offset)
         if entry is None:
@@ -384,8 +378,6 @@ class InstructionTranslator(Tracer):
         return VariableTracker.build_object(self, val)
 
     def make_super(self, args):
-        from ember.frontend.variables.objects import SuperVariable
-
         if args:
             return SuperVariable(args[0].as_constant(), args[1])
         if "__class__" not in self.cells or self.code.co_argcount == 0:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import copyreg
 
-from ember.frontend.builtins import handler
 from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource
@@ -21,6 +20,7 @@ from ember.frontend.variables.base import ConstantVariable, VariableTracker
 from ember.frontend.variables.containers import (
     DequeVariable, DictVariable, ListVariable, NamedTupleVariable, SetVariable, SizeVariable, TupleVariable,
 )
+from ember.frontend.variables.functions import handler
 from ember.frontend.variables.modules import NNModuleVariable
 from ember.frontend.variables.objects import (
     NewObjectVariable, ObjectDictVariable, PythonModuleVariable, UserClassVariable, UserObjectVariable, lookup_static,

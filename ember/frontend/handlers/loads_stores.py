@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.handlers import register, unsupported
+from ember.frontend.interpreter import CellVariable
 from ember.frontend.variables.base import NULL, ConstantVariable, VariableTracker
+from ember.frontend.variables.objects import SuperVariable
 
 
 # https://docs.python.org/3/library/dis.html#opcode-NOP
@@ -89,8 +91,6 @@ def DELETE_GLOBAL(tx, inst):
 # ---- cells ----------------------------------------------------------------------------------
 @register("MAKE_CELL")
 def MAKE_CELL(tx, inst):
-    from ember.frontend.interpreter import CellVariable
-
     name = inst.argval
     if name in tx.locals:
         cell = CellVariable(tx.locals.pop(name))
@@ -117,8 +117,6 @@ def STORE_DEREF(tx, inst):
 
 @register("DELETE_DEREF")
 def DELETE_DEREF(tx, inst):
-    from ember.frontend.interpreter import CellVariable
-
     cell = tx.cells[inst.argval]
     if not isinstance(cell, CellVariable):
         raise Unsupported(f"deleting nonlocal '{inst.argval}'")
@@ -160,7 +158,6 @@ def LOAD_SUPER_ATTR(tx, inst):
     self_vt = tx.pop()
     cls = tx.pop()
     tx.pop()  # the global `super`
-    from ember.frontend.variables.objects import SuperVariable
 
     sup = SuperVariable(cls.as_constant(), self_vt)
     attr = _getattr(tx, sup, inst.argval)
@@ -183,7 +180,6 @@ def DELETE_ATTR(tx, inst):
 
 @register("LOAD_ASSERTION_ERROR")
 def LOAD_ASSERTION_ERROR(tx, inst):
-
     tx.push(VariableTracker.build_object(tx, AssertionError))
 
 

@@ -26,9 +26,41 @@ if TYPE_CHECKING:
     from ember.frontend.sources import Source
 
 
+class _Registry:
+    """Names filled in at import time by the modules that define them, read at trace time.
+
+    Trackers refer to each other (a list method returns a bound method, a dict makes a view) and to
+    the builtin semantics of ``builtins.py``; importing those modules would tie every tracker module
+    to every other. They import only this module and reach a sibling's class as ``trackers.Name``
+    (every tracker class registers itself) or a shared function as ``helpers.name`` (registered with
+    ``@helpers.add`` beside its definition)."""
+
+    def __init__(self, what: str):
+        self._what = what
+
+    def add(self, obj, name: "str | None" = None):
+        name = name or obj.__name__
+        assert self.__dict__.get(name, obj) is obj, f"two {self._what}s named {name}: rename one"
+        setattr(self, name, obj)
+        return obj
+
+    def __getattr__(self, name: str):
+        raise AttributeError(f"no {self._what} named {name!r} is registered: import the module that defines it "
+                             "(importing ember.frontend.variables imports every tracker module)")
+
+
+trackers = _Registry("tracker class")
+helpers = _Registry("helper")
+
+
 class VariableTracker:
     """A symbolic Python value. ``source`` says where the real value lives at run time (None when
     the value was made during tracing)."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__module__.startswith("ember.frontend.") and not cls.__name__.startswith("_"):
+            trackers.add(cls)
 
     # -- building trackers (the table lives below the class) --
     @staticmethod
@@ -105,9 +137,7 @@ class VariableTracker:
         raise Unsupported(f"iterating over {self.describe()}")
 
     def iter(self, tx) -> "VariableTracker":
-        from ember.frontend.variables.containers import ListIteratorVariable
-
-        return ListIteratorVariable(list(self.unpack(tx)))
+        return trackers.ListIteratorVariable(list(self.unpack(tx)))
 
     def length(self, tx) -> int:
         return len(self.unpack(tx))
@@ -184,15 +214,12 @@ class ConstantVariable(VariableTracker):
         return len(self.value)
 
     def getattr(self, tx, name: str) -> VariableTracker:
-
         try:
             attr = getattr(self.value, name)
         except AttributeError:
             raise
         if callable(attr) and not isinstance(attr, type):
-            from ember.frontend.variables.functions import ConstantMethodVariable
-
-            return ConstantMethodVariable(self.value, name)
+            return trackers.ConstantMethodVariable(self.value, name)
         return VariableTracker.const(attr)
 
     def reconstruct(self, cg) -> str:

@@ -1,31 +1,31 @@
 """Tuples, lists, dicts, sets, slices and iterators of variable trackers."""
 from __future__ import annotations
 
+import collections
 import enum
 import operator
 import types
+
+import torch
 
 from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ItemSource
 from ember.frontend.variables.base import (
-    CONST_TYPES, ConstantVariable, VariableTracker, guard, is_namedtuple_cls, register_builder,
+    CONST_TYPES, ConstantVariable, VariableTracker, guard, helpers, is_namedtuple_cls, register_builder, trackers,
 )
 
 
 def _pull(tx, iterable: VariableTracker):
     """The items of ``iterable`` one at a time (see ``iterators.iterate``)."""
-    from ember.frontend.variables.iterators import iterate
-
-    return iterate(tx, iterable)
+    return helpers.iterate(tx, iterable)
 
 
 def _const_key(tx, k: VariableTracker):
     if k.is_constant():
         return k.as_constant()
-    from ember.frontend.variables.objects import hashable_key
 
-    return hashable_key(k)
+    return helpers.hashable_key(k)
 
 
 class BaseSequenceVariable(VariableTracker):
@@ -78,31 +78,23 @@ class BaseSequenceVariable(VariableTracker):
         if name == "__getitem__":
             return self.getitem(tx, args[0])
         if name == "index":
-            from ember.frontend.builtins import values_equal
-
             for i, it in enumerate(self.items):
-                if values_equal(tx, it, args[0]):
+                if helpers.values_equal(tx, it, args[0]):
                     return ConstantVariable(i)
             raise Unsupported("list.index(): value not found (ValueError)")
         if name == "count":
-            from ember.frontend.builtins import values_equal
-
-            return ConstantVariable(sum(1 for it in self.items if values_equal(tx, it, args[0])))
+            return ConstantVariable(sum(1 for it in self.items if helpers.values_equal(tx, it, args[0])))
         if name == "__len__":
             return ConstantVariable(len(self.items))
         if name == "__contains__":
-            from ember.frontend.builtins import contains
-
-            return contains(tx, self, args[0])
+            return helpers.contains(tx, self, args[0])
         if name == "__iter__":
             return self.iter(tx)
         raise Unsupported(f"{self.py_type.__name__}.{name}()")
 
     def getattr(self, tx, name):
-        from ember.frontend.variables.functions import BoundMethodVariable
-
         if hasattr(self.python_type(), name) or name in ("__getitem__", "__len__", "__contains__", "__iter__"):
-            return BoundMethodVariable(self, name)
+            return trackers.BoundMethodVariable(self, name)
         raise AttributeError(f"'{self.py_type.__name__}' object has no attribute '{name}'")
 
 
@@ -120,13 +112,9 @@ class SizeVariable(TupleVariable):
     """torch.Size built while tracing (e.g. from shapes and ints)."""
 
     def python_type(self):
-        import torch
-
         return torch.Size
 
     def as_constant(self):
-        import torch
-
         return torch.Size(i.as_constant() for i in self.items)
 
     def as_node_arg(self):
@@ -145,9 +133,8 @@ class ListVariable(BaseSequenceVariable):
     def iter(self, tx):
         if type(self) is not ListVariable:  # a deque's iterator raises when the deque changes: snapshot
             return super().iter(tx)
-        from ember.frontend.variables.iterators import ListLiveIteratorVariable
 
-        return ListLiveIteratorVariable(self)
+        return trackers.ListLiveIteratorVariable(self)
 
     def _check_mutable(self, tx, what: str):
         if self.source is not None:  # a list from outside: replay its final contents after the graph
@@ -183,10 +170,8 @@ class ListVariable(BaseSequenceVariable):
         elif name == "insert":
             items.insert(args[0].as_constant(), args[1])
         elif name == "remove":
-            from ember.frontend.builtins import values_equal
-
             for i, it in enumerate(items):
-                if values_equal(tx, it, args[0]):
+                if helpers.values_equal(tx, it, args[0]):
                     del items[i]
                     break
             else:
@@ -200,9 +185,8 @@ class ListVariable(BaseSequenceVariable):
         elif name == "sort":
             key = kwargs.get("key")
             rev = kwargs["reverse"].as_constant() if "reverse" in kwargs else False
-            from ember.frontend.builtins import sort_items
 
-            self.items = sort_items(tx, items, key, rev)
+            self.items = helpers.sort_items(tx, items, key, rev)
         elif name == "__setitem__":
             self.setitem(tx, args[0], args[1])
         elif name == "__delitem__":
@@ -221,8 +205,6 @@ class DequeVariable(ListVariable):
         self.maxlen = maxlen
 
     def python_type(self):
-        import collections
-
         return collections.deque
 
     def describe(self):
@@ -270,8 +252,6 @@ class DequeVariable(ListVariable):
         return ConstantVariable(None)
 
     def reconstruct(self, cg) -> str:
-        import collections
-
         if self.source is not None:
             return cg.load(self.source)
         maxlen = f", maxlen={self.maxlen}" if self.maxlen is not None else ""
@@ -319,17 +299,13 @@ class NamedTupleVariable(TupleVariable):
         if name in fields:
             return self.items[fields.index(name)]
         if name in ("_replace", "_asdict", "index", "count", "__getitem__", "__len__", "__contains__"):
-            from ember.frontend.variables.functions import BoundMethodVariable
+            return trackers.BoundMethodVariable(self, name)
 
-            return BoundMethodVariable(self, name)
-        from ember.frontend.variables.objects import class_attr_of_instance
-
-        return class_attr_of_instance(tx, self, self.cls, name)
+        return helpers.class_attr_of_instance(tx, self, self.cls, name)
 
     def setattr(self, tx, name, value):
-        from ember.frontend.variables.objects import python_dunder
-
-        if self.source is not None or "__dict__" not in dir(self.cls) or python_dunder(self.cls, "__setattr__") \
+        if self.source is not None or "__dict__" not in dir(self.cls) \
+                or helpers.python_dunder(self.cls, "__setattr__") \
                 or name in self.cls._fields:
             # an input's attributes are side effects on an existing object; a plain namedtuple has
             # no __dict__ (AttributeError) and fields are read-only: Python decides, natively
@@ -388,9 +364,7 @@ class DictVariable(VariableTracker):
         return self.key_vts.get(k) or ConstantVariable(k)
 
     def iter(self, tx):
-        from ember.frontend.variables.iterators import DictIteratorVariable
-
-        return DictIteratorVariable(self, "keys")
+        return trackers.DictIteratorVariable(self, "keys")
 
     def unpack(self, tx):
         return [self.key_vt(k) for k in self.items]
@@ -429,12 +403,10 @@ class DictVariable(VariableTracker):
             self.key_vts[k] = key
 
     def getattr(self, tx, name):
-        from ember.frontend.variables.functions import BoundMethodVariable
-
         if name == "default_factory" and self.default_factory is not None:
             return self.default_factory
         if hasattr(self.py_type, name):
-            return BoundMethodVariable(self, name)
+            return trackers.BoundMethodVariable(self, name)
         raise AttributeError(f"'{self.py_type.__name__}' object has no attribute '{name}'")
 
     def call_method(self, tx, name, args, kwargs):
@@ -447,9 +419,7 @@ class DictVariable(VariableTracker):
             k = _const_key(tx, args[0])
             return items[k] if k in items else (args[1] if len(args) > 1 else ConstantVariable(None))
         if name in ("keys", "values", "items"):
-            from ember.frontend.variables.dict_views import DictViewVariable
-
-            return DictViewVariable(self, name)
+            return trackers.DictViewVariable(self, name)
         if name == "__contains__":
             return ConstantVariable(_const_key(tx, args[0]) in items)
         if name == "__len__":
@@ -459,10 +429,8 @@ class DictVariable(VariableTracker):
         if name == "copy":  # a defaultdict's copy keeps its factory
             return DictVariable(items, py_type=self.py_type, key_vts=self.key_vts, default_factory=self.default_factory)
         if name == "update":
-            from ember.frontend.builtins import dict_items_of
-
             if args:
-                for k, v in dict_items_of(tx, args[0]):
+                for k, v in helpers.dict_items_of(tx, args[0]):
                     self.setitem(tx, k, v)
             for k, v in kwargs.items():
                 items[k] = v
@@ -524,9 +492,8 @@ def _real_member(vt):
     objects); _UNKNOWN for objects made in the trace and tensors (hashed by their run-time id)."""
     if vt.is_constant():
         return vt.as_constant()
-    from ember.frontend.variables.objects import hashable_key
 
-    k = hashable_key(vt)
+    k = helpers.hashable_key(vt)
     if isinstance(k, VariableTracker) or isinstance(k, tuple) or type(k).__module__.startswith("torch.fx"):
         return _UNKNOWN
     return k
@@ -595,9 +562,8 @@ class SetVariable(VariableTracker):
     def _key(vt):
         if vt.is_constant():
             return ("c", vt.as_constant())
-        from ember.frontend.variables.objects import hashable_key
 
-        k = hashable_key(vt)
+        k = helpers.hashable_key(vt)
         return ("tuple", k) if isinstance(k, tuple) else ("id", id(k))  # tuples hash by their items
 
     def python_type(self):
@@ -627,9 +593,7 @@ class SetVariable(VariableTracker):
         return bool(self.items)
 
     def getattr(self, tx, name):
-        from ember.frontend.variables.functions import BoundMethodVariable
-
-        return BoundMethodVariable(self, name)
+        return trackers.BoundMethodVariable(self, name)
 
     def call_method(self, tx, name, args, kwargs):
         if name == "add":
@@ -711,9 +675,7 @@ class SliceVariable(VariableTracker):
         if name in ("start", "stop", "step"):
             return self.parts[("start", "stop", "step").index(name)]
         if name == "indices":
-            from ember.frontend.variables.functions import ConstantMethodVariable
-
-            return ConstantMethodVariable(self.as_constant(), "indices")
+            return trackers.ConstantMethodVariable(self.as_constant(), "indices")
         raise AttributeError(name)
 
     def reconstruct(self, cg):

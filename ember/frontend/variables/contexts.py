@@ -11,7 +11,7 @@ import functools
 import torch
 
 from ember.frontend.errors import TracedException, Unsupported
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.base import ConstantVariable, VariableTracker, trackers
 
 
 class ContextVariable(VariableTracker):
@@ -32,10 +32,8 @@ class ContextVariable(VariableTracker):
         raise Unsupported(f"{self.describe()}.{name}()")
 
     def getattr(self, tx, name):
-        from ember.frontend.variables.functions import BoundMethodVariable
-
         if name in ("__enter__", "__exit__", "clone"):
-            return BoundMethodVariable(self, name)
+            return trackers.BoundMethodVariable(self, name)
         raise Unsupported(f"reading {name} of {self.describe()}")
 
     def call(self, tx, args, kwargs):

@@ -9,12 +9,12 @@ import types
 
 import torch
 
-from ember.frontend import trace_rules
-from ember.frontend.errors import Unsupported
+from ember.frontend import resume, trace_rules
+from ember.frontend.errors import CompileError, Unsupported
 from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ItemSource
 from ember.frontend.variables.base import (
-    CONST_TYPES, ConstantVariable, VariableTracker, guard, guard_id, register_builder, register_rule,
+    CONST_TYPES, ConstantVariable, VariableTracker, guard, guard_id, helpers, register_builder, register_rule, trackers,
 )
 
 
@@ -57,7 +57,6 @@ class UserFunctionVariable(BaseUserFunctionVariable):
         return False
 
     def getattr(self, tx, name):
-
         val = getattr(self.fn, name)
         src = AttrSource(self.source, name) if self.source is not None else tx.output.object_source(val, f"{self.fn.__qualname__}.{name}")
         return VariableTracker.build(tx, val, src)
@@ -97,16 +96,12 @@ class NestedFunctionVariable(BaseUserFunctionVariable):
             doc = self.code.co_consts[0] if self.code.co_consts and isinstance(self.code.co_consts[0], str) else None
             return ConstantVariable(doc)
         if name in ("__dict__", "__annotations__"):
-            from ember.frontend.variables.containers import DictVariable
-
-            attrs[name] = DictVariable({})
+            attrs[name] = trackers.DictVariable({})
             return attrs[name]
         if name == "__type_params__":
             return ConstantVariable(())
         if name == "__defaults__":
-            from ember.frontend.variables.containers import TupleVariable
-
-            return TupleVariable(list(self.defaults)) if self.defaults else ConstantVariable(None)
+            return trackers.TupleVariable(list(self.defaults)) if self.defaults else ConstantVariable(None)
         if hasattr(types.FunctionType, name):  # it exists (__globals__, __closure__...): not modelled
             raise Unsupported(f"reading {name} of {self.describe()}, made in the compiled function")
         raise AttributeError(f"'function' object has no attribute '{name}'")
@@ -132,12 +127,10 @@ class NestedFunctionVariable(BaseUserFunctionVariable):
 
 
 def _cell_expr(cg, cell, fn_vt) -> str:
-    from ember.frontend import resume
-    from ember.frontend.interpreter import CellVariable, RealCellVariable
-
-    if isinstance(cell, RealCellVariable):  # the enclosing function's own cell: share it
+    if isinstance(cell, trackers.RealCellVariable):  # the enclosing function's own cell: share it
         return cg.const(cell.cell, "cell")
-    if isinstance(cell, CellVariable) and cell.owner is not None and cell.contents is not CellVariable.EMPTY \
+    Cell = trackers.CellVariable
+    if isinstance(cell, Cell) and cell.owner is not None and cell.contents is not Cell.EMPTY \
             and resume.write_once(*cell.owner):
         return f"{cg.const(types.CellType, 'CellType')}({cg.reconstruct(cell.contents)})"
     raise Unsupported(f"{fn_vt.describe()} (a closure over a variable assigned more than once) crossing a graph break")
@@ -161,7 +154,6 @@ class UserMethodVariable(CallableVariable):
         return types.MethodType
 
     def call(self, tx, args, kwargs):
-
         rule = trace_rules.method_rule(self.fn)
         if rule is not None:
             return rule(tx, self.self_vt, args, kwargs)
@@ -214,7 +206,6 @@ class ConstantMethodVariable(CallableVariable):
         return f"method {type(self.value).__name__}.{self.name}"
 
     def call(self, tx, args, kwargs):
-
         if not all(a.is_constant() for a in [*args, *kwargs.values()]):
             raise Unsupported(f"{self.describe()} with non-constant arguments")
         res = getattr(self.value, self.name)(*[a.as_constant() for a in args],
@@ -241,9 +232,7 @@ class BuiltinVariable(CallableVariable):
         return type(self.fn)
 
     def call(self, tx, args, kwargs):
-        from ember.frontend.builtins import call_builtin
-
-        return call_builtin(tx, self.fn, args, kwargs)
+        return helpers.call_builtin(tx, self.fn, args, kwargs)
 
     def is_constant(self):
         return True
@@ -277,7 +266,6 @@ class TorchFunctionVariable(CallableVariable):
         return self.fn
 
     def getattr(self, tx, name):
-
         return VariableTracker.const(getattr(self.fn, name))
 
     def reconstruct(self, cg):
@@ -362,8 +350,6 @@ class OperatorGetterVariable(CallableVariable):
         return f"operator.{self.kind.__name__}"
 
     def call(self, tx, args, kwargs):
-        import operator
-
         (obj,) = args
         if self.kind is operator.itemgetter:
             vals = [tx.getitem(obj, k) for k in self.args]
@@ -379,9 +365,8 @@ class OperatorGetterVariable(CallableVariable):
             return obj.call_method(tx, name.as_constant(), margs, dict(self.kwargs))
         if len(vals) == 1:
             return vals[0]
-        from ember.frontend.variables.containers import TupleVariable
 
-        return TupleVariable(vals)
+        return trackers.TupleVariable(vals)
 
 
 
@@ -403,7 +388,6 @@ class PolyfilledFunctionVariable(CallableVariable):
         return f"{getattr(self.original, '__qualname__', self.original)!s} (polyfilled)"
 
     def call(self, tx, args, kwargs):
-
         values = [*args, *kwargs.values()]
         if self.fold and all(v.is_constant() for v in values):
             return VariableTracker.const(call_on_constants(self.original, args, kwargs))
@@ -437,7 +421,6 @@ class LruCacheVariable(CallableVariable):
         return f"lru_cache wrapper of {getattr(self.fn, '__qualname__', self.fn)}"
 
     def call(self, tx, args, kwargs):
-
         known = [_cache_key_value(tx, v) for v in args], {k: _cache_key_value(tx, v) for k, v in kwargs.items()}
         if not any(v is _UNKNOWN for v in [*known[0], *known[1].values()]):
             for v in [*args, *kwargs.values()]:
@@ -451,7 +434,6 @@ class LruCacheVariable(CallableVariable):
         return VariableTracker.build(tx, wrapped, src or tx.output.object_source(wrapped, self.describe())).call(tx, args, kwargs)
 
     def getattr(self, tx, name):
-
         if self.source is None:
             raise Unsupported(f"reading {name} of {self.describe()}")
         return VariableTracker.build(tx, getattr(self.fn, name), AttrSource(self.source, name))
@@ -469,12 +451,12 @@ def _cache_key_value(tx, v):
     """The value an ``lru_cache`` would key on for tracker ``v`` when the trace knows it for sure, else
     ``_UNKNOWN``: a constant, or an existing object with a source whose class hashes and compares by
     identity and that this trace has not written to."""
-    from ember.frontend.variables.objects import UserObjectVariable
 
     if v.is_constant():
         value = v.as_constant()
         return value if isinstance(value, CONST_TYPES) else _UNKNOWN
-    if type(v) is UserObjectVariable and v.source is not None and not tx.output.side_effects.written_attrs(v.value):
+    if type(v) is trackers.UserObjectVariable and v.source is not None \
+            and not tx.output.side_effects.written_attrs(v.value):
         cls = type(v.value)
         if cls.__hash__ is object.__hash__ and cls.__eq__ is object.__eq__:
             return v.value
@@ -501,8 +483,6 @@ class ForbiddenCallableVariable(OpaqueCallableVariable):
         self.message = message
 
     def call(self, tx, args, kwargs):
-        from ember.frontend.errors import CompileError
-
         raise CompileError(f"{self.message} (at {tx.user_location()}); call it outside the compiled function")
 
 
@@ -510,6 +490,16 @@ class ForbiddenCallableVariable(OpaqueCallableVariable):
 # builtin -> its handler (len, isinstance, max...): filled by ``builtins.py``'s ``@handler``; a value
 # found here is traced by that handler, whatever its type.
 BUILTIN_HANDLERS: dict = {}
+
+
+def handler(*fns):
+    """Register the decorated ``f(tx, fn, args, kwargs)`` as the handler of the builtins ``fns``."""
+    def deco(f):
+        for fn in fns:
+            BUILTIN_HANDLERS[fn] = f
+        return f
+
+    return deco
 
 
 @register_rule

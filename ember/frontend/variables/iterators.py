@@ -9,8 +9,10 @@ runs at run time, in Python's order.
 """
 from __future__ import annotations
 
+import itertools
+
 from ember.frontend.errors import Unsupported
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.base import ConstantVariable, VariableTracker, helpers
 from ember.frontend.variables.containers import IteratorVariable, TupleVariable
 
 
@@ -21,6 +23,7 @@ def next_of(tx, it: VariableTracker):
     raise Unsupported(f"iterating over {it.describe()}")
 
 
+@helpers.add
 def iterate(tx, vt: VariableTracker):
     """Yield the items of an iterable tracker one at a time (what a consumer that interleaves its own
     effects with the pulls, such as ``list.extend``, must use instead of ``unpack``)."""
@@ -267,8 +270,6 @@ class ChainIteratorVariable(IteratorVariable):
             self.active = None
 
     def reconstruct(self, cg):
-        import itertools
-
         parts = ([self.active] if self.active is not None else []) + self.sources
         args = "".join(f"{cg.reconstruct(p)}, " for p in parts)
         return cg.memo(self, lambda: f"{cg.const(itertools.chain, 'chain')}({args})")
@@ -311,8 +312,6 @@ class IsliceIteratorVariable(IteratorVariable):
         return item
 
     def reconstruct(self, cg):
-        import itertools
-
         if self.it is None:
             return "iter(())"
         stop = None if self.stop is None else self.stop - self.cnt
@@ -322,8 +321,6 @@ class IsliceIteratorVariable(IteratorVariable):
 
 def make_itertool(tx, cls, args: list, kwargs: dict):
     """The lazy tracker of an ``itertools`` iterator ember models, or None."""
-    import itertools
-
     if cls is itertools.chain and not kwargs:
         return ChainIteratorVariable(args)
     if cls is itertools.islice and not kwargs and 2 <= len(args) <= 4:

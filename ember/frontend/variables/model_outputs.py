@@ -5,11 +5,13 @@ import collections
 import dataclasses
 
 from ember.frontend.errors import Unsupported
+from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ItemSource
-from ember.frontend.variables.base import ConstantVariable, VariableTracker, register_builder
+from ember.frontend.variables.base import ConstantVariable, VariableTracker, helpers, register_builder, trackers
 from ember.frontend.variables.objects import class_attr_of_instance
 
 
+@helpers.add
 def is_model_output_cls(cls) -> bool:
     """Hugging Face ModelOutput: a dataclass that is also an OrderedDict of its non-None fields."""
     return isinstance(cls, type) and issubclass(cls, collections.OrderedDict) and dataclasses.is_dataclass(cls)
@@ -42,8 +44,6 @@ class ModelOutputVariable(VariableTracker):
     @staticmethod
     def existing(tx, value, source):
         """Items read as ``out['k']`` under a guard on the keys (the dict part is what the methods see)."""
-        from ember.frontend.guards import GuardKind
-
         tx.output.guards.add(source, GuardKind.TYPE, type(value))
         tx.output.guards.add(source, GuardKind.DICT_KEYS, tuple(value.keys()))
         items = {k: VariableTracker.build(tx, v, ItemSource(source, k)) for k, v in value.items()}
@@ -56,8 +56,6 @@ class ModelOutputVariable(VariableTracker):
         return f"{self.cls.__name__}" + (f" at {self.source.name()}" if self.source is not None else "")
 
     def getattr(self, tx, name):
-        from ember.frontend.variables.functions import BoundMethodVariable
-
         names = [f.name for f in dataclasses.fields(self.cls)]
         if name in names and self.source is not None:  # the attribute, which may differ from the item
             return VariableTracker.build(tx, getattr(self.value, name), AttrSource(self.source, name))
@@ -66,7 +64,7 @@ class ModelOutputVariable(VariableTracker):
         if name in names:
             return ConstantVariable(None)
         if name in ("to_tuple", "keys", "values", "items", "get", "__getitem__", "__contains__", "__len__"):
-            return BoundMethodVariable(self, name)
+            return trackers.BoundMethodVariable(self, name)
         return class_attr_of_instance(tx, self, self.cls, name)
 
     def _check_mutable(self):
@@ -87,22 +85,19 @@ class ModelOutputVariable(VariableTracker):
         return bool(self.values)
 
     def call_method(self, tx, name, args, kwargs):
-        from ember.frontend.variables.containers import DictVariable, TupleVariable
-        from ember.frontend.variables.dict_views import DictViewVariable
-
         if name == "to_tuple":
-            return TupleVariable(list(self.values.values()))
+            return trackers.TupleVariable(list(self.values.values()))
         if name == "__getitem__":
             k = args[0].as_constant()
             if isinstance(k, str):
                 return self.values[k]
-            return TupleVariable(list(self.values.values())).getitem(tx, args[0])
+            return trackers.TupleVariable(list(self.values.values())).getitem(tx, args[0])
         if name == "__setitem__":
             self._check_mutable()
             self.values[args[0].as_constant()] = args[1]
             return ConstantVariable(None)
         if name in ("keys", "values", "items"):
-            return DictViewVariable(DictVariable(self.values), name)
+            return trackers.DictViewVariable(trackers.DictVariable(self.values), name)
         if name == "get":
             k = args[0].as_constant()
             return self.values.get(k, args[1] if len(args) > 1 else ConstantVariable(None))

@@ -13,7 +13,9 @@ import torch
 from ember.frontend.errors import Unsupported
 from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ModuleSlotSource
-from ember.frontend.variables.base import ConstantVariable, VariableTracker, guard, guard_id, register_builder
+from ember.frontend.variables.base import (
+    ConstantVariable, VariableTracker, guard, guard_id, helpers, register_builder, trackers,
+)
 from ember.frontend.variables.objects import class_attr_of_instance, lookup_static
 
 _CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.ParameterList,
@@ -35,7 +37,6 @@ class NNModuleVariable(VariableTracker):
         return f"{type(self.module).__name__} module {self.source.name()}"
 
     def getattr(self, tx, name):
-
         m = self.module
         d = m.__dict__
         for slot in ("_parameters", "_buffers", "_modules"):
@@ -68,19 +69,17 @@ class NNModuleVariable(VariableTracker):
 
     def _call_with_hooks(self, tx, args, kwargs):
         """nn.Module.__call__'s hook protocol: pre-hooks may replace the args, hooks the output."""
-        from ember.frontend.variables.containers import TupleVariable
-
         m = self.module
         if m._forward_hooks_with_kwargs or m._forward_pre_hooks_with_kwargs or m._forward_hooks_always_called \
                 or m._backward_hooks or m._backward_pre_hooks:
             raise Unsupported(f"module hooks with kwargs, always_call or backward hooks on {self.source.name()}")
         pre = VariableTracker.build(tx, m._forward_pre_hooks, AttrSource(self.source, "_forward_pre_hooks"))
         post = VariableTracker.build(tx, m._forward_hooks, AttrSource(self.source, "_forward_hooks"))
-        args_vt = TupleVariable(list(args))
+        args_vt = trackers.TupleVariable(list(args))
         for hook in pre.items.values():
             res = hook.call(tx, [self, args_vt], {})
             if not (res.is_constant() and res.as_constant() is None):
-                args_vt = res if isinstance(res, TupleVariable) else TupleVariable([res])
+                args_vt = res if isinstance(res, trackers.TupleVariable) else trackers.TupleVariable([res])
         out = self._call_forward(tx, args_vt.items, kwargs)
         for hook in post.items.values():
             res = hook.call(tx, [self, args_vt, out], {})
@@ -97,9 +96,8 @@ class NNModuleVariable(VariableTracker):
         forward, _ = lookup_static(type(m), "forward")
         if not isinstance(forward, types.FunctionType):
             raise Unsupported(f"{type(m).__name__}.forward is not a Python function")
-        from ember.frontend.variables.functions import UserMethodVariable
 
-        return UserMethodVariable(forward, self).call(tx, args, kwargs)
+        return trackers.UserMethodVariable(forward, self).call(tx, args, kwargs)
 
     # ---- container modules ----------------------------------------------------------------
     def _is_container(self):
@@ -133,9 +131,6 @@ class NNModuleVariable(VariableTracker):
         return True
 
     def call_method(self, tx, name, args, kwargs):
-        from ember.frontend.variables.containers import DictVariable, ListIteratorVariable, TupleVariable
-        from ember.frontend.variables.dict_views import DictViewVariable
-
         if self._is_container():
             m = self.module
             if name == "__getitem__":
@@ -146,14 +141,14 @@ class NNModuleVariable(VariableTracker):
                 if isinstance(key, slice):
                     if isinstance(m, torch.nn.Sequential):
                         return ModuleSliceVariable([v for _, v in kids][key])
-                    return TupleVariable([v for _, v in kids][key])
+                    return trackers.TupleVariable([v for _, v in kids][key])
                 return kids[key][1]
             if name == "__len__":
                 return ConstantVariable(self.length(tx))
             if name == "__iter__":
-                return ListIteratorVariable(self.unpack(tx))
+                return trackers.ListIteratorVariable(self.unpack(tx))
             if name in ("items", "keys", "values") and isinstance(m, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
-                return DictViewVariable(DictVariable(dict(self._children(tx))), name)
+                return trackers.DictViewVariable(trackers.DictVariable(dict(self._children(tx))), name)
             if name == "__contains__" and isinstance(m, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
                 return ConstantVariable(args[0].as_constant() in dict(self._children(tx)))
         return self.getattr(tx, name).call(tx, args, kwargs)
@@ -175,6 +170,7 @@ class NewModuleVariable(NNModuleVariable):
         return cg.memo(self, lambda: f"{cg.const(cls, cls.__name__)}({args}{kw})")
 
 
+@helpers.add
 def create_module(tx, cls: type, args: list, kwargs: dict) -> NewModuleVariable | None:
     """``torch.nn.<Module>(...)`` called by the traced code. torch's own modules build deterministically
     from their arguments; one with parameters or buffers would draw initial values, which the graph

@@ -10,7 +10,8 @@ from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ItemSource
 from ember.frontend.variables.base import (
-    CONST_TYPES, ConstantVariable, VariableTracker, guard, is_namedtuple_cls, guard_id, register_builder, register_fallback,
+    CONST_TYPES, ConstantVariable, VariableTracker, guard, guard_id, helpers, identity_of, is_namedtuple_cls,
+    register_builder, register_fallback, trackers,
 )
 from ember.frontend.variables.containers import DictVariable
 
@@ -43,7 +44,6 @@ class PythonModuleVariable(VariableTracker):
         return cg.const(self.value, self.value.__name__)  # a module is one object per process
 
     def getattr(self, tx, name):
-
         val = getattr(self.value, name)
         if _is_trusted(self.value) or self.source is None:
             if isinstance(val, CONST_TYPES):
@@ -57,11 +57,11 @@ class PythonModuleVariable(VariableTracker):
 
 def call_python(tx, fn: types.FunctionType, args: list, kwargs: dict | None = None):
     """Inline a Python function reached through a class (a dunder, a property getter...)."""
-    from ember.frontend.variables.functions import UserFunctionVariable
+    fn_vt = trackers.UserFunctionVariable(fn, tx.output.object_source(fn, fn.__qualname__))
+    return tx.inline_call(fn_vt, args, kwargs or {})
 
-    return tx.inline_call(UserFunctionVariable(fn, tx.output.object_source(fn, fn.__qualname__)), args, kwargs or {})
 
-
+@helpers.add
 def python_dunder(cls: type, name: str):
     """``cls``'s own Python implementation of ``name`` (None where object's or C's applies)."""
     fn, _ = lookup_static(cls, name)
@@ -75,10 +75,9 @@ def lookup_static(cls: type, name: str):
     return None, None
 
 
+@helpers.add
 def class_attr_of_instance(tx, self_vt, cls, name, self_source=None):
     """Resolve ``instance.name`` through the class: methods bind, properties are inlined."""
-    from ember.frontend.variables.functions import UserMethodVariable
-
     static, owner = lookup_static(cls, name)
     if static is None:
         raise AttributeError(f"'{cls.__name__}' object has no attribute '{name}'")
@@ -89,14 +88,15 @@ def class_attr_of_instance(tx, self_vt, cls, name, self_source=None):
     if isinstance(static, staticmethod):
         return VariableTracker.build(tx, static.__func__, tx.output.object_source(static.__func__, f"{cls.__name__}.{name}"))
     if isinstance(static, classmethod):
-        return UserMethodVariable(static.__func__, VariableTracker.build(tx, cls, tx.output.object_source(cls, cls.__name__)))
+        cls_vt = VariableTracker.build(tx, cls, tx.output.object_source(cls, cls.__name__))
+        return trackers.UserMethodVariable(static.__func__, cls_vt)
     if isinstance(static, types.FunctionType):
-        return UserMethodVariable(static, self_vt)
+        return trackers.UserMethodVariable(static, self_vt)
     if hasattr(type(static), "__get__") and not isinstance(static, (int, float, str, tuple)):
         if self_source is not None:
             return VariableTracker.build(tx, getattr(self_vt.value, name), AttrSource(self_source, name))
         if type(static).__name__ in ("method_descriptor", "wrapper_descriptor"):
-            return UserMethodVariable(static, self_vt)
+            return trackers.UserMethodVariable(static, self_vt)
         raise Unsupported(f"descriptor {cls.__name__}.{name} ({type(static).__name__})")
     return VariableTracker.build(tx, static, tx.output.object_source(static, f"{cls.__name__}.{name}")) if not isinstance(
         static, (int, float, str, bool, type(None), tuple, frozenset)) else VariableTracker.const(static)
@@ -122,11 +122,9 @@ class UserClassVariable(VariableTracker):
         return self.value
 
     def getattr(self, tx, name):
-        from ember.frontend.variables.functions import UserMethodVariable
-
         static, _ = lookup_static(self.value, name)
         if isinstance(static, classmethod):
-            return UserMethodVariable(static.__func__, self)
+            return trackers.UserMethodVariable(static.__func__, self)
         if isinstance(static, staticmethod):
             static = static.__func__
         val = static if isinstance(static, types.FunctionType) else getattr(self.value, name)
@@ -145,8 +143,6 @@ class UserClassVariable(VariableTracker):
         tx.output.side_effects.store_attr(self, self.value, name, value)
 
     def call(self, tx, args, kwargs):
-        from ember.frontend.variables.containers import NamedTupleVariable, TupleVariable
-
         cls = self.value
         if is_namedtuple_cls(cls):
             fields = cls._fields
@@ -159,26 +155,20 @@ class UserClassVariable(VariableTracker):
                         vals[i] = ConstantVariable(cls._field_defaults[f]) if not hasattr(cls._field_defaults[f], "__dict__") else None
                     if vals[i] is None:
                         raise Unsupported(f"namedtuple {cls.__name__} missing field {f}")
-            return NamedTupleVariable(cls, vals)
-        from ember.frontend.variables.model_outputs import ModelOutputVariable, is_model_output_cls
+            return trackers.NamedTupleVariable(cls, vals)
 
-        if is_model_output_cls(cls):
-            return ModelOutputVariable.create(tx, cls, args, kwargs)
-        from ember.frontend.builtins import construct_builtin_type
+        if helpers.is_model_output_cls(cls):
+            return trackers.ModelOutputVariable.create(tx, cls, args, kwargs)
 
-        built = construct_builtin_type(tx, cls, args, kwargs)
+        built = helpers.construct_builtin_type(tx, cls, args, kwargs)
         if built is not None:
             return built
         if issubclass(cls, BaseException):
-            from ember.frontend.variables.exceptions import ExceptionVariable, is_builtin_exception
-
-            if not is_builtin_exception(cls) or kwargs:
+            if not helpers.is_builtin_exception(cls) or kwargs:
                 raise Unsupported(f"creating exception {cls.__name__}")
-            return ExceptionVariable(cls, list(args))
+            return trackers.ExceptionVariable(cls, list(args))
         if is_nn_module_cls(cls):
-            from ember.frontend.variables.modules import create_module
-
-            made = create_module(tx, cls, args, kwargs)
+            made = helpers.create_module(tx, cls, args, kwargs)
             if made is not None:
                 return made
         if cls.__new__ is not object.__new__ or not cls.__dictoffset__:
@@ -235,7 +225,6 @@ class UserObjectVariable(_ObjectProtocol):
         return f"{type(self.value).__qualname__} object at {self.source.name()}"
 
     def getattr(self, tx, name):
-
         obj, cls = self.value, type(self.value)
         if python_dunder(cls, "__getattribute__") is not None and name not in ("__class__", "__dict__") \
                 and tx.output.side_effects.load_attr(obj, name) is None:
@@ -251,7 +240,6 @@ class UserObjectVariable(_ObjectProtocol):
 
     def generic_getattr(self, tx, name):
         """What ``object.__getattribute__`` finds: pending writes, the instance dict, then the class."""
-
         obj, cls = self.value, type(self.value)
         pending = tx.output.side_effects.load_attr(obj, name)
         if pending is not None:
@@ -283,9 +271,7 @@ class UserObjectVariable(_ObjectProtocol):
     def call(self, tx, args, kwargs):
         call, _ = lookup_static(type(self.value), "__call__")
         if isinstance(call, types.FunctionType):
-            from ember.frontend.variables.functions import UserMethodVariable
-
-            return UserMethodVariable(call, self).call(tx, args, kwargs)
+            return trackers.UserMethodVariable(call, self).call(tx, args, kwargs)
         raise Unsupported(f"calling {self.describe()}")
 
 
@@ -416,12 +402,9 @@ class OpaqueObjectVariable(VariableTracker):
         return f"{type(self.value).__qualname__} object"
 
     def getattr(self, tx, name):
-
         val = getattr(self.value, name)
         if inspect.ismethod(val) and isinstance(val.__func__, types.FunctionType):
-            from ember.frontend.variables.functions import UserMethodVariable
-
-            return UserMethodVariable(val.__func__, self)
+            return trackers.UserMethodVariable(val.__func__, self)
         return VariableTracker.const(val)
 
     def _read(self, what, fn):
@@ -434,19 +417,16 @@ class OpaqueObjectVariable(VariableTracker):
         return self._read("len()", lambda: len(self.value))
 
     def unpack(self, tx):
-
         return self._read("iterating", lambda: [VariableTracker.const(v) for v in self.value])
 
     def truth(self, tx):
         return bool(self.value)
 
     def getitem(self, tx, key):
-
         return self._read("indexing", lambda: VariableTracker.const(self.value[key.as_constant()]))
 
     def call_method(self, tx, name, args, kwargs):
         if all(a.is_constant() for a in [*args, *kwargs.values()]) and name in ("keys", "values", "items", "get", "__contains__", "__len__"):
-
             return VariableTracker.const(getattr(self.value, name)(*[a.as_constant() for a in args]))
         return self.getattr(tx, name).call(tx, args, kwargs)
 
@@ -454,16 +434,14 @@ class OpaqueObjectVariable(VariableTracker):
         return cg.const(self.value, type(self.value).__name__)
 
 
+@helpers.add
 def hashable_key(vt: VariableTracker):
     """What a set member or dict key hashes by: the underlying object (by identity); an object made
     in the trace hashes by its tracker, which is its identity, unless its class hashes by value."""
-    from ember.frontend.variables.base import identity_of
-    from ember.frontend.variables.containers import TupleVariable
-    from ember.frontend.variables.tensor import TensorVariable
 
-    if isinstance(vt, TensorVariable):
+    if isinstance(vt, trackers.TensorVariable):
         return vt.node  # one tracker (and node) per tensor object: identity semantics, like Tensor.__hash__
-    if isinstance(vt, TupleVariable):  # tuples hash and compare by their items (a namedtuple too)
+    if isinstance(vt, trackers.TupleVariable):  # tuples hash and compare by their items (a namedtuple too)
         return ("tuple", tuple(i.as_constant() if i.is_constant() else hashable_key(i) for i in vt.items))
     obj = identity_of(vt)
     if obj is vt:
@@ -489,8 +467,6 @@ class SuperVariable(VariableTracker):
         return f"super({self.cls.__name__})"
 
     def getattr(self, tx, name):
-        from ember.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
-
         mro = self.obj.python_type().__mro__
         start = mro.index(self.cls) + 1 if self.cls in mro else 0
         for klass in mro[start:]:
@@ -499,15 +475,18 @@ class SuperVariable(VariableTracker):
                 if klass is object and name in ("__init__", "__init_subclass__"):
                     return _NoOpVariable()
                 if isinstance(attr, types.FunctionType):
-                    return UserMethodVariable(attr, self.obj)
+                    return trackers.UserMethodVariable(attr, self.obj)
                 if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
-                    return tx.inline_call(UserFunctionVariable(attr.fget, tx.output.object_source(attr.fget, attr.fget.__qualname__)), [self.obj], {})
+                    getter = tx.output.object_source(attr.fget, attr.fget.__qualname__)
+                    return tx.inline_call(trackers.UserFunctionVariable(attr.fget, getter), [self.obj], {})
                 if isinstance(attr, classmethod):
-                    return UserMethodVariable(attr.__func__, VariableTracker.build(tx, self.obj.python_type(), tx.output.object_source(self.obj.python_type(), "cls")))
+                    cls = self.obj.python_type()
+                    cls_vt = VariableTracker.build(tx, cls, tx.output.object_source(cls, "cls"))
+                    return trackers.UserMethodVariable(attr.__func__, cls_vt)
                 if isinstance(attr, staticmethod):
                     return VariableTracker.build(tx, attr.__func__, tx.output.object_source(attr.__func__, name))
                 if type(attr).__name__ in ("method_descriptor", "wrapper_descriptor"):
-                    return UserMethodVariable(attr, self.obj)
+                    return trackers.UserMethodVariable(attr, self.obj)
                 raise Unsupported(f"super().{name} ({type(attr).__name__})")
         raise AttributeError(f"'super' object has no attribute '{name}'")
 
