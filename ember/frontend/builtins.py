@@ -19,19 +19,22 @@ import torch
 from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.variables import functions as F, symbolic
 from ember.frontend.variables.base import ConstantVariable, VariableTracker, helpers, identity_of
-from ember.frontend.variables.containers import (
-    BaseSequenceVariable, DequeVariable, DictVariable, IteratorVariable, ListIteratorVariable, ListVariable,
-    SetVariable, SizeVariable, SliceVariable, TupleVariable,
-)
+from ember.frontend.variables.deques import DequeVariable
 from ember.frontend.variables.dict_views import DictViewVariable, view_operator
+from ember.frontend.variables.dicts import DictVariable
 from ember.frontend.variables.functions import (
     BUILTIN_HANDLERS, OperatorGetterVariable, PartialVariable, UserMethodVariable, handler,
 )
 from ember.frontend.variables.iterators import (
-    EnumerateIteratorVariable, FilterIteratorVariable, MapIteratorVariable, ZipIteratorVariable, iterate, make_itertool,
+    EnumerateIteratorVariable, FilterIteratorVariable, IteratorVariable, ListIteratorVariable, MapIteratorVariable,
+    ZipIteratorVariable, iterate, make_itertool,
 )
 from ember.frontend.variables.model_outputs import ModelOutputVariable
 from ember.frontend.variables.objects import NewObjectVariable, OpaqueObjectVariable, UserObjectVariable, lookup_static
+from ember.frontend.variables.sequences import (
+    BaseSequenceVariable, ListVariable, SizeVariable, SliceVariable, TupleVariable,
+)
+from ember.frontend.variables.sets import SetVariable
 from ember.frontend.variables.symbolic import SymIntVariable
 from ember.frontend.variables.tensor import TensorMethodVariable, TensorVariable
 

@@ -16,11 +16,12 @@ from ember.frontend import bytecode as bc, trace_rules
 from ember.frontend.errors import CompileError, InternalError, TracedException, Unsupported
 from ember.frontend.sources import CellSource, DefaultSource, GlobalSource
 from ember.frontend.variables.base import CONST_TYPES, ConstantVariable, NullVariable, VariableTracker
-from ember.frontend.variables.containers import DictVariable, TupleVariable
+from ember.frontend.variables.dicts import DictVariable
 from ember.frontend.variables.exceptions import exception_value
 from ember.frontend.variables.functions import NestedFunctionVariable
 from ember.frontend.variables.iterators import GeneratorVariable
 from ember.frontend.variables.objects import SuperVariable
+from ember.frontend.variables.sequences import TupleVariable
 from ember.frontend.variables.tensor import TensorVariable
 
 CO_VARARGS = 0x04

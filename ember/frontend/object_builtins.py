@@ -17,14 +17,15 @@ from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource
 from ember.frontend.variables import functions as F
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
-from ember.frontend.variables.containers import (
-    DequeVariable, DictVariable, ListVariable, NamedTupleVariable, SetVariable, SizeVariable, TupleVariable,
-)
+from ember.frontend.variables.deques import DequeVariable
+from ember.frontend.variables.dicts import DictVariable
 from ember.frontend.variables.functions import handler
 from ember.frontend.variables.modules import NNModuleVariable
 from ember.frontend.variables.objects import (
     NewObjectVariable, ObjectDictVariable, PythonModuleVariable, UserClassVariable, UserObjectVariable, lookup_static,
 )
+from ember.frontend.variables.sequences import ListVariable, NamedTupleVariable, SizeVariable, TupleVariable
+from ember.frontend.variables.sets import SetVariable
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
 # copy treats these as atomic: the copy is the object itself

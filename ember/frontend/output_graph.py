@@ -31,7 +31,7 @@ from ember.frontend.guards import GuardKind, GuardSet, TensorMeta, global_state
 from ember.frontend.side_effects import SideEffects
 from ember.frontend.sources import ConstSource, Source
 from ember.frontend.variables.base import VariableTracker
-from ember.frontend.variables.containers import ListVariable, StructSeqVariable, TupleVariable
+from ember.frontend.variables.sequences import ListVariable, StructSeqVariable, TupleVariable
 from ember.frontend.variables.symbolic import SymIntVariable, wrap_sym
 from ember.frontend.variables.tensor import TensorVariable
 

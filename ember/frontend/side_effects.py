@@ -7,7 +7,8 @@ final values, in the order of the first write, after calling the graph.
 from __future__ import annotations
 
 from ember.frontend.variables.base import VariableTracker
-from ember.frontend.variables.containers import DictVariable, SetVariable
+from ember.frontend.variables.dicts import DictVariable
+from ember.frontend.variables.sets import SetVariable
 
 _DELETED = object()
 

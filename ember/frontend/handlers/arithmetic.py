@@ -8,7 +8,7 @@ from ember.frontend.bytecode import NB_OPS
 from ember.frontend.errors import Unsupported
 from ember.frontend.handlers import register
 from ember.frontend.variables.base import ConstantVariable
-from ember.frontend.variables.containers import SliceVariable, TupleVariable
+from ember.frontend.variables.sequences import SliceVariable, TupleVariable
 
 
 @register("BINARY_OP")

@@ -5,8 +5,9 @@ from ember.frontend.builtins import dict_items_of
 from ember.frontend.errors import Unsupported
 from ember.frontend.handlers import register
 from ember.frontend.interpreter import is_null
-from ember.frontend.variables.containers import DictVariable, TupleVariable
+from ember.frontend.variables.dicts import DictVariable
 from ember.frontend.variables.functions import NestedFunctionVariable
+from ember.frontend.variables.sequences import TupleVariable
 
 
 @register("KW_NAMES")

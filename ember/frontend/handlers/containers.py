@@ -5,7 +5,9 @@ from ember.frontend.builtins import dict_items_of
 from ember.frontend.errors import Unsupported
 from ember.frontend.handlers import register
 from ember.frontend.variables.base import ConstantVariable
-from ember.frontend.variables.containers import DictVariable, ListVariable, SetVariable, SliceVariable, TupleVariable
+from ember.frontend.variables.dicts import DictVariable
+from ember.frontend.variables.sequences import ListVariable, SliceVariable, TupleVariable
+from ember.frontend.variables.sets import SetVariable
 
 
 @register("BUILD_TUPLE")

@@ -15,8 +15,8 @@ from torch.autograd.function import FunctionCtx, _is_setup_context_defined
 
 from ember.frontend.errors import Unsupported
 from ember.frontend.variables.base import ConstantVariable, VariableTracker, helpers, trackers
-from ember.frontend.variables.containers import BaseSequenceVariable, TupleVariable
 from ember.frontend.variables.objects import NewObjectVariable
+from ember.frontend.variables.sequences import BaseSequenceVariable, TupleVariable
 from ember.frontend.variables.tensor import TensorVariable
 
 

@@ -53,6 +53,34 @@ trackers = _Registry("tracker class")
 helpers = _Registry("helper")
 
 
+@dataclass(frozen=True)
+class _Method:
+    fn: Callable  # fn(self, tx, args, kwargs) -> tracker
+    mutates: bool  # the class's before_mutation runs first (e.g. to record a side effect on an input)
+
+
+class MethodTable(dict):
+    """A tracker class's Python methods: ``name -> handler(self, tx, args, kwargs)``, filled by using
+    the table as a decorator in the class body (``@METHODS("append", mutates=True)``). A class's
+    ``METHODS`` extends its bases' (``find_method`` walks the MRO), so a subclass lists only what it
+    adds or changes."""
+
+    def __call__(self, *names: str, mutates: bool = False):
+        def deco(fn):
+            for name in names:
+                self[name] = _Method(fn, mutates)
+            return fn
+        return deco
+
+
+def find_method(cls: type, name: str) -> "_Method | None":
+    for klass in cls.__mro__:
+        table = klass.__dict__.get("METHODS")
+        if table is not None and name in table:
+            return table[name]
+    return None
+
+
 class VariableTracker:
     """A symbolic Python value. ``source`` says where the real value lives at run time (None when
     the value was made during tracing)."""
@@ -131,7 +159,19 @@ class VariableTracker:
         raise Unsupported(f"calling {self.describe()}")
 
     def call_method(self, tx, name: str, args: list, kwargs: dict) -> "VariableTracker":
+        method = find_method(type(self), name)
+        if method is None:
+            return self.method_missing(tx, name, args, kwargs)
+        if method.mutates:
+            self.before_mutation(tx)
+        return method.fn(self, tx, args, kwargs)
+
+    def method_missing(self, tx, name: str, args: list, kwargs: dict) -> "VariableTracker":
+        """A method no ``METHODS`` table of this class (or its bases) handles."""
         return self.getattr(tx, name).call(tx, args, kwargs)
+
+    def before_mutation(self, tx) -> None:
+        """Called before a method registered with ``mutates=True`` changes this object."""
 
     def unpack(self, tx) -> list:
         raise Unsupported(f"iterating over {self.describe()}")

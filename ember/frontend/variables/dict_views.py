@@ -12,7 +12,10 @@ import operator
 
 from ember.frontend.errors import Unsupported
 from ember.frontend.variables.base import ConstantVariable, VariableTracker, helpers, trackers
-from ember.frontend.variables.containers import ListIteratorVariable, SetVariable, TupleVariable, _const_key
+from ember.frontend.variables.dicts import const_key
+from ember.frontend.variables.iterators import ListIteratorVariable
+from ember.frontend.variables.sequences import TupleVariable
+from ember.frontend.variables.sets import SetVariable
 
 _SET_OPS = {operator.and_: "&", operator.or_: "|", operator.sub: "-", operator.xor: "^"}
 _ORDER = (operator.lt, operator.le, operator.gt, operator.ge)
@@ -67,14 +70,14 @@ class DictViewVariable(VariableTracker):
 
     def contains(self, tx, item) -> bool:
         if self.kind == "keys":
-            return _const_key(tx, item) in self.d.items
+            return const_key(tx, item) in self.d.items
         if self.kind == "values":
             return any(helpers.values_equal(tx, v, item) for v in self.d.items.values())
         if item.is_constant() and type(item.as_constant()) is tuple:
             item = TupleVariable(item.unpack(tx))
         if not isinstance(item, TupleVariable) or len(item.items) != 2:
             return False
-        k = _const_key(tx, item.items[0])
+        k = const_key(tx, item.items[0])
         return k in self.d.items and helpers.values_equal(tx, self.d.items[k], item.items[1])
 
     def reconstruct(self, cg) -> str:

@@ -12,8 +12,73 @@ from __future__ import annotations
 import itertools
 
 from ember.frontend.errors import Unsupported
-from ember.frontend.variables.base import ConstantVariable, VariableTracker, helpers
-from ember.frontend.variables.containers import IteratorVariable, TupleVariable
+from ember.frontend.variables.base import ConstantVariable, MethodTable, VariableTracker, helpers
+from ember.frontend.variables.sequences import TupleVariable
+
+
+class IteratorVariable(VariableTracker):
+    """An iterator: ``next`` pulls one item (None when exhausted). Consumers pull item by item, as
+    Python does."""
+
+    METHODS = MethodTable()
+
+    def __init__(self):
+        pass
+
+    def describe(self):
+        return "iterator"
+
+    def next(self, tx):
+        raise NotImplementedError
+
+    def unpack(self, tx):
+        out = []
+        while (item := self.next(tx)) is not None:
+            out.append(item)
+        return out
+
+    def iter(self, tx):
+        return self
+
+    def truth(self, tx):
+        return True
+
+    def method_missing(self, tx, name, args, kwargs):
+        raise Unsupported(f"iterator.{name}()")
+
+    @METHODS("__next__")
+    def _next(self, tx, args, kwargs):
+        item = self.next(tx)
+        if item is None:
+            raise Unsupported("next() on an exhausted iterator (StopIteration)")
+        return item
+
+    @METHODS("__iter__")
+    def _iter(self, tx, args, kwargs):
+        return self
+
+
+class ListIteratorVariable(IteratorVariable):
+    """An iterator over a known list of items; advancing it is tracked here, not replayed."""
+
+    def __init__(self, items: list, index: int = 0):
+        self.items = items
+        self.index = index
+
+    def next(self, tx):
+        if self.index >= len(self.items):
+            return None
+        item = self.items[self.index]
+        self.index += 1
+        return item
+
+    def unpack(self, tx):
+        rest = self.items[self.index:]
+        self.index = len(self.items)
+        return rest
+
+    def reconstruct(self, cg):
+        return f"iter({TupleVariable(self.items[self.index:]).reconstruct(cg)})"
 
 
 def next_of(tx, it: VariableTracker):

@@ -13,7 +13,7 @@ from ember.frontend.variables.base import (
     CONST_TYPES, ConstantVariable, VariableTracker, guard, guard_id, helpers, identity_of, is_namedtuple_cls,
     register_builder, register_fallback, trackers,
 )
-from ember.frontend.variables.containers import DictVariable
+from ember.frontend.variables.dicts import DictVariable
 
 _TRUSTED_MODULE_PREFIXES = ("torch", "math", "operator", "functools", "itertools", "collections", "dataclasses",
                             "typing", "inspect", "warnings", "logging", "numbers", "enum", "builtins", "copy",
