@@ -11,7 +11,7 @@ from __future__ import annotations
 import operator
 
 from ember.frontend.errors import Unsupported
-from ember.frontend.variables.base import ConstantVariable, VariableTracker, helpers, trackers
+from ember.frontend.variables.base import ConstantVariable, MethodTable, VariableTracker, helpers, trackers
 from ember.frontend.variables.dicts import const_key
 from ember.frontend.variables.iterators import ListIteratorVariable
 from ember.frontend.variables.sequences import TupleVariable
@@ -22,6 +22,8 @@ _ORDER = (operator.lt, operator.le, operator.gt, operator.ge)
 
 
 class DictViewVariable(VariableTracker):
+    METHODS = MethodTable()
+
     def __init__(self, d, kind: str):
         self.d = d
         self.kind = kind
@@ -55,18 +57,30 @@ class DictViewVariable(VariableTracker):
             return trackers.BoundMethodVariable(self, name)
         raise AttributeError(f"'dict_{self.kind}' object has no attribute '{name}'")
 
-    def call_method(self, tx, name, args, kwargs):
-        if name == "__contains__":
-            return ConstantVariable(self.contains(tx, args[0]))
-        if name == "__len__":
-            return ConstantVariable(len(self.d.items))
-        if name == "__iter__":
-            return self.iter(tx)
-        if name == "__reversed__":
-            return ListIteratorVariable(list(reversed(self.unpack(tx))))
-        if name == "isdisjoint" and self.kind != "values":
-            return ConstantVariable(not (as_key_set(tx, self) & as_key_set(tx, args[0])))
+    def method_missing(self, tx, name, args, kwargs):
         raise Unsupported(f"dict_{self.kind}.{name}()")
+
+    @METHODS("__contains__")
+    def _contains(self, tx, args, kwargs):
+        return ConstantVariable(self.contains(tx, args[0]))
+
+    @METHODS("__len__")
+    def _len(self, tx, args, kwargs):
+        return ConstantVariable(len(self.d.items))
+
+    @METHODS("__iter__")
+    def _iter(self, tx, args, kwargs):
+        return self.iter(tx)
+
+    @METHODS("__reversed__")
+    def _reversed(self, tx, args, kwargs):
+        return ListIteratorVariable(list(reversed(self.unpack(tx))))
+
+    @METHODS("isdisjoint")
+    def _isdisjoint(self, tx, args, kwargs):
+        if self.kind == "values":
+            return self.method_missing(tx, "isdisjoint", args, kwargs)
+        return ConstantVariable(not (as_key_set(tx, self) & as_key_set(tx, args[0])))
 
     def contains(self, tx, item) -> bool:
         if self.kind == "keys":

@@ -7,7 +7,9 @@ import dataclasses
 from ember.frontend.errors import Unsupported
 from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ItemSource
-from ember.frontend.variables.base import ConstantVariable, VariableTracker, helpers, register_builder, trackers
+from ember.frontend.variables.base import (
+    ConstantVariable, MethodTable, VariableTracker, helpers, register_builder, trackers,
+)
 from ember.frontend.variables.objects import class_attr_of_instance
 
 
@@ -21,6 +23,7 @@ class ModelOutputVariable(VariableTracker):
     """A Hugging Face ModelOutput: made in the trace, or an existing one (``source``; read only)."""
 
     identity_attr = "value"
+    METHODS = MethodTable()
 
     def __init__(self, cls, values: dict, source=None, value=None):
         self.cls = cls
@@ -67,12 +70,12 @@ class ModelOutputVariable(VariableTracker):
             return trackers.BoundMethodVariable(self, name)
         return class_attr_of_instance(tx, self, self.cls, name)
 
-    def _check_mutable(self):
+    def before_mutation(self, tx):
         if self.source is not None:
             raise Unsupported(f"changing {self.describe()}, a ModelOutput from outside the compiled function")
 
     def setattr(self, tx, name, value):
-        self._check_mutable()
+        self.before_mutation(tx)
         self.values[name] = value
 
     def unpack(self, tx):
@@ -84,28 +87,45 @@ class ModelOutputVariable(VariableTracker):
     def truth(self, tx):
         return bool(self.values)
 
-    def call_method(self, tx, name, args, kwargs):
-        if name == "to_tuple":
-            return trackers.TupleVariable(list(self.values.values()))
-        if name == "__getitem__":
-            k = args[0].as_constant()
-            if isinstance(k, str):
-                return self.values[k]
-            return trackers.TupleVariable(list(self.values.values())).getitem(tx, args[0])
-        if name == "__setitem__":
-            self._check_mutable()
-            self.values[args[0].as_constant()] = args[1]
-            return ConstantVariable(None)
-        if name in ("keys", "values", "items"):
-            return trackers.DictViewVariable(trackers.DictVariable(self.values), name)
-        if name == "get":
-            k = args[0].as_constant()
-            return self.values.get(k, args[1] if len(args) > 1 else ConstantVariable(None))
-        if name == "__contains__":
-            return ConstantVariable(args[0].as_constant() in self.values)
-        if name == "__len__":
-            return ConstantVariable(len(self.values))
-        return self.getattr(tx, name).call(tx, args, kwargs)
+    @METHODS("to_tuple")
+    def _to_tuple(self, tx, args, kwargs):
+        return trackers.TupleVariable(list(self.values.values()))
+
+    @METHODS("__getitem__")
+    def _getitem(self, tx, args, kwargs):
+        k = args[0].as_constant()
+        if isinstance(k, str):
+            return self.values[k]
+        return trackers.TupleVariable(list(self.values.values())).getitem(tx, args[0])
+
+    @METHODS("__setitem__", mutates=True)
+    def _setitem(self, tx, args, kwargs):
+        self.values[args[0].as_constant()] = args[1]
+        return ConstantVariable(None)
+
+    @METHODS("keys")
+    def _keys(self, tx, args, kwargs):
+        return trackers.DictViewVariable(trackers.DictVariable(self.values), "keys")
+
+    @METHODS("values")
+    def _values(self, tx, args, kwargs):
+        return trackers.DictViewVariable(trackers.DictVariable(self.values), "values")
+
+    @METHODS("items")
+    def _items(self, tx, args, kwargs):
+        return trackers.DictViewVariable(trackers.DictVariable(self.values), "items")
+
+    @METHODS("get")
+    def _get(self, tx, args, kwargs):
+        return self.values.get(args[0].as_constant(), args[1] if len(args) > 1 else ConstantVariable(None))
+
+    @METHODS("__contains__")
+    def _contains(self, tx, args, kwargs):
+        return ConstantVariable(args[0].as_constant() in self.values)
+
+    @METHODS("__len__")
+    def _len(self, tx, args, kwargs):
+        return ConstantVariable(len(self.values))
 
     def reconstruct(self, cg):
         if self.source is not None:
