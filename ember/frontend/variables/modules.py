@@ -14,16 +14,19 @@ from ember.frontend.errors import Unsupported
 from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ModuleSlotSource
 from ember.frontend.variables.base import (
-    ConstantVariable, VariableTracker, guard, guard_id, helpers, register_builder, trackers,
+    ConstantVariable, MethodTable, VariableTracker, find_method, guard, guard_id, helpers, register_builder, trackers,
 )
 from ember.frontend.variables.objects import class_attr_of_instance, lookup_static
 
 _CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.ParameterList,
                torch.nn.ParameterDict)
+_DICTS = (torch.nn.ModuleDict, torch.nn.ParameterDict)
+_DICT_ONLY = frozenset({"items", "keys", "values", "__contains__"})  # a list-like container has none of these
 
 
 class NNModuleVariable(VariableTracker):
     identity_attr = "module"
+    METHODS = MethodTable()  # only for container modules: see call_method
 
     def __init__(self, module: torch.nn.Module, source):
         self.module = module
@@ -131,27 +134,47 @@ class NNModuleVariable(VariableTracker):
         return True
 
     def call_method(self, tx, name, args, kwargs):
-        if self._is_container():
-            m = self.module
-            if name == "__getitem__":
-                key = args[0].as_constant()
-                kids = self._children(tx)
-                if isinstance(key, str):
-                    return dict(kids)[key]
-                if isinstance(key, slice):
-                    if isinstance(m, torch.nn.Sequential):
-                        return ModuleSliceVariable([v for _, v in kids][key])
-                    return trackers.TupleVariable([v for _, v in kids][key])
-                return kids[key][1]
-            if name == "__len__":
-                return ConstantVariable(self.length(tx))
-            if name == "__iter__":
-                return trackers.ListIteratorVariable(self.unpack(tx))
-            if name in ("items", "keys", "values") and isinstance(m, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
-                return trackers.DictViewVariable(trackers.DictVariable(dict(self._children(tx))), name)
-            if name == "__contains__" and isinstance(m, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
-                return ConstantVariable(args[0].as_constant() in dict(self._children(tx)))
-        return self.getattr(tx, name).call(tx, args, kwargs)
+        method = find_method(type(self), name) if self._is_container() else None
+        if method is None or (name in _DICT_ONLY and not isinstance(self.module, _DICTS)):
+            return self.getattr(tx, name).call(tx, args, kwargs)  # the module's own (Python) method
+        return method.fn(self, tx, args, kwargs)
+
+    # -- the container modules' methods (Sequential, ModuleList, ModuleDict, Parameter*) --
+    @METHODS("__getitem__")
+    def _getitem(self, tx, args, kwargs):
+        key = args[0].as_constant()
+        kids = self._children(tx)
+        if isinstance(key, str):
+            return dict(kids)[key]
+        if isinstance(key, slice):
+            if isinstance(self.module, torch.nn.Sequential):
+                return ModuleSliceVariable([v for _, v in kids][key])
+            return trackers.TupleVariable([v for _, v in kids][key])
+        return kids[key][1]
+
+    @METHODS("__len__")
+    def _len(self, tx, args, kwargs):
+        return ConstantVariable(self.length(tx))
+
+    @METHODS("__iter__")
+    def _iter(self, tx, args, kwargs):
+        return trackers.ListIteratorVariable(self.unpack(tx))
+
+    @METHODS("items")
+    def _items(self, tx, args, kwargs):
+        return trackers.DictViewVariable(trackers.DictVariable(dict(self._children(tx))), "items")
+
+    @METHODS("keys")
+    def _keys(self, tx, args, kwargs):
+        return trackers.DictViewVariable(trackers.DictVariable(dict(self._children(tx))), "keys")
+
+    @METHODS("values")
+    def _values(self, tx, args, kwargs):
+        return trackers.DictViewVariable(trackers.DictVariable(dict(self._children(tx))), "values")
+
+    @METHODS("__contains__")
+    def _contains(self, tx, args, kwargs):
+        return ConstantVariable(args[0].as_constant() in dict(self._children(tx)))
 
 
 class NewModuleVariable(NNModuleVariable):
