@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import types
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -31,7 +32,8 @@ class _Registry:
 
     Trackers refer to each other (a list method returns a bound method, a dict makes a view) and to
     the builtin semantics of ``builtins.py``; importing those modules would tie every tracker module
-    to every other. They import only this module and reach a sibling's class as ``trackers.Name``
+    to every other. They import this module (plus the module of a class they subclass) and reach a
+    sibling's class as ``trackers.Name``
     (every tracker class registers itself) or a shared function as ``helpers.name`` (registered with
     ``@helpers.add`` beside its definition)."""
 
@@ -296,7 +298,8 @@ _VALUE_TYPES: dict[type, _Entry] = {}
 _OBJECT_TYPES: dict[type, _Entry] = {}
 RULES: list[Callable] = []
 FALLBACKS: list[Callable] = []
-_PLAN: dict[type, tuple[tuple, tuple]] = {}  # type -> (value builders, object builders), from the MRO
+# type -> (value builders, object builders), from the MRO; weak, so classes made at run time can go
+_PLAN: "weakref.WeakKeyDictionary[type, tuple[tuple, tuple]]" = weakref.WeakKeyDictionary()
 
 
 def register_builder(*types_: type, exact: bool = False, kind: str = "value"):
@@ -326,10 +329,18 @@ def register_fallback(fn):
 def _plan(cls: type) -> tuple[tuple, tuple]:
     plan = _PLAN.get(cls)
     if plan is None:
-        mro = getattr(cls, "__mro__", (cls,))
-        pick = lambda table: tuple(e.fn for k in mro if (e := table.get(k)) is not None and (k is cls or not e.exact))
-        plan = _PLAN[cls] = (pick(_VALUE_TYPES), pick(_OBJECT_TYPES))
+        plan = _PLAN[cls] = (_builders_along_mro(cls, _VALUE_TYPES), _builders_along_mro(cls, _OBJECT_TYPES))
     return plan
+
+
+def _builders_along_mro(cls: type, table: dict) -> tuple:
+    """The builders ``table`` holds for ``cls`` and its bases, most derived first."""
+    found = []
+    for klass in cls.__mro__:
+        entry = table.get(klass)
+        if entry is not None and (klass is cls or not entry.exact):
+            found.append(entry.fn)
+    return tuple(found)
 
 
 def _build(tx, value, source, objects_only: bool = False) -> VariableTracker:
