@@ -130,7 +130,8 @@ class DictVariable(VariableTracker):
 
     @METHODS("copy")
     def _copy(self, tx, args, kwargs):  # a defaultdict's copy keeps its factory
-        return DictVariable(self.items, py_type=self.py_type, key_vts=self.key_vts, default_factory=self.default_factory)
+        return DictVariable(self.items, py_type=self.py_type, key_vts=self.key_vts,
+                            default_factory=self.default_factory)
 
     @METHODS("update", mutates=True)
     def _update(self, tx, args, kwargs):

@@ -431,7 +431,8 @@ class LruCacheVariable(CallableVariable):
                 return ConstantVariable(result)
         wrapped = self.fn.__wrapped__
         src = AttrSource(self.source, "__wrapped__") if self.source is not None else None
-        return VariableTracker.build(tx, wrapped, src or tx.output.object_source(wrapped, self.describe())).call(tx, args, kwargs)
+        fn_vt = VariableTracker.build(tx, wrapped, src or tx.output.object_source(wrapped, self.describe()))
+        return fn_vt.call(tx, args, kwargs)
 
     def getattr(self, tx, name):
         if self.source is None:

@@ -86,7 +86,8 @@ def class_attr_of_instance(tx, self_vt, cls, name, self_source=None):
             return call_python(tx, static.fget, [self_vt])
         raise Unsupported(f"property {cls.__name__}.{name} implemented in C")
     if isinstance(static, staticmethod):
-        return VariableTracker.build(tx, static.__func__, tx.output.object_source(static.__func__, f"{cls.__name__}.{name}"))
+        fn = static.__func__
+        return VariableTracker.build(tx, fn, tx.output.object_source(fn, f"{cls.__name__}.{name}"))
     if isinstance(static, classmethod):
         cls_vt = VariableTracker.build(tx, cls, tx.output.object_source(cls, cls.__name__))
         return trackers.UserMethodVariable(static.__func__, cls_vt)
@@ -98,8 +99,9 @@ def class_attr_of_instance(tx, self_vt, cls, name, self_source=None):
         if type(static).__name__ in ("method_descriptor", "wrapper_descriptor"):
             return trackers.UserMethodVariable(static, self_vt)
         raise Unsupported(f"descriptor {cls.__name__}.{name} ({type(static).__name__})")
-    return VariableTracker.build(tx, static, tx.output.object_source(static, f"{cls.__name__}.{name}")) if not isinstance(
-        static, (int, float, str, bool, type(None), tuple, frozenset)) else VariableTracker.const(static)
+    if isinstance(static, (int, float, str, bool, type(None), tuple, frozenset)):
+        return VariableTracker.const(static)
+    return VariableTracker.build(tx, static, tx.output.object_source(static, f"{cls.__name__}.{name}"))
 
 
 class UserClassVariable(VariableTracker):
