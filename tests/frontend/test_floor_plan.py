@@ -157,3 +157,20 @@ def test_measure_sees_a_cycle(tmp_path):
     """The metric itself: Tarjan finds a two-module circle and leaves a chain alone."""
     assert sorted(map(len, _sccs({"a": {"b"}, "b": {"a"}, "c": {"a"}}))) == [1, 2]
     assert all(len(c) == 1 for c in _sccs({"a": {"b"}, "b": {"c"}, "c": set()}))
+
+
+def test_every_late_bound_name_is_registered():
+    """``trackers.Name`` / ``helpers.name`` resolve at trace time: a misspelt or unregistered one would
+    only fail on the path that reads it, so check them all here from the source."""
+    import ember  # noqa: F401  (imports every tracker module and builtins.py, which register)
+    from ember.frontend.variables.base import helpers, trackers
+
+    registries = {"trackers": trackers, "helpers": helpers}
+    missing = []
+    for path in sorted(FRONTEND.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id in registries and node.attr not in ("add",):
+                if node.attr not in vars(registries[node.value.id]):
+                    missing.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value.id}.{node.attr}")
+    assert not missing, "not registered (decorate the helper with @helpers.add): " + ", ".join(missing)
