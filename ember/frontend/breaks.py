@@ -8,6 +8,7 @@ the same break reuses every compiled piece.
 from __future__ import annotations
 
 import functools
+import linecache
 import threading
 import types
 import weakref
@@ -16,10 +17,14 @@ from dataclasses import dataclass
 import torch
 
 from ember.diagnostics import logging as elog
-from ember.frontend import resume as R
+from ember.frontend import resume as R, trace_rules
 from ember.frontend.errors import Unsupported
+from ember.frontend.handlers.blocks import _ContextExit
+from ember.frontend.interpreter import CellVariable
 from ember.frontend.sources import LocalSource
 from ember.frontend.variables.base import NullVariable, VariableTracker
+from ember.frontend.variables.contexts import GradModeContextVariable, _restore_grad
+from ember.frontend.variables.functions import OpaqueCallableVariable
 
 
 @dataclass
@@ -84,7 +89,7 @@ class BreakContext:
 
     def caches(self) -> list:
         """Every FrameCache compiled on this callable's behalf (resume functions, callees)."""
-        from ember.frontend.cache import FrameCache
+        from ember.frontend.cache import FrameCache  # cache.py builds on this module
 
         found = [c for c in self._resumes.values() if isinstance(c, FrameCache)]
         return found + [c for c in self._callees.values() if isinstance(c, FrameCache)]
@@ -98,8 +103,6 @@ class BreakContext:
         return obj
 
     def _callee(self, obj):
-        from ember.frontend import trace_rules
-
         code = getattr(obj, "__code__", None)
         if code is not None and code.co_flags & (0x20 | 0x80 | 0x100 | 0x200):  # generators, coroutines
             return obj
@@ -165,7 +168,6 @@ def break_call(frame, fn, start: int, exc: Unsupported, ctx: BreakContext, trace
         c.close_for_break(tracer)
     nulls = tuple(isinstance(v, NullVariable) for v in frame.stack)
     names = [n for n in frame.code.co_varnames if n in frame.locals and n not in frame.code.co_cellvars]
-    from ember.frontend.interpreter import CellVariable
 
     cells = {n: c.contents for n, c in frame.cells.items()
              if n in frame.code.co_cellvars and isinstance(c, CellVariable) and c.contents is not CellVariable.EMPTY}
@@ -191,10 +193,8 @@ def _callable_position(stack: list, inst) -> int | None:
 
 def resume_frame_state(tracer, info: R.ResumeInfo, stack_value: tuple, locals_value: dict):
     """Trackers for the stack and locals a resume function receives (guarded like any input)."""
-    from ember.frontend.variables.builder import wrap
-
-    stack_vt = wrap(tracer, stack_value, LocalSource(R.STACK_ARG))
-    locals_vt = wrap(tracer, locals_value, LocalSource(R.LOCALS_ARG))
+    stack_vt = VariableTracker.build(tracer, stack_value, LocalSource(R.STACK_ARG))
+    locals_vt = VariableTracker.build(tracer, locals_value, LocalSource(R.LOCALS_ARG))
     cellnames = set(info.code.co_cellvars)
     varnames = set(info.code.co_varnames) - cellnames
     local_vts = {k: v for k, v in locals_vt.items.items() if k in varnames}
@@ -205,9 +205,6 @@ def resume_frame_state(tracer, info: R.ResumeInfo, stack_value: tuple, locals_va
 
 def _reentered_context(tracer, real, vt):
     """A with-block's exit that a break handed over (``_restore_grad``) is a grad-mode context again."""
-    from ember.frontend.handlers.blocks import _ContextExit
-    from ember.frontend.variables.contexts import GradModeContextVariable, _restore_grad
-
     if isinstance(real, functools.partial) and real.func is _restore_grad:
         now = torch.is_grad_enabled()
         ctx = GradModeContextVariable(now, entered_at_init=True, prev=real.args[0])
@@ -220,7 +217,6 @@ def _reentered_context(tracer, real, vt):
         if not isinstance(real.__self__, torch.autocast):
             # inference_mode and friends also switch grad mode: the continuation stays plain Python
             raise Unsupported(f"resuming inside a {type(real.__self__).__name__} block")
-        from ember.frontend.variables.functions import OpaqueCallableVariable
 
         return OpaqueCallableVariable(real, vt.source)
     return vt
@@ -233,7 +229,6 @@ def log_break(record: BreakRecord) -> None:
 def describe_break(fn, name: str, region, bound, nulls) -> str:
     """The break function as readable pseudo-Python: what it restores, which source it runs natively,
     and where each exit resumes (the real thing is bytecode, built by resume.py)."""
-    import linecache
 
     instrs = R.bc.decode(fn.__code__)
     first, last = instrs[region.start].lineno, instrs[region.end].lineno

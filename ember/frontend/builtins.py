@@ -17,20 +17,26 @@ from typing import Callable
 import torch
 
 from ember.frontend.errors import TracedException, Unsupported
-from ember.frontend.variables.base import ConstantVariable, VariableTracker, identity_of
-from ember.frontend.variables.builder import wrap_const
-from ember.frontend.variables.containers import (
-    BaseSequenceVariable, DictVariable, IteratorVariable, ListIteratorVariable, ListVariable, SetVariable, SizeVariable,
-    TupleVariable,
-)
-from ember.frontend.variables import symbolic
+from ember.frontend.variables import functions as F, symbolic
+from ember.frontend.variables.base import ConstantVariable, VariableTracker, helpers, identity_of
+from ember.frontend.variables.deques import DequeVariable
 from ember.frontend.variables.dict_views import DictViewVariable, view_operator
-from ember.frontend.variables.functions import UserMethodVariable
-from ember.frontend.variables.iterators import (
-    EnumerateIteratorVariable, FilterIteratorVariable, MapIteratorVariable, ZipIteratorVariable, iterate, make_itertool,
+from ember.frontend.variables.dicts import DictVariable
+from ember.frontend.variables.functions import (
+    BUILTIN_HANDLERS, OperatorGetterVariable, PartialVariable, UserMethodVariable, handler,
 )
+from ember.frontend.variables.iterators import (
+    EnumerateIteratorVariable, FilterIteratorVariable, IteratorVariable, ListIteratorVariable, MapIteratorVariable,
+    ZipIteratorVariable, iterate, make_itertool,
+)
+from ember.frontend.variables.model_outputs import ModelOutputVariable
+from ember.frontend.variables.objects import NewObjectVariable, OpaqueObjectVariable, UserObjectVariable, lookup_static
+from ember.frontend.variables.sequences import (
+    BaseSequenceVariable, ListVariable, SizeVariable, SliceVariable, TupleVariable,
+)
+from ember.frontend.variables.sets import SetVariable
 from ember.frontend.variables.symbolic import SymIntVariable
-from ember.frontend.variables.tensor import TensorVariable
+from ember.frontend.variables.tensor import TensorMethodVariable, TensorVariable
 
 BINARY = {
     "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
@@ -57,7 +63,7 @@ _INPLACE_TO_BINARY = {v: BINARY[k] for k, v in INPLACE.items()}
 
 def _fold(fn, *vals, **kw):
     try:
-        return wrap_const(fn(*vals, **kw))
+        return VariableTracker.const(fn(*vals, **kw))
     except Exception as exc:
         raise Unsupported(f"{getattr(fn, '__name__', fn)}{vals} raised {type(exc).__name__}: {exc} while tracing") from None
 
@@ -70,6 +76,7 @@ def _as_seq(tx, v) -> list:
     return v.unpack(tx)
 
 
+@helpers.add
 def apply_operator(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> VariableTracker:
     """``fn(a, b)`` for a binary operator function (operator.add, operator.iadd, operator.lt, ...)."""
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
@@ -113,7 +120,7 @@ def apply_operator(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> 
         merged.items.update(b.items)
         return merged
     if isinstance(a, SetVariable) or isinstance(b, SetVariable):
-        return wrap_const(base(a.as_constant(), b.as_constant()))
+        return VariableTracker.const(base(a.as_constant(), b.as_constant()))
     if base in (operator.eq, operator.ne):
         r = _user_dunder(tx, base, a, b)
         if r is not None:
@@ -134,8 +141,6 @@ def apply_operator(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> 
 
 
 def _user_dunder(tx, fn, a, b):
-    from ember.frontend.variables.objects import NewObjectVariable, UserObjectVariable, lookup_static
-
     names = DUNDER.get(fn)
     if names is None:
         return None
@@ -149,6 +154,7 @@ def _user_dunder(tx, fn, a, b):
     return None
 
 
+@helpers.add
 def identical(a: VariableTracker, b: VariableTracker) -> bool:
     """``a is b``: the same real object, or (objects made in the trace) the same tracker."""
     if a is b:
@@ -178,6 +184,7 @@ def is_op(tx, a, b) -> bool:
     return identical(a, b)
 
 
+@helpers.add
 def values_equal(tx, a, b) -> bool:
     """``a == b`` as containers compare items (``in``, list ==, index, count, remove): identity first."""
     if identical(a, b):
@@ -210,6 +217,7 @@ def sequences_equal(tx, a, b) -> bool:
     return len(xs) == len(ys) and all(values_equal(tx, x, y) for x, y in zip(xs, ys))
 
 
+@helpers.add
 def contains(tx, container, item) -> VariableTracker:
     if isinstance(container, TensorVariable):
         raise Unsupported("'x in tensor' needs the tensor's data")
@@ -223,6 +231,7 @@ def contains(tx, container, item) -> VariableTracker:
     return ConstantVariable(any(values_equal(tx, x, item) for x in container.unpack(tx)))
 
 
+@helpers.add
 def sort_items(tx, items, key, reverse) -> list:
     keyed = []
     for it in items:
@@ -232,12 +241,12 @@ def sort_items(tx, items, key, reverse) -> list:
     return [it for _, it in keyed]
 
 
+@helpers.add
 def dict_items_of(tx, v):
     """(key, value) trackers of a mapping or an iterable of pairs; pairs are pulled one at a time."""
     if isinstance(v, DictVariable):
         yield from [(v.key_vt(k), val) for k, val in v.items.items()]
         return
-    from ember.frontend.variables.model_outputs import ModelOutputVariable
 
     if isinstance(v, ModelOutputVariable):
         yield from [(ConstantVariable(k), val) for k, val in v.values.items()]
@@ -248,6 +257,7 @@ def dict_items_of(tx, v):
 
 
 # ---- constructors of builtin types ---------------------------------------------------------
+@helpers.add
 def construct_builtin_type(tx, cls, args, kwargs):
     """``int(x)``, ``tuple(it)``, ``dict(...)``... or None when ``cls`` is not a builtin type we model."""
     if cls in (int, float, bool, complex, str):
@@ -270,8 +280,6 @@ def construct_builtin_type(tx, cls, args, kwargs):
             s.call_method(tx, "update", [args[0]], {})
         return s
     if cls is collections.deque and len(args) + len(kwargs) <= 2 and set(kwargs) <= {"iterable", "maxlen"}:
-        from ember.frontend.variables.containers import DequeVariable
-
         bound = dict(zip(("iterable", "maxlen"), args), **kwargs)
         maxlen = bound["maxlen"].as_constant() if "maxlen" in bound else None
         if maxlen is not None and (type(maxlen) is not int or maxlen < 0):
@@ -295,8 +303,6 @@ def construct_builtin_type(tx, cls, args, kwargs):
             d.items[k] = v
         return d
     if cls is slice:
-        from ember.frontend.variables.containers import SliceVariable
-
         parts = list(args) + [ConstantVariable(None)] * (3 - len(args))
         if len(args) == 1:
             parts = [ConstantVariable(None), args[0], ConstantVariable(None)]
@@ -304,8 +310,6 @@ def construct_builtin_type(tx, cls, args, kwargs):
     if cls is range:
         return _fold(range, *[a.as_constant() for a in args])
     if cls is object and not args:
-        from ember.frontend.variables.objects import NewObjectVariable
-
         return NewObjectVariable(object)
     if cls is torch.Size:
         items = args[0].unpack(tx) if args else []
@@ -315,12 +319,8 @@ def construct_builtin_type(tx, cls, args, kwargs):
     if cls is super:
         return tx.make_super(args)
     if cls in (operator.itemgetter, operator.attrgetter, operator.methodcaller):
-        from ember.frontend.variables.functions import OperatorGetterVariable
-
         return OperatorGetterVariable(cls, args, kwargs)
     if cls is functools.partial:
-        from ember.frontend.variables.functions import PartialVariable
-
         return PartialVariable(args[0], list(args[1:]), dict(kwargs))
     if cls in (enumerate, zip, reversed, map, filter, type):
         return call_builtin(tx, cls, args, kwargs)
@@ -328,18 +328,10 @@ def construct_builtin_type(tx, cls, args, kwargs):
 
 
 # ---- builtin functions ---------------------------------------------------------------------
-HANDLERS: dict = {}
+HANDLERS: dict = BUILTIN_HANDLERS  # filled by ``@handler`` here and in object_builtins.py
 
 
-def handler(*fns):
-    def deco(f):
-        for fn in fns:
-            HANDLERS[fn] = f
-        return f
-
-    return deco
-
-
+@helpers.add
 def call_builtin(tx, fn, args, kwargs):
     h = HANDLERS.get(fn)
     if h is not None:
@@ -399,11 +391,8 @@ def _issubclass(tx, fn, a, b):
 
 @handler(callable)
 def _callable(tx, fn, x):
-    from ember.frontend.variables import functions as F
-
     if x.is_constant():
         return ConstantVariable(callable(x.as_constant()))
-    from ember.frontend.variables.tensor import TensorMethodVariable
 
     callables = (F.BaseUserFunctionVariable, F.UserMethodVariable, F.BuiltinVariable, F.TorchFunctionVariable,
                  F.BoundMethodVariable, F.PartialVariable, F.ConstantMethodVariable, TensorMethodVariable)
@@ -417,9 +406,8 @@ def _callable(tx, fn, x):
 def _type(tx, fn, *args):
     if len(args) != 1:
         raise Unsupported("type() with 3 arguments (creating a class)")
-    from ember.frontend.variables.builder import _wrap_object
 
-    return _wrap_object(tx, args[0].python_type(), None)
+    return VariableTracker.build_object(tx, args[0].python_type())
 
 
 _MISSING = object()
@@ -607,7 +595,7 @@ def _pow(tx, fn, a, b, mod=None):
 
 @handler(dataclasses.fields)
 def _dc_fields(tx, fn, x):
-    return wrap_const(dataclasses.fields(x.as_constant() if x.is_constant() else x.python_type()))
+    return VariableTracker.const(dataclasses.fields(x.as_constant() if x.is_constant() else x.python_type()))
 
 
 @handler(dataclasses.is_dataclass)
@@ -624,9 +612,6 @@ def _print(tx, fn, *args, **kwargs):
 @handler(inspect.signature)
 def _signature(tx, fn, f, **kwargs):
     """Signatures are static facts about a function: fold them."""
-    from ember.frontend.variables import functions as F
-    from ember.frontend.variables.objects import OpaqueObjectVariable
-
     if isinstance(f, F.UserFunctionVariable):
         return OpaqueObjectVariable(inspect.signature(f.fn))
     if isinstance(f, F.UserMethodVariable):

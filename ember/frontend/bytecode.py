@@ -12,6 +12,8 @@ import types
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ember.frontend.errors import CompileError
+
 PY = sys.version_info[:2]
 SUPPORTED = ((3, 11), (3, 12))
 
@@ -81,8 +83,6 @@ def index_at(code: types.CodeType, offset: int) -> int:
 
 def check_python_version() -> None:
     if PY not in SUPPORTED:
-        from ember.frontend.errors import CompileError
-
         raise CompileError(
             f"ember supports CPython 3.11 and 3.12; this is {sys.version.split()[0]}. "
             "Use Python 3.11 or 3.12, or call the function without ember.compile."

@@ -27,7 +27,7 @@ from ember.frontend.breaks import BreakContext, BreakRecord, break_call, frame_f
 from ember.frontend.interpreter import BreakHere, CellVariable, InstructionTranslator, Tracer
 from ember.frontend.output_graph import OutputGraph
 from ember.frontend.sources import ConstSource, LocalSource
-from ember.frontend.variables.builder import wrap
+from ember.frontend.variables.base import VariableTracker
 from ember.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
 from ember.frontend.variables.objects import new_object
 
@@ -158,7 +158,7 @@ def _compile(root: RootSpec, args: tuple, kwargs: dict, backend: Callable, guard
         else:
             root_vt = _root_callable(tracer, root, self_name)
             for p in params[1:] if root.skip_first else params:
-                v = wrap(tracer, bound.arguments[p.name], LocalSource(p.name))
+                v = VariableTracker.build(tracer, bound.arguments[p.name], LocalSource(p.name))
                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
                     call_args.append(v)
                 elif p.kind is p.VAR_POSITIONAL:
@@ -197,13 +197,13 @@ def _run_resume(tracer, info, arguments) -> Any:
 def _root_callable(tracer, root: RootSpec, self_name: str | None):
     output = tracer.output
     if root.kind == "module":
-        return wrap(tracer, root.self_obj, LocalSource(self_name))
+        return VariableTracker.build(tracer, root.self_obj, LocalSource(self_name))
     if root.kind == "method":
-        self_vt = wrap(tracer, root.self_obj, LocalSource(self_name))
+        self_vt = VariableTracker.build(tracer, root.self_obj, LocalSource(self_name))
         return UserMethodVariable(root.fn, self_vt)
     if isinstance(root.fn, types.FunctionType):
         return UserFunctionVariable(root.fn, output.object_source(root.fn, root.fn.__name__))
-    return wrap(tracer, root.fn, output.object_source(root.fn, root.name))
+    return VariableTracker.build(tracer, root.fn, output.object_source(root.fn, root.name))
 
 
 def _finish(root, output: OutputGraph, result, backend, t0, self_name, guard_filter_fn, local_values) -> CacheEntry:

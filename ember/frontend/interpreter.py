@@ -12,12 +12,17 @@ import types
 
 from ember.config import config
 from ember.diagnostics import logging as elog
-from ember.frontend import bytecode as bc
+from ember.frontend import bytecode as bc, trace_rules
 from ember.frontend.errors import CompileError, InternalError, TracedException, Unsupported
 from ember.frontend.sources import CellSource, DefaultSource, GlobalSource
-from ember.frontend.variables.base import ConstantVariable, NullVariable, VariableTracker
-from ember.frontend.variables.builder import _CONST_TYPES, _wrap_object, wrap, wrap_const
-from ember.frontend.variables.containers import DictVariable, TupleVariable
+from ember.frontend.variables.base import CONST_TYPES, ConstantVariable, NullVariable, VariableTracker
+from ember.frontend.variables.dicts import DictVariable
+from ember.frontend.variables.exceptions import exception_value
+from ember.frontend.variables.functions import NestedFunctionVariable
+from ember.frontend.variables.iterators import GeneratorVariable
+from ember.frontend.variables.objects import SuperVariable
+from ember.frontend.variables.sequences import TupleVariable
+from ember.frontend.variables.tensor import TensorVariable
 
 CO_VARARGS = 0x04
 CO_VARKEYWORDS = 0x08
@@ -59,7 +64,7 @@ class RealCellVariable(VariableTracker):
             val = self.cell.cell_contents
         except ValueError:
             raise Unsupported(f"free variable '{name}' referenced before assignment (NameError)") from None
-        return wrap(tx, val, self.source)
+        return VariableTracker.build(tx, val, self.source)
 
     def store(self, tx, name, value):
         tx.output.side_effects.store_source(self.source, value)
@@ -114,7 +119,6 @@ class Tracer:
                 f"inlining depth limit ({config.inline_depth_limit}) reached while calling {fn_vt.describe()}: "
                 "deep or unbounded recursion",
                 hint="raise ember.config.inline_depth_limit (EMBER_INLINE_DEPTH_LIMIT) or simplify the recursion")
-        from ember.frontend import trace_rules
 
         reason = trace_rules.disabled_reason(getattr(fn_vt, "fn", None))
         if reason is not None:  # e.g. an ember.disable'd method, reached through its class
@@ -127,15 +131,12 @@ class Tracer:
         child = InstructionTranslator(self.output, code, fn_vt.f_globals, symbolic_locals, cells, parent=self,
                                       fn_vt=fn_vt)
         if code.co_flags & bc.CO_GENERATOR:  # runs one yield at a time, when the consumer pulls
-            from ember.frontend.variables.iterators import GeneratorVariable
 
             child.in_generator = True
             return GeneratorVariable(child, fn_vt, args, kwargs)
         return child.run()
 
     def _closure_cells(self, fn_vt, code) -> dict:
-        from ember.frontend.variables.functions import NestedFunctionVariable
-
         if not code.co_freevars:
             return {}
         if isinstance(fn_vt, NestedFunctionVariable):
@@ -147,8 +148,6 @@ class Tracer:
 
     def _bind(self, fn_vt, code, args, kwargs) -> dict:
         """Bind trackers to parameters the way CPython does (errors become Unsupported)."""
-        from ember.frontend.variables.functions import NestedFunctionVariable
-
         name = fn_vt.describe()
         nargs, nkw = code.co_argcount, code.co_kwonlyargcount
         varnames = code.co_varnames
@@ -214,20 +213,18 @@ class Tracer:
 
     def _default(self, fn_vt, value, key, label):
         # Immutable defaults of a function whose identity is guarded are part of that function.
-        if isinstance(value, _CONST_TYPES) or (type(value) is tuple and all(isinstance(v, _CONST_TYPES) for v in value)):
-            return wrap_const(value)
+        if isinstance(value, CONST_TYPES) or (type(value) is tuple and all(isinstance(v, CONST_TYPES) for v in value)):
+            return VariableTracker.const(value)
         src = fn_vt.source or self.output.object_source(fn_vt.fn, fn_vt.fn.__qualname__)
-        return wrap(self, value, DefaultSource(src, key, label))
+        return VariableTracker.build(self, value, DefaultSource(src, key, label))
 
     # ---- subscripts (shared by handlers and builtins) ----
     def getitem(self, obj, key) -> VariableTracker:
-        from ember.frontend.variables.tensor import TensorVariable
-
         if isinstance(obj, TensorVariable):
             return self.output.call(self, "call_function", operator.getitem, [obj, key], {})
         if obj.is_constant() and key.is_constant() and not hasattr(obj, "items"):
             try:
-                return wrap_const(obj.as_constant()[key.as_constant()])
+                return VariableTracker.const(obj.as_constant()[key.as_constant()])
             except Exception as exc:
                 raise Unsupported(f"indexing {obj.describe()} with {key.as_constant()!r} raised {type(exc).__name__}") from None
         if hasattr(obj, "getitem"):
@@ -235,8 +232,6 @@ class Tracer:
         return obj.call_method(self, "__getitem__", [key], {})
 
     def setitem(self, obj, key, value) -> None:
-        from ember.frontend.variables.tensor import TensorVariable
-
         if isinstance(obj, TensorVariable):
             self.output.call(self, "call_function", operator.setitem, [obj, key, value], {})
             return
@@ -293,7 +288,7 @@ class InstructionTranslator(Tracer):
 
     # ---- the loop ----
     def run(self) -> VariableTracker:
-        from ember.frontend.handlers import HANDLERS
+        from ember.frontend.handlers import HANDLERS  # the handlers build on this module
 
         trace_bytecode = elog.enabled("bytecode")
         root = self.root
@@ -346,7 +341,6 @@ class InstructionTranslator(Tracer):
     def catch(self, exc: TracedException) -> bool:
         """Enter the handler of the ``try`` around the current instruction, as CPython does: cut the
         stack to the handler's depth, push (lasti and) the exception, jump. False: no handler here."""
-        from ember.frontend.variables.exceptions import exception_value
 
         entry = bc.exception_handler(self.code, self.inst.offset)
         if entry is None:
@@ -374,19 +368,17 @@ class InstructionTranslator(Tracer):
         if written is not None:
             return written
         if name in g:
-            return wrap(self, g[name], self._global_source(name))
+            return VariableTracker.build(self, g[name], self._global_source(name))
         b = g.get("__builtins__", builtins)
         bd = b if isinstance(b, dict) else vars(b)
         if name not in bd:
             raise Unsupported(f"name '{name}' is not defined (NameError)")
         val = bd[name]
-        if isinstance(val, _CONST_TYPES):
+        if isinstance(val, CONST_TYPES):
             return ConstantVariable(val)
-        return _wrap_object(self, val, None)
+        return VariableTracker.build_object(self, val)
 
     def make_super(self, args):
-        from ember.frontend.variables.objects import SuperVariable
-
         if args:
             return SuperVariable(args[0].as_constant(), args[1])
         if "__class__" not in self.cells or self.code.co_argcount == 0:

@@ -12,19 +12,20 @@ from __future__ import annotations
 import copy
 import copyreg
 
-from ember.frontend.builtins import handler
 from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource
 from ember.frontend.variables import functions as F
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
-from ember.frontend.variables.containers import (
-    DequeVariable, DictVariable, ListVariable, NamedTupleVariable, SetVariable, SizeVariable, TupleVariable,
-)
+from ember.frontend.variables.deques import DequeVariable
+from ember.frontend.variables.dicts import DictVariable
+from ember.frontend.variables.functions import handler
 from ember.frontend.variables.modules import NNModuleVariable
 from ember.frontend.variables.objects import (
     NewObjectVariable, ObjectDictVariable, PythonModuleVariable, UserClassVariable, UserObjectVariable, lookup_static,
 )
+from ember.frontend.variables.sequences import ListVariable, NamedTupleVariable, SizeVariable, TupleVariable
+from ember.frontend.variables.sets import SetVariable
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
 # copy treats these as atomic: the copy is the object itself
@@ -177,9 +178,8 @@ def _copied_class(x: VariableTracker) -> type:
 def _state(tx, x) -> dict:
     """The attributes a copy starts from: an existing object's ``__dict__`` read through guarded
     sources, with the writes this trace made to it on top."""
-    from ember.frontend.variables.builder import wrap
 
     if isinstance(x, NewObjectVariable):
         return dict(x.attrs)
-    d = wrap(tx, x.value.__dict__, AttrSource(x.source, "__dict__"))
+    d = VariableTracker.build(tx, x.value.__dict__, AttrSource(x.source, "__dict__"))
     return {**d.items, **tx.output.side_effects.written_attrs(x.value)}

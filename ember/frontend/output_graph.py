@@ -16,9 +16,9 @@ from typing import Any
 import sympy
 import torch
 import torch.fx as fx
-from torch.fx.experimental.symbolic_shapes import DimDynamic
 from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import DimDynamic
 from torch.utils import _pytree as pytree
 from torch.utils._sympy.numbers import int_oo
 
@@ -28,7 +28,12 @@ from ember.frontend.dynamic import (
 )
 from ember.frontend.errors import Unsupported
 from ember.frontend.guards import GuardKind, GuardSet, TensorMeta, global_state
-from ember.frontend.sources import Source
+from ember.frontend.side_effects import SideEffects
+from ember.frontend.sources import ConstSource, Source
+from ember.frontend.variables.base import VariableTracker
+from ember.frontend.variables.sequences import ListVariable, StructSeqVariable, TupleVariable
+from ember.frontend.variables.symbolic import SymIntVariable, wrap_sym
+from ember.frontend.variables.tensor import TensorVariable
 
 # Torch calls that change process state: running them on fake tensors at trace time would leak the
 # effect into the real program, so they are refused (a graph break once breaks exist).
@@ -82,7 +87,6 @@ class OutputGraph:
         self._ns_by_id: dict[int, str] = {}
         # one tracker per source, so a value read twice is the same tracker (and guarded once)
         self.wrap_cache: dict = {}
-        from ember.frontend.side_effects import SideEffects
 
         self.side_effects = SideEffects()
 
@@ -97,8 +101,6 @@ class OutputGraph:
 
     def object_source(self, obj, label: str):
         """A source for an object reached without a runtime path: the entry holds it by name."""
-        from ember.frontend.sources import ConstSource
-
         name = self._ns_by_id.get(id(obj))
         if name is None:
             name = f"__obj{len(self.namespace)}_{_sanitize(label)[:30]}"
@@ -109,8 +111,6 @@ class OutputGraph:
     # ---- inputs ----------------------------------------------------------------------------
     def add_tensor_input(self, value: torch.Tensor, source: Source):
         """Wrap a real tensor reached through ``source`` as a graph input (one placeholder per object)."""
-        from ember.frontend.variables.tensor import TensorVariable
-
         existing = self._input_vt_by_id.get(id(value))
         if existing is not None:
             if existing.source != source:
@@ -135,7 +135,6 @@ class OutputGraph:
     def add_symint_input(self, value: int, source: Source):
         """An int argument traced as a symbol (dynamic=True, or it changed since the last compile);
         None when the ShapeEnv keeps it a constant (0 and 1 are specialized)."""
-        from ember.frontend.variables.symbolic import SymIntVariable
 
         sym = self.shape_env.create_unspecified_symint_and_symbol(value, dim_source(source.name()), DimDynamic.DYNAMIC)
         if not is_symbolic(sym):
@@ -273,10 +272,6 @@ class OutputGraph:
                 self.guards.add(source, GuardKind.STORAGE_OFFSET, value.storage_offset())
 
     def wrap_result(self, node: fx.Node, result, mutating: bool = False):
-        from ember.frontend.variables.builder import wrap_const
-        from ember.frontend.variables.containers import StructSeqVariable, TupleVariable, ListVariable
-        from ember.frontend.variables.tensor import TensorVariable
-
         if isinstance(result, FakeTensor):
             node.meta["example_value"] = result
             return TensorVariable(node, result)
@@ -294,12 +289,11 @@ class OutputGraph:
         if isinstance(result, torch.Tensor):
             raise Unsupported(f"an operation returned a real tensor while tracing ({node.target})")
         if isinstance(result, torch.SymInt):  # x.numel(), torch.sym_max(...) of symbolic sizes
-            from ember.frontend.variables.symbolic import wrap_sym
 
             return wrap_sym(None, node, result)
         if not mutating and not node.users:
             self.graph.erase_node(node)
-        return wrap_const(result)
+        return VariableTracker.const(result)
 
     def op_nodes(self) -> int:
         return sum(1 for n in self.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
@@ -310,8 +304,6 @@ _OFFSET_READERS = ("storage_offset", torch.Tensor.storage_offset)
 
 
 def _is_vt(x) -> bool:
-    from ember.frontend.variables.base import VariableTracker
-
     return isinstance(x, VariableTracker)
 
 
@@ -323,16 +315,12 @@ def _is_mutating(kind: str, target) -> bool:
 
 
 def _to_node_arg(v):
-    from ember.frontend.variables.base import VariableTracker
-
     if isinstance(v, VariableTracker):
         return v.as_node_arg()
     return v
 
 
 def _to_fake_arg(v):
-    from ember.frontend.variables.base import VariableTracker
-
     if isinstance(v, VariableTracker):
         return v.as_fake_arg()
     return v

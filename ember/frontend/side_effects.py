@@ -7,6 +7,8 @@ final values, in the order of the first write, after calling the graph.
 from __future__ import annotations
 
 from ember.frontend.variables.base import VariableTracker
+from ember.frontend.variables.dicts import DictVariable
+from ember.frontend.variables.sets import SetVariable
 
 _DELETED = object()
 
@@ -46,8 +48,6 @@ class SideEffects:
         return bool(self._attr_writes or self._containers or self._stores)
 
     def codegen(self, cg) -> list[str]:
-        from ember.frontend.variables.containers import DictVariable, SetVariable
-
         lines = []
         for vt in self._containers.values():
             target = cg.load(vt.source)

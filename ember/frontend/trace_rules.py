@@ -15,6 +15,9 @@ import types
 
 import torch
 
+# the tracker classes these rules make register themselves there (trace_rules sits below them)
+from ember.frontend.variables.base import helpers, trackers
+
 # modules whose callables are graph operations (not inlined)
 _GRAPH_MODULES = (
     "torch", "torch.functional", "torch.nn.functional", "torch._C._nn", "torch._C._VariableFunctions",
@@ -37,23 +40,17 @@ def is_torch_callable(fn) -> bool:
 def constant_result(result):
     """A SPECIAL factory: calls of the object answer ``result`` while tracing."""
     def make(value, source):
-        from ember.frontend.variables.functions import ConstantFunctionVariable
-
-        return ConstantFunctionVariable(value, result)
+        return trackers.ConstantFunctionVariable(value, result)
 
     return make
 
 
 def _grad_cls(value, source):
-    from ember.frontend.variables.contexts import GradModeClassVariable
-
-    return GradModeClassVariable(value)
+    return trackers.GradModeClassVariable(value)
 
 
 def _autocast_cls(value, source):
-    from ember.frontend.variables.contexts import AutocastClassVariable
-
-    return AutocastClassVariable(value)
+    return trackers.AutocastClassVariable(value)
 
 
 def _build_special() -> dict:
@@ -84,9 +81,7 @@ SPECIAL = _build_special()
 
 
 def _autograd_apply(tx, cls_vt, args, kwargs):
-    from ember.frontend.variables.autograd import apply_function
-
-    return apply_function(tx, cls_vt, args, kwargs)
+    return helpers.apply_function(tx, cls_vt, args, kwargs)
 
 
 # Python methods traced by a rule instead of their body: function -> rule(tx, self_vt, args, kwargs)

@@ -8,7 +8,7 @@ from ember.frontend.bytecode import NB_OPS
 from ember.frontend.errors import Unsupported
 from ember.frontend.handlers import register
 from ember.frontend.variables.base import ConstantVariable
-from ember.frontend.variables.containers import SliceVariable
+from ember.frontend.variables.sequences import SliceVariable, TupleVariable
 
 
 @register("BINARY_OP")
@@ -66,8 +66,6 @@ def CALL_INTRINSIC_1(tx, inst):
     if inst.arg == _INTRINSIC_UNARY_POSITIVE:
         tx.push(B.call_builtin(tx, operator.pos, [tx.pop()], {}))
     elif inst.arg == _INTRINSIC_LIST_TO_TUPLE:
-        from ember.frontend.variables.containers import TupleVariable
-
         tx.push(TupleVariable(tx.pop().unpack(tx)))
     else:
         raise Unsupported(f"CALL_INTRINSIC_1 {inst.argval}")

@@ -16,8 +16,6 @@ class _ContextExit(VariableTracker):
         self.ctx = ctx
 
     def call(self, tx, args, kwargs):
-        from ember.frontend.variables.base import ConstantVariable
-
         self.ctx.exit(tx)
         return ConstantVariable(None)
 
@@ -85,10 +83,8 @@ def RERAISE(tx, inst):
 @register("WITH_EXCEPT_START")
 def WITH_EXCEPT_START(tx, inst):
     """A with-block left by an exception: ``__exit__(type, value, None)``, below [lasti, prev_exc, value]."""
-    from ember.frontend.variables.builder import _wrap_object
-
     exit_fn, exc = tx.stack[-4], tx.stack[-1]
-    tx.push(exit_fn.call(tx, [_wrap_object(tx, exc.python_type(), None), exc, ConstantVariable(None)], {}))
+    tx.push(exit_fn.call(tx, [VariableTracker.build_object(tx, exc.python_type()), exc, ConstantVariable(None)], {}))
 
 
 unsupported("CLEANUP_THROW", "CHECK_EG_MATCH", "PREP_RERAISE_STAR", reason="exception handling while tracing")

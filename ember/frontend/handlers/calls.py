@@ -1,10 +1,13 @@
 """Calls and function creation."""
 from __future__ import annotations
 
+from ember.frontend.builtins import dict_items_of
 from ember.frontend.errors import Unsupported
 from ember.frontend.handlers import register
 from ember.frontend.interpreter import is_null
-from ember.frontend.variables.containers import DictVariable, TupleVariable
+from ember.frontend.variables.dicts import DictVariable
+from ember.frontend.variables.functions import NestedFunctionVariable
+from ember.frontend.variables.sequences import TupleVariable
 
 
 @register("KW_NAMES")
@@ -41,8 +44,6 @@ def CALL_FUNCTION_EX(tx, inst):
     args = args_vt.unpack(tx)
     kwargs = {}
     if kwargs_vt is not None:
-        from ember.frontend.builtins import dict_items_of
-
         for k, v in dict_items_of(tx, kwargs_vt):
             kwargs[k.as_constant()] = v
     tx.push(fn.call(tx, args, kwargs))
@@ -56,8 +57,6 @@ _MAKE_FUNCTION_CLOSURE = 0x08
 
 @register("MAKE_FUNCTION")
 def MAKE_FUNCTION(tx, inst):
-    from ember.frontend.variables.functions import NestedFunctionVariable
-
     code = tx.pop().as_constant()
     flags = inst.arg
     closure = tx.pop().items if flags & _MAKE_FUNCTION_CLOSURE else None

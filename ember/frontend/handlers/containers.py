@@ -1,10 +1,13 @@
 """Building tuples, lists, sets, dicts, slices and strings; unpacking."""
 from __future__ import annotations
 
+from ember.frontend.builtins import dict_items_of
 from ember.frontend.errors import Unsupported
 from ember.frontend.handlers import register
 from ember.frontend.variables.base import ConstantVariable
-from ember.frontend.variables.containers import DictVariable, ListVariable, SetVariable, SliceVariable, TupleVariable
+from ember.frontend.variables.dicts import DictVariable
+from ember.frontend.variables.sequences import ListVariable, SliceVariable, TupleVariable
+from ember.frontend.variables.sets import SetVariable
 
 
 @register("BUILD_TUPLE")
@@ -79,8 +82,6 @@ def SET_UPDATE(tx, inst):
 
 @register("DICT_UPDATE", "DICT_MERGE")
 def DICT_UPDATE(tx, inst):
-    from ember.frontend.builtins import dict_items_of
-
     v = tx.pop()
     target = tx.stack[-inst.arg]
     for k, val in dict_items_of(tx, v):

@@ -1,8 +1,10 @@
 """Jumps and loops. Branches on Python values are decided while tracing; loops are unrolled."""
 from __future__ import annotations
 
+from ember.frontend.errors import Unsupported
 from ember.frontend.handlers import register
-from ember.frontend.variables.base import ConstantVariable
+from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.iterators import next_of
 
 
 @register("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP", "JUMP_NO_INTERRUPT")
@@ -55,8 +57,6 @@ def GET_ITER(tx, inst):
 
 
 def _next_item(tx, it):
-    from ember.frontend.variables.iterators import next_of
-
     return next_of(tx, it)
 
 
@@ -93,16 +93,12 @@ def RETURN_VALUE(tx, inst):
 
 @register("RETURN_CONST", versions=((3, 12), (3, 12)))
 def RETURN_CONST(tx, inst):
-    from ember.frontend.variables.builder import wrap_const
-
-    tx.returned = wrap_const(inst.argval)
+    tx.returned = VariableTracker.const(inst.argval)
 
 
 # ---- generators: suspended at each yield, resumed by the consumer's next() ------------------
 @register("RETURN_GENERATOR")
 def RETURN_GENERATOR(tx, inst):
-    from ember.frontend.errors import Unsupported
-
     if not tx.in_generator:
         raise Unsupported("a generator function as the compiled function")
     tx.push(ConstantVariable(None))

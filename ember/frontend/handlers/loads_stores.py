@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.handlers import register, unsupported
-from ember.frontend.variables.base import NULL, ConstantVariable
-from ember.frontend.variables.builder import wrap_const
+from ember.frontend.interpreter import CellVariable
+from ember.frontend.variables.base import NULL, ConstantVariable, VariableTracker
+from ember.frontend.variables.objects import SuperVariable
 
 
 # https://docs.python.org/3/library/dis.html#opcode-NOP
@@ -36,7 +37,7 @@ def SWAP(tx, inst):
 
 @register("LOAD_CONST")
 def LOAD_CONST(tx, inst):
-    tx.push(wrap_const(inst.argval))
+    tx.push(VariableTracker.const(inst.argval))
 
 
 _UNBOUND = object()
@@ -90,8 +91,6 @@ def DELETE_GLOBAL(tx, inst):
 # ---- cells ----------------------------------------------------------------------------------
 @register("MAKE_CELL")
 def MAKE_CELL(tx, inst):
-    from ember.frontend.interpreter import CellVariable
-
     name = inst.argval
     if name in tx.locals:
         cell = CellVariable(tx.locals.pop(name))
@@ -118,8 +117,6 @@ def STORE_DEREF(tx, inst):
 
 @register("DELETE_DEREF")
 def DELETE_DEREF(tx, inst):
-    from ember.frontend.interpreter import CellVariable
-
     cell = tx.cells[inst.argval]
     if not isinstance(cell, CellVariable):
         raise Unsupported(f"deleting nonlocal '{inst.argval}'")
@@ -161,7 +158,6 @@ def LOAD_SUPER_ATTR(tx, inst):
     self_vt = tx.pop()
     cls = tx.pop()
     tx.pop()  # the global `super`
-    from ember.frontend.variables.objects import SuperVariable
 
     sup = SuperVariable(cls.as_constant(), self_vt)
     attr = _getattr(tx, sup, inst.argval)
@@ -184,9 +180,7 @@ def DELETE_ATTR(tx, inst):
 
 @register("LOAD_ASSERTION_ERROR")
 def LOAD_ASSERTION_ERROR(tx, inst):
-    from ember.frontend.variables.builder import _wrap_object
-
-    tx.push(_wrap_object(tx, AssertionError, None))
+    tx.push(VariableTracker.build_object(tx, AssertionError))
 
 
 # ---- imports inside functions (idempotent: the module is already in sys.modules or loads once) --
@@ -195,9 +189,8 @@ def IMPORT_NAME(tx, inst):
     fromlist = tx.pop().as_constant()
     level = tx.pop().as_constant()
     mod = __import__(inst.argval, tx.f_globals, None, fromlist, level)
-    from ember.frontend.variables.builder import _wrap_object
 
-    tx.push(_wrap_object(tx, mod, None))
+    tx.push(VariableTracker.build_object(tx, mod))
 
 
 @register("IMPORT_FROM")

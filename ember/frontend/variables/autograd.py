@@ -14,9 +14,9 @@ import torch
 from torch.autograd.function import FunctionCtx, _is_setup_context_defined
 
 from ember.frontend.errors import Unsupported
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
-from ember.frontend.variables.containers import BaseSequenceVariable, TupleVariable
+from ember.frontend.variables.base import ConstantVariable, VariableTracker, helpers, trackers
 from ember.frontend.variables.objects import NewObjectVariable
+from ember.frontend.variables.sequences import BaseSequenceVariable, TupleVariable
 from ember.frontend.variables.tensor import TensorVariable
 
 
@@ -30,9 +30,8 @@ def _leaves(vts) -> list:
     return out
 
 
+@helpers.add
 def apply_function(tx, cls_vt: VariableTracker, args: list, kwargs: dict) -> VariableTracker:
-    from ember.frontend.variables.functions import UserFunctionVariable
-
     cls = cls_vt.as_constant()
     tensors = [v for v in _leaves([*args, *kwargs.values()]) if isinstance(v, TensorVariable)]
     if torch.is_grad_enabled() and any(t.fake.requires_grad for t in tensors):
@@ -45,7 +44,7 @@ def apply_function(tx, cls_vt: VariableTracker, args: list, kwargs: dict) -> Var
         fn = getattr(cls, name)
         if not isinstance(fn, types.FunctionType):
             raise Unsupported(f"{cls.__qualname__}.{name} is not a Python function")
-        return UserFunctionVariable(fn, tx.output.object_source(fn, f"{cls.__qualname__}.{name}"))
+        return trackers.UserFunctionVariable(fn, tx.output.object_source(fn, f"{cls.__qualname__}.{name}"))
 
     if _is_setup_context_defined(cls.setup_context):
         out = static("forward").call(tx, list(args), dict(kwargs))

@@ -1,18 +1,119 @@
-"""The VariableTracker protocol, plus the two trivial kinds: constants and the 3.11+ NULL."""
+"""The VariableTracker protocol, the build table every tracker registers in, plus the two trivial
+kinds: constants and the 3.11+ NULL.
+
+``VariableTracker.build(tx, value, source)`` turns a real object reached through ``source`` into a
+tracker and records the guard that makes the trace valid for it; ``VariableTracker.const(value)`` does
+the same for a value made while tracing (no source, no guard). Neither knows any tracker class: each
+tracker module registers builders for its own types beside its classes (``@register_builder``), so
+this module imports no tracker and no tracker imports another to build one.
+"""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import enum
+import types
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
 
+import torch
+
+from ember.frontend.dynamic import is_argument_source
 from ember.frontend.errors import Unsupported
+from ember.frontend.guards import GuardKind
+from ember.frontend.sources import ItemSource
 
 if TYPE_CHECKING:
     from ember.frontend.interpreter import InstructionTranslator
     from ember.frontend.sources import Source
 
 
+class _Registry:
+    """Names filled in at import time by the modules that define them, read at trace time.
+
+    Trackers refer to each other (a list method returns a bound method, a dict makes a view) and to
+    the builtin semantics of ``builtins.py``; importing those modules would tie every tracker module
+    to every other. They import this module (plus the module of a class they subclass) and reach a
+    sibling's class as ``trackers.Name``
+    (every tracker class registers itself) or a shared function as ``helpers.name`` (registered with
+    ``@helpers.add`` beside its definition)."""
+
+    def __init__(self, what: str):
+        self._what = what
+
+    def add(self, obj, name: "str | None" = None):
+        name = name or obj.__name__
+        assert self.__dict__.get(name, obj) is obj, f"two {self._what}s named {name}: rename one"
+        setattr(self, name, obj)
+        return obj
+
+    def __getattr__(self, name: str):
+        raise AttributeError(f"no {self._what} named {name!r} is registered: import the module that defines it "
+                             "(importing ember.frontend.variables imports every tracker module)")
+
+
+trackers = _Registry("tracker class")
+helpers = _Registry("helper")
+
+
+@dataclass(frozen=True)
+class _Method:
+    fn: Callable  # fn(self, tx, args, kwargs) -> tracker
+    mutates: bool  # the class's before_mutation runs first (e.g. to record a side effect on an input)
+
+
+class MethodTable(dict):
+    """A tracker class's Python methods: ``name -> handler(self, tx, args, kwargs)``, filled by using
+    the table as a decorator in the class body (``@METHODS("append", mutates=True)``). A class's
+    ``METHODS`` extends its bases' (``find_method`` walks the MRO), so a subclass lists only what it
+    adds or changes."""
+
+    def __call__(self, *names: str, mutates: bool = False):
+        def deco(fn):
+            for name in names:
+                self[name] = _Method(fn, mutates)
+            return fn
+        return deco
+
+
+def find_method(cls: type, name: str) -> "_Method | None":
+    for klass in cls.__mro__:
+        table = klass.__dict__.get("METHODS")
+        if table is not None and name in table:
+            return table[name]
+    return None
+
+
 class VariableTracker:
     """A symbolic Python value. ``source`` says where the real value lives at run time (None when
     the value was made during tracing)."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__module__.startswith("ember.frontend.") and not cls.__name__.startswith("_"):
+            trackers.add(cls)
+
+    # -- building trackers (the table lives below the class) --
+    @staticmethod
+    def build(tx, value, source: "Source") -> "VariableTracker":
+        """A tracker for a real value reached through ``source``, guarded (once per source)."""
+        cache = tx.output.wrap_cache
+        hit = cache.get(source)
+        if hit is not None and hit[0] is value:
+            return hit[1]
+        vt = _build(tx, value, source)
+        cache[source] = (value, vt)
+        return vt
+
+    @staticmethod
+    def const(value) -> "VariableTracker":
+        """A tracker for a value made while tracing (e.g. a constant-folded result): no source, no guard."""
+        return _build(None, value, None)
+
+    @staticmethod
+    def build_object(tx, value, source: "Source | None" = None) -> "VariableTracker":
+        """Only the object kinds (callables, classes, modules, user objects), never a constant or
+        container: for a value known to be one (a class, a module, a builtin read off a frame)."""
+        return _build(tx, value, source, objects_only=True)
 
     source: "Source | None" = None
     # The attribute holding the real Python object this tracker stands for (an input, a global, a
@@ -60,15 +161,25 @@ class VariableTracker:
         raise Unsupported(f"calling {self.describe()}")
 
     def call_method(self, tx, name: str, args: list, kwargs: dict) -> "VariableTracker":
+        method = find_method(type(self), name)
+        if method is None:
+            return self.method_missing(tx, name, args, kwargs)
+        if method.mutates:
+            self.before_mutation(tx)
+        return method.fn(self, tx, args, kwargs)
+
+    def method_missing(self, tx, name: str, args: list, kwargs: dict) -> "VariableTracker":
+        """A method no ``METHODS`` table of this class (or its bases) handles."""
         return self.getattr(tx, name).call(tx, args, kwargs)
+
+    def before_mutation(self, tx) -> None:
+        """Called before a method registered with ``mutates=True`` changes this object."""
 
     def unpack(self, tx) -> list:
         raise Unsupported(f"iterating over {self.describe()}")
 
     def iter(self, tx) -> "VariableTracker":
-        from ember.frontend.variables.containers import ListIteratorVariable
-
-        return ListIteratorVariable(list(self.unpack(tx)))
+        return trackers.ListIteratorVariable(list(self.unpack(tx)))
 
     def length(self, tx) -> int:
         return len(self.unpack(tx))
@@ -145,19 +256,172 @@ class ConstantVariable(VariableTracker):
         return len(self.value)
 
     def getattr(self, tx, name: str) -> VariableTracker:
-        from ember.frontend.variables.builder import wrap_const
-
         try:
             attr = getattr(self.value, name)
         except AttributeError:
             raise
         if callable(attr) and not isinstance(attr, type):
-            from ember.frontend.variables.functions import ConstantMethodVariable
-
-            return ConstantMethodVariable(self.value, name)
-        return wrap_const(attr)
+            return trackers.ConstantMethodVariable(self.value, name)
+        return VariableTracker.const(attr)
 
     def reconstruct(self, cg) -> str:
         if self.source is not None and not isinstance(self.value, _LITERAL):
             return cg.load(self.source)
         return cg.const(self.value)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The build table. A builder is ``fn(tx, value, source) -> tracker | None``; ``source`` (and ``tx``) is
+# None for a value made while tracing, and then the builder records no guard. None from a builder
+# means "not mine after all" and the search goes on. The order of the search:
+#   1. value kinds by type (tensors, constants, containers), most derived class first;
+#   2. RULES, in registration order: what is decided by the value, not its type (the user's
+#      ember.disable / allow_in_graph rules, builtins with a handler, polyfills);
+#   3. object kinds by type (functions, modules, classes...), most derived class first;
+#   4. FALLBACKS, in order (the last one takes anything).
+
+CONST_TYPES = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis), type(NotImplemented),
+               torch.dtype, torch.device, torch.layout, torch.memory_format, range, types.CodeType)
+
+
+def is_namedtuple_cls(cls) -> bool:
+    return isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields") and hasattr(cls, "_make")
+
+
+@dataclass(frozen=True)
+class _Entry:
+    fn: Callable
+    exact: bool  # only for the type itself, not its subclasses
+
+
+_VALUE_TYPES: dict[type, _Entry] = {}
+_OBJECT_TYPES: dict[type, _Entry] = {}
+RULES: list[Callable] = []
+FALLBACKS: list[Callable] = []
+# type -> (value builders, object builders), from the MRO; weak, so classes made at run time can go
+_PLAN: "weakref.WeakKeyDictionary[type, tuple[tuple, tuple]]" = weakref.WeakKeyDictionary()
+
+
+def register_builder(*types_: type, exact: bool = False, kind: str = "value"):
+    """Register ``fn`` as the builder of ``types_`` (and their subclasses unless ``exact``).
+    ``kind="object"`` puts it after the value rules (callables, classes, user objects)."""
+    table = {"value": _VALUE_TYPES, "object": _OBJECT_TYPES}[kind]
+
+    def deco(fn):
+        for t in types_:
+            assert t not in table, f"two builders for {t!r}: extend the registered one instead"
+            table[t] = _Entry(fn, exact)
+        _PLAN.clear()
+        return fn
+    return deco
+
+
+def register_rule(fn):
+    RULES.append(fn)
+    return fn
+
+
+def register_fallback(fn):
+    FALLBACKS.append(fn)
+    return fn
+
+
+def _plan(cls: type) -> tuple[tuple, tuple]:
+    plan = _PLAN.get(cls)
+    if plan is None:
+        plan = _PLAN[cls] = (_builders_along_mro(cls, _VALUE_TYPES), _builders_along_mro(cls, _OBJECT_TYPES))
+    return plan
+
+
+def _builders_along_mro(cls: type, table: dict) -> tuple:
+    """The builders ``table`` holds for ``cls`` and its bases, most derived first."""
+    found = []
+    for klass in cls.__mro__:
+        entry = table.get(klass)
+        if entry is not None and (klass is cls or not entry.exact):
+            found.append(entry.fn)
+    return tuple(found)
+
+
+def _build(tx, value, source, objects_only: bool = False) -> VariableTracker:
+    values, objects = _plan(type(value))
+    for fns in (() if objects_only else values, RULES, objects, FALLBACKS):
+        for fn in fns:
+            vt = fn(tx, value, source)
+            if vt is not None:
+                return vt
+    raise AssertionError(f"no builder took {type(value).__name__}: the object fallback is not registered")
+
+
+def guard(tx, source, kind: GuardKind, expected=None) -> None:
+    """Record a guard on ``source`` (nothing for a value made while tracing)."""
+    if source is not None:
+        tx.output.guards.add(source, kind, expected)
+
+
+def guard_id(tx, value, source) -> None:
+    """Guard ``source`` by identity, except for a builtin's bound method (``lst.append``,
+    ``dict.fromkeys``): it is made afresh on every attribute read, so an identity guard on it would
+    never hold again; its owner's guards pin it down instead."""
+    if isinstance(value, (types.BuiltinMethodType, types.MethodWrapperType)):
+        owner = getattr(value, "__self__", None)
+        if owner is not None and not isinstance(owner, types.ModuleType):
+            return
+    guard(tx, source, GuardKind.ID, value)
+
+
+# -- constants: the builders beside ConstantVariable --
+
+def _const_guarded(kind: GuardKind):
+    def build(tx, value, source):
+        guard(tx, source, kind, value)
+        return ConstantVariable(value, source)
+    return build
+
+
+register_builder(type(None), bool)(_const_guarded(GuardKind.CONST))
+register_builder(torch.device)(_const_guarded(GuardKind.CONST))
+register_builder(torch.dtype, torch.layout, torch.memory_format, type(Ellipsis), enum.Enum)(
+    _const_guarded(GuardKind.ID))
+register_builder(slice, exact=True)(_const_guarded(GuardKind.CONST))
+
+
+@register_builder(int, float, str, bytes, complex)
+def _build_literal(tx, value, source):
+    if source is None:  # made while tracing: a subclass (an IntEnum, a str subclass) is a constant too
+        return ConstantVariable(value)
+    if type(value) is int and is_argument_source(source) and tx.output.shapes.int_dynamic(source.name(), value):
+        vt = tx.output.add_symint_input(value, source)
+        if vt is not None:
+            return vt
+    if type(value) not in (int, float, str, bytes, complex):
+        return None  # a user subclass read from the frame: a user object
+    guard(tx, source, GuardKind.CONST, value)
+    return ConstantVariable(value, source)
+
+
+@register_builder(type(NotImplemented), range, types.CodeType)
+def _build_made_constant(tx, value, source):
+    # constants when made while tracing; one read from the frame is a (type-guarded) object
+    return ConstantVariable(value) if source is None else None
+
+
+@register_builder(torch.SymInt, torch.SymFloat, torch.SymBool)
+def _build_sym_made(tx, value, source):
+    if source is not None:
+        return None
+    # a symbolic value reached with no graph node for it: specialize (guarded, never wrong)
+    return ConstantVariable({torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[type(value)](value))
+
+
+@register_builder(torch.Size)
+def _build_size(tx, value, source):
+    if source is None:
+        if not all(type(v) is int for v in value):
+            value = torch.Size(int(v) for v in value)
+        return ConstantVariable(value)
+    guard(tx, source, GuardKind.TYPE, torch.Size)
+    guard(tx, source, GuardKind.LEN, len(value))
+    for i, v in enumerate(value):
+        guard(tx, ItemSource(source, i), GuardKind.CONST, v)
+    return ConstantVariable(value, source)

@@ -11,31 +11,37 @@ import functools
 import torch
 
 from ember.frontend.errors import TracedException, Unsupported
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.base import ConstantVariable, MethodTable, VariableTracker, trackers
 
 
 class ContextVariable(VariableTracker):
+    METHODS = MethodTable()
+
     def enter(self, tx) -> VariableTracker:
         raise NotImplementedError
 
     def exit(self, tx) -> None:
         raise NotImplementedError
 
-    def call_method(self, tx, name, args, kwargs):
-        if name == "__enter__":
-            return self.enter(tx)
-        if name == "__exit__":
-            self.exit(tx)
-            return ConstantVariable(None)
-        if name == "clone":
-            return self.clone()
+    def method_missing(self, tx, name, args, kwargs):
         raise Unsupported(f"{self.describe()}.{name}()")
 
-    def getattr(self, tx, name):
-        from ember.frontend.variables.functions import BoundMethodVariable
+    @METHODS("__enter__")
+    def _enter(self, tx, args, kwargs):
+        return self.enter(tx)
 
+    @METHODS("__exit__")
+    def _exit(self, tx, args, kwargs):
+        self.exit(tx)
+        return ConstantVariable(None)
+
+    @METHODS("clone")
+    def _clone(self, tx, args, kwargs):
+        return self.clone()
+
+    def getattr(self, tx, name):
         if name in ("__enter__", "__exit__", "clone"):
-            return BoundMethodVariable(self, name)
+            return trackers.BoundMethodVariable(self, name)
         raise Unsupported(f"reading {name} of {self.describe()}")
 
     def call(self, tx, args, kwargs):

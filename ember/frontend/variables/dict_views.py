@@ -11,14 +11,19 @@ from __future__ import annotations
 import operator
 
 from ember.frontend.errors import Unsupported
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
-from ember.frontend.variables.containers import ListIteratorVariable, SetVariable, TupleVariable, _const_key
+from ember.frontend.variables.base import ConstantVariable, MethodTable, VariableTracker, helpers, trackers
+from ember.frontend.variables.dicts import const_key
+from ember.frontend.variables.iterators import ListIteratorVariable
+from ember.frontend.variables.sequences import TupleVariable
+from ember.frontend.variables.sets import SetVariable
 
 _SET_OPS = {operator.and_: "&", operator.or_: "|", operator.sub: "-", operator.xor: "^"}
 _ORDER = (operator.lt, operator.le, operator.gt, operator.ge)
 
 
 class DictViewVariable(VariableTracker):
+    METHODS = MethodTable()
+
     def __init__(self, d, kind: str):
         self.d = d
         self.kind = kind
@@ -40,48 +45,54 @@ class DictViewVariable(VariableTracker):
         return len(self.d.items)
 
     def iter(self, tx):
-        from ember.frontend.variables.iterators import DictIteratorVariable
-
-        return DictIteratorVariable(self.d, self.kind)
+        return trackers.DictIteratorVariable(self.d, self.kind)
 
     def truth(self, tx):
         return bool(self.d.items)
 
     def getattr(self, tx, name):
-        from ember.frontend.variables.functions import BoundMethodVariable
-
         if name == "mapping":
             raise Unsupported(f"dict_{self.kind}.mapping")
         if hasattr(self.python_type(), name):
-            return BoundMethodVariable(self, name)
+            return trackers.BoundMethodVariable(self, name)
         raise AttributeError(f"'dict_{self.kind}' object has no attribute '{name}'")
 
-    def call_method(self, tx, name, args, kwargs):
-        if name == "__contains__":
-            return ConstantVariable(self.contains(tx, args[0]))
-        if name == "__len__":
-            return ConstantVariable(len(self.d.items))
-        if name == "__iter__":
-            return self.iter(tx)
-        if name == "__reversed__":
-            return ListIteratorVariable(list(reversed(self.unpack(tx))))
-        if name == "isdisjoint" and self.kind != "values":
-            return ConstantVariable(not (as_key_set(tx, self) & as_key_set(tx, args[0])))
+    def method_missing(self, tx, name, args, kwargs):
         raise Unsupported(f"dict_{self.kind}.{name}()")
 
-    def contains(self, tx, item) -> bool:
-        from ember.frontend.builtins import values_equal
+    @METHODS("__contains__")
+    def _contains(self, tx, args, kwargs):
+        return ConstantVariable(self.contains(tx, args[0]))
 
-        if self.kind == "keys":
-            return _const_key(tx, item) in self.d.items
+    @METHODS("__len__")
+    def _len(self, tx, args, kwargs):
+        return ConstantVariable(len(self.d.items))
+
+    @METHODS("__iter__")
+    def _iter(self, tx, args, kwargs):
+        return self.iter(tx)
+
+    @METHODS("__reversed__")
+    def _reversed(self, tx, args, kwargs):
+        return ListIteratorVariable(list(reversed(self.unpack(tx))))
+
+    @METHODS("isdisjoint")
+    def _isdisjoint(self, tx, args, kwargs):
         if self.kind == "values":
-            return any(values_equal(tx, v, item) for v in self.d.items.values())
+            return self.method_missing(tx, "isdisjoint", args, kwargs)
+        return ConstantVariable(not (as_key_set(tx, self) & as_key_set(tx, args[0])))
+
+    def contains(self, tx, item) -> bool:
+        if self.kind == "keys":
+            return const_key(tx, item) in self.d.items
+        if self.kind == "values":
+            return any(helpers.values_equal(tx, v, item) for v in self.d.items.values())
         if item.is_constant() and type(item.as_constant()) is tuple:
             item = TupleVariable(item.unpack(tx))
         if not isinstance(item, TupleVariable) or len(item.items) != 2:
             return False
-        k = _const_key(tx, item.items[0])
-        return k in self.d.items and values_equal(tx, self.d.items[k], item.items[1])
+        k = const_key(tx, item.items[0])
+        return k in self.d.items and helpers.values_equal(tx, self.d.items[k], item.items[1])
 
     def reconstruct(self, cg) -> str:
         return f"{self.d.reconstruct(cg)}.{self.kind}()"
@@ -104,13 +115,10 @@ def as_key_set(tx, v) -> set:
 
 def view_operator(tx, fn, a, b):
     """``fn(a, b)`` where one side is a dict view; None when Python would not define it here."""
-    from ember.frontend.builtins import identical
-    from ember.frontend.variables.builder import wrap_const
-
     views = [v for v in (a, b) if isinstance(v, DictViewVariable)]
     if fn in (operator.eq, operator.ne):
         if any(v.kind == "values" for v in views):  # no __eq__: identity
-            same = identical(a, b)
+            same = helpers.identical(a, b)
         elif is_set_like(a) and is_set_like(b):
             same = _set_equal(tx, a, b)
         else:
@@ -118,16 +126,14 @@ def view_operator(tx, fn, a, b):
         return ConstantVariable(same if fn is operator.eq else not same)
     if fn in _SET_OPS and all(is_set_like(v) or _is_iterable(v) for v in (a, b)) \
             and not any(v.kind == "values" for v in views):
-        return wrap_const(fn(_as_set(tx, a), _as_set(tx, b)))
+        return VariableTracker.const(fn(_as_set(tx, a), _as_set(tx, b)))
     if fn in _ORDER and is_set_like(a) and is_set_like(b):
         return ConstantVariable(fn(_as_set(tx, a), _as_set(tx, b)))
     return None
 
 
 def _is_iterable(v) -> bool:
-    from ember.frontend.variables.containers import BaseSequenceVariable, DictVariable
-
-    return isinstance(v, (BaseSequenceVariable, DictVariable))
+    return isinstance(v, (trackers.BaseSequenceVariable, trackers.DictVariable))
 
 
 def _as_set(tx, v) -> set:
@@ -145,13 +151,11 @@ def _value_const(vt):
 
 
 def _set_equal(tx, a, b) -> bool:
-    from ember.frontend.builtins import values_equal
-
     ia = isinstance(a, DictViewVariable) and a.kind == "items"
     ib = isinstance(b, DictViewVariable) and b.kind == "items"
     if ia and ib:  # equal key sets, and the values under each key compare equal
         ka, kb = set(a.d.items), set(b.d.items)
-        return ka == kb and all(values_equal(tx, a.d.items[k], b.d.items[k]) for k in ka)
+        return ka == kb and all(helpers.values_equal(tx, a.d.items[k], b.d.items[k]) for k in ka)
     if ia or ib:
         return _as_set(tx, a) == _as_set(tx, b)
     ka = set(a.d.items) if isinstance(a, DictViewVariable) else None

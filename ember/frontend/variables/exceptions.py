@@ -8,9 +8,10 @@ from __future__ import annotations
 import builtins
 
 from ember.frontend.errors import TracedException, Unsupported
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.base import ConstantVariable, VariableTracker, helpers, trackers
 
 
+@helpers.add
 def is_builtin_exception(cls) -> bool:
     return isinstance(cls, type) and issubclass(cls, BaseException) and getattr(builtins, cls.__name__, None) is cls
 
@@ -37,13 +38,10 @@ class ExceptionVariable(VariableTracker):
         return f"{self.cls.__name__} exception"
 
     def getattr(self, tx, name):
-        from ember.frontend.variables.builder import _wrap_object
-        from ember.frontend.variables.containers import TupleVariable
-
         if name == "args":
-            return TupleVariable(self.args)
+            return trackers.TupleVariable(self.args)
         if name == "__class__":
-            return _wrap_object(tx, self.cls, None)
+            return VariableTracker.build_object(tx, self.cls)
         if name in ("__cause__", "__context__", "__traceback__"):
             return ConstantVariable(None)
         raise Unsupported(f"reading '{name}' of {self.describe()}")

@@ -3,13 +3,19 @@ from __future__ import annotations
 
 import builtins
 import functools
+import math
+import operator
 import types
 
-from ember.frontend import trace_rules
-from ember.frontend.errors import Unsupported
+import torch
+
+from ember.frontend import resume, trace_rules
+from ember.frontend.errors import CompileError, Unsupported
 from ember.frontend.guards import GuardKind
-from ember.frontend.sources import AttrSource
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.sources import AttrSource, ItemSource
+from ember.frontend.variables.base import (
+    CONST_TYPES, ConstantVariable, VariableTracker, guard, guard_id, helpers, register_builder, register_rule, trackers,
+)
 
 
 class CallableVariable(VariableTracker):
@@ -51,11 +57,9 @@ class UserFunctionVariable(BaseUserFunctionVariable):
         return False
 
     def getattr(self, tx, name):
-        from ember.frontend.variables.builder import wrap
-
         val = getattr(self.fn, name)
         src = AttrSource(self.source, name) if self.source is not None else tx.output.object_source(val, f"{self.fn.__qualname__}.{name}")
-        return wrap(tx, val, src)
+        return VariableTracker.build(tx, val, src)
 
     def reconstruct(self, cg):
         if self.source is not None:
@@ -92,16 +96,12 @@ class NestedFunctionVariable(BaseUserFunctionVariable):
             doc = self.code.co_consts[0] if self.code.co_consts and isinstance(self.code.co_consts[0], str) else None
             return ConstantVariable(doc)
         if name in ("__dict__", "__annotations__"):
-            from ember.frontend.variables.containers import DictVariable
-
-            attrs[name] = DictVariable({})
+            attrs[name] = trackers.DictVariable({})
             return attrs[name]
         if name == "__type_params__":
             return ConstantVariable(())
         if name == "__defaults__":
-            from ember.frontend.variables.containers import TupleVariable
-
-            return TupleVariable(list(self.defaults)) if self.defaults else ConstantVariable(None)
+            return trackers.TupleVariable(list(self.defaults)) if self.defaults else ConstantVariable(None)
         if hasattr(types.FunctionType, name):  # it exists (__globals__, __closure__...): not modelled
             raise Unsupported(f"reading {name} of {self.describe()}, made in the compiled function")
         raise AttributeError(f"'function' object has no attribute '{name}'")
@@ -127,12 +127,10 @@ class NestedFunctionVariable(BaseUserFunctionVariable):
 
 
 def _cell_expr(cg, cell, fn_vt) -> str:
-    from ember.frontend import resume
-    from ember.frontend.interpreter import CellVariable, RealCellVariable
-
-    if isinstance(cell, RealCellVariable):  # the enclosing function's own cell: share it
+    if isinstance(cell, trackers.RealCellVariable):  # the enclosing function's own cell: share it
         return cg.const(cell.cell, "cell")
-    if isinstance(cell, CellVariable) and cell.owner is not None and cell.contents is not CellVariable.EMPTY \
+    Cell = trackers.CellVariable
+    if isinstance(cell, Cell) and cell.owner is not None and cell.contents is not Cell.EMPTY \
             and resume.write_once(*cell.owner):
         return f"{cg.const(types.CellType, 'CellType')}({cg.reconstruct(cell.contents)})"
     raise Unsupported(f"{fn_vt.describe()} (a closure over a variable assigned more than once) crossing a graph break")
@@ -156,15 +154,13 @@ class UserMethodVariable(CallableVariable):
         return types.MethodType
 
     def call(self, tx, args, kwargs):
-        from ember.frontend.variables.builder import wrap
-
         rule = trace_rules.method_rule(self.fn)
         if rule is not None:
             return rule(tx, self.self_vt, args, kwargs)
         if isinstance(self.fn, types.FunctionType):
             fn_vt = UserFunctionVariable(self.fn, tx.output.object_source(self.fn, self.fn.__qualname__))
             return tx.inline_call(fn_vt, [self.self_vt, *args], kwargs)
-        fn_vt = wrap(tx, self.fn, tx.output.object_source(self.fn, repr(self.fn)))
+        fn_vt = VariableTracker.build(tx, self.fn, tx.output.object_source(self.fn, repr(self.fn)))
         return fn_vt.call(tx, [self.self_vt, *args], kwargs)
 
     def getattr(self, tx, name):
@@ -210,13 +206,11 @@ class ConstantMethodVariable(CallableVariable):
         return f"method {type(self.value).__name__}.{self.name}"
 
     def call(self, tx, args, kwargs):
-        from ember.frontend.variables.builder import wrap_const
-
         if not all(a.is_constant() for a in [*args, *kwargs.values()]):
             raise Unsupported(f"{self.describe()} with non-constant arguments")
         res = getattr(self.value, self.name)(*[a.as_constant() for a in args],
                                              **{k: v.as_constant() for k, v in kwargs.items()})
-        return wrap_const(res)
+        return VariableTracker.const(res)
 
     def reconstruct(self, cg):
         return cg.const(getattr(self.value, self.name), self.name)
@@ -238,9 +232,7 @@ class BuiltinVariable(CallableVariable):
         return type(self.fn)
 
     def call(self, tx, args, kwargs):
-        from ember.frontend.builtins import call_builtin
-
-        return call_builtin(tx, self.fn, args, kwargs)
+        return helpers.call_builtin(tx, self.fn, args, kwargs)
 
     def is_constant(self):
         return True
@@ -274,9 +266,7 @@ class TorchFunctionVariable(CallableVariable):
         return self.fn
 
     def getattr(self, tx, name):
-        from ember.frontend.variables.builder import wrap_const
-
-        return wrap_const(getattr(self.fn, name))
+        return VariableTracker.const(getattr(self.fn, name))
 
     def reconstruct(self, cg):
         return cg.const(self.fn, getattr(self.fn, "__name__", "torch_fn"))
@@ -360,8 +350,6 @@ class OperatorGetterVariable(CallableVariable):
         return f"operator.{self.kind.__name__}"
 
     def call(self, tx, args, kwargs):
-        import operator
-
         (obj,) = args
         if self.kind is operator.itemgetter:
             vals = [tx.getitem(obj, k) for k in self.args]
@@ -377,9 +365,8 @@ class OperatorGetterVariable(CallableVariable):
             return obj.call_method(tx, name.as_constant(), margs, dict(self.kwargs))
         if len(vals) == 1:
             return vals[0]
-        from ember.frontend.variables.containers import TupleVariable
 
-        return TupleVariable(vals)
+        return trackers.TupleVariable(vals)
 
 
 
@@ -401,11 +388,9 @@ class PolyfilledFunctionVariable(CallableVariable):
         return f"{getattr(self.original, '__qualname__', self.original)!s} (polyfilled)"
 
     def call(self, tx, args, kwargs):
-        from ember.frontend.variables.builder import wrap_const
-
         values = [*args, *kwargs.values()]
         if self.fold and all(v.is_constant() for v in values):
-            return wrap_const(call_on_constants(self.original, args, kwargs))
+            return VariableTracker.const(call_on_constants(self.original, args, kwargs))
         src = tx.output.object_source(self.polyfill, f"polyfill of {self.describe()}")
         return UserFunctionVariable(self.polyfill, src).call(tx, args, kwargs)
 
@@ -436,26 +421,23 @@ class LruCacheVariable(CallableVariable):
         return f"lru_cache wrapper of {getattr(self.fn, '__qualname__', self.fn)}"
 
     def call(self, tx, args, kwargs):
-        from ember.frontend.variables.builder import _CONST_TYPES, wrap
-
         known = [_cache_key_value(tx, v) for v in args], {k: _cache_key_value(tx, v) for k, v in kwargs.items()}
         if not any(v is _UNKNOWN for v in [*known[0], *known[1].values()]):
             for v in [*args, *kwargs.values()]:
                 if not v.is_constant():  # (an object the cache keys on by identity: it must stay the same)
                     tx.output.guards.add(v.source, GuardKind.ID, v.value)
             result = self.fn(*known[0], **known[1])
-            if isinstance(result, _CONST_TYPES):
+            if isinstance(result, CONST_TYPES):
                 return ConstantVariable(result)
         wrapped = self.fn.__wrapped__
         src = AttrSource(self.source, "__wrapped__") if self.source is not None else None
-        return wrap(tx, wrapped, src or tx.output.object_source(wrapped, self.describe())).call(tx, args, kwargs)
+        fn_vt = VariableTracker.build(tx, wrapped, src or tx.output.object_source(wrapped, self.describe()))
+        return fn_vt.call(tx, args, kwargs)
 
     def getattr(self, tx, name):
-        from ember.frontend.variables.builder import wrap
-
         if self.source is None:
             raise Unsupported(f"reading {name} of {self.describe()}")
-        return wrap(tx, getattr(self.fn, name), AttrSource(self.source, name))
+        return VariableTracker.build(tx, getattr(self.fn, name), AttrSource(self.source, name))
 
     def reconstruct(self, cg):
         if self.source is not None:
@@ -470,13 +452,12 @@ def _cache_key_value(tx, v):
     """The value an ``lru_cache`` would key on for tracker ``v`` when the trace knows it for sure, else
     ``_UNKNOWN``: a constant, or an existing object with a source whose class hashes and compares by
     identity and that this trace has not written to."""
-    from ember.frontend.variables.builder import _CONST_TYPES
-    from ember.frontend.variables.objects import UserObjectVariable
 
     if v.is_constant():
         value = v.as_constant()
-        return value if isinstance(value, _CONST_TYPES) else _UNKNOWN
-    if type(v) is UserObjectVariable and v.source is not None and not tx.output.side_effects.written_attrs(v.value):
+        return value if isinstance(value, CONST_TYPES) else _UNKNOWN
+    if type(v) is trackers.UserObjectVariable and v.source is not None \
+            and not tx.output.side_effects.written_attrs(v.value):
         cls = type(v.value)
         if cls.__hash__ is object.__hash__ and cls.__eq__ is object.__eq__:
             return v.value
@@ -503,6 +484,130 @@ class ForbiddenCallableVariable(OpaqueCallableVariable):
         self.message = message
 
     def call(self, tx, args, kwargs):
-        from ember.frontend.errors import CompileError
-
         raise CompileError(f"{self.message} (at {tx.user_location()}); call it outside the compiled function")
+
+
+# -- builders: callables --------------------------------------------------------------------------
+# builtin -> its handler (len, isinstance, max...): filled by ``builtins.py``'s ``@handler``; a value
+# found here is traced by that handler, whatever its type.
+BUILTIN_HANDLERS: dict = {}
+
+
+def handler(*fns):
+    """Register the decorated ``f(tx, fn, args, kwargs)`` as the handler of the builtins ``fns``."""
+    def deco(f):
+        for fn in fns:
+            BUILTIN_HANDLERS[fn] = f
+        return f
+
+    return deco
+
+
+@register_rule
+def _build_by_rule(tx, value, source):
+    """What is decided by the value itself: the user's rules (ember/control.py), Python behind a
+    C function, builtins with a handler, and trace_rules' special callables, in that order."""
+    vt = _user_rule(value, source)
+    if vt is None:
+        python_fn = trace_rules.python_behind(value)
+        if python_fn is not None:
+            guard_id(tx, value, source)
+            return UserFunctionVariable(python_fn)
+        try:
+            if value in BUILTIN_HANDLERS:
+                vt = BuiltinVariable(value, source)
+            elif (special := trace_rules.special_callable(value)) is not None:
+                vt = special(value, source)
+        except TypeError:  # unhashable
+            return None
+    if vt is not None:
+        guard_id(tx, value, source)
+    return vt
+
+
+def _user_rule(value, source):
+    """The tracker the user's own rules (ember/control.py) ask for, or None."""
+    msg = trace_rules.forbidden_message(value)
+    if msg is not None:
+        return ForbiddenCallableVariable(value, msg, source)
+    reason = trace_rules.disabled_reason(value)
+    if reason is not None:
+        return DisabledFunctionVariable(value, reason, source)
+    poly = trace_rules.polyfill_of(value)
+    if poly is not None:
+        return PolyfilledFunctionVariable(value, poly[0], poly[1], source)
+    if trace_rules.is_allowed_in_graph(value):
+        return TorchFunctionVariable(value, source)
+    return None
+
+
+@register_builder(torch._ops.OpOverload, torch._ops.OpOverloadPacket, kind="object")
+def _build_op(tx, value, source):
+    guard_id(tx, value, source)  # an operator called directly (torch.ops.aten.add.Tensor): a graph op
+    return TorchFunctionVariable(value, source)
+
+
+@register_builder(types.FunctionType, kind="object")
+def _build_function(tx, value, source):
+    guard_id(tx, value, source)
+    if trace_rules.is_torch_callable(value):
+        return TorchFunctionVariable(value, source)
+    return UserFunctionVariable(value, source)
+
+
+@register_builder(types.MethodType, kind="object")
+def _build_method(tx, value, source):
+    func = value.__func__
+    if source is not None:
+        guard(tx, AttrSource(source, "__func__"), GuardKind.ID, func)
+        self_vt = VariableTracker.build(tx, value.__self__, AttrSource(source, "__self__"))
+    else:
+        self_vt = VariableTracker.const(value.__self__)
+    if trace_rules.is_torch_callable(func):
+        return TorchFunctionVariable(value, source)
+    return UserMethodVariable(func, self_vt)
+
+
+@register_builder(types.BuiltinFunctionType, types.MethodWrapperType,  # (BuiltinMethodType is the same type)
+                  types.WrapperDescriptorType, types.MethodDescriptorType, types.ClassMethodDescriptorType,
+                  kind="object")
+def _build_builtin_callable(tx, value, source):
+    guard_id(tx, value, source)
+    if trace_rules.is_torch_callable(value):
+        return TorchFunctionVariable(value, source)
+    self_obj = getattr(value, "__self__", None)
+    if self_obj is not None and not isinstance(self_obj, types.ModuleType):
+        if isinstance(self_obj, CONST_TYPES) or isinstance(self_obj, (tuple, frozenset)):
+            return ConstantMethodVariable(self_obj, value.__name__)
+    name = getattr(value, "__name__", "")
+    if getattr(builtins, name, None) is value or getattr(math, name, None) is value \
+            or getattr(operator, name, None) is value:
+        return BuiltinVariable(value, source)
+    return OpaqueCallableVariable(value, source)
+
+
+@register_builder(functools._lru_cache_wrapper, kind="object")
+def _build_lru_cache(tx, value, source):
+    guard_id(tx, value, source)
+    return LruCacheVariable(value, source)
+
+
+@register_builder(functools.partial, kind="object")
+def _build_partial(tx, value, source):
+    guard(tx, source, GuardKind.TYPE, functools.partial)
+    if source is not None:
+        fn = VariableTracker.build(tx, value.func, AttrSource(source, "func"))
+        args_src = AttrSource(source, "args")
+        args = [VariableTracker.build(tx, a, ItemSource(args_src, i)) for i, a in enumerate(value.args)]
+        kw_src = AttrSource(source, "keywords")
+        kw = {k: VariableTracker.build(tx, v, ItemSource(kw_src, k)) for k, v in value.keywords.items()}
+    else:
+        fn = VariableTracker.const(value.func)
+        args = [VariableTracker.const(a) for a in value.args]
+        kw = {k: VariableTracker.const(v) for k, v in value.keywords.items()}
+    return PartialVariable(fn, args, kw)
+
+
+@register_builder(staticmethod, classmethod, kind="object")
+def _build_descriptor(tx, value, source):
+    return VariableTracker.build_object(tx, value.__func__, source)

@@ -9,9 +9,76 @@ runs at run time, in Python's order.
 """
 from __future__ import annotations
 
+import itertools
+
 from ember.frontend.errors import Unsupported
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
-from ember.frontend.variables.containers import IteratorVariable, TupleVariable
+from ember.frontend.variables.base import ConstantVariable, MethodTable, VariableTracker, helpers
+from ember.frontend.variables.sequences import TupleVariable
+
+
+class IteratorVariable(VariableTracker):
+    """An iterator: ``next`` pulls one item (None when exhausted). Consumers pull item by item, as
+    Python does."""
+
+    METHODS = MethodTable()
+
+    def __init__(self):
+        pass
+
+    def describe(self):
+        return "iterator"
+
+    def next(self, tx):
+        raise NotImplementedError
+
+    def unpack(self, tx):
+        out = []
+        while (item := self.next(tx)) is not None:
+            out.append(item)
+        return out
+
+    def iter(self, tx):
+        return self
+
+    def truth(self, tx):
+        return True
+
+    def method_missing(self, tx, name, args, kwargs):
+        raise Unsupported(f"iterator.{name}()")
+
+    @METHODS("__next__")
+    def _next(self, tx, args, kwargs):
+        item = self.next(tx)
+        if item is None:
+            raise Unsupported("next() on an exhausted iterator (StopIteration)")
+        return item
+
+    @METHODS("__iter__")
+    def _iter(self, tx, args, kwargs):
+        return self
+
+
+class ListIteratorVariable(IteratorVariable):
+    """An iterator over a known list of items; advancing it is tracked here, not replayed."""
+
+    def __init__(self, items: list, index: int = 0):
+        self.items = items
+        self.index = index
+
+    def next(self, tx):
+        if self.index >= len(self.items):
+            return None
+        item = self.items[self.index]
+        self.index += 1
+        return item
+
+    def unpack(self, tx):
+        rest = self.items[self.index:]
+        self.index = len(self.items)
+        return rest
+
+    def reconstruct(self, cg):
+        return f"iter({TupleVariable(self.items[self.index:]).reconstruct(cg)})"
 
 
 def next_of(tx, it: VariableTracker):
@@ -21,6 +88,7 @@ def next_of(tx, it: VariableTracker):
     raise Unsupported(f"iterating over {it.describe()}")
 
 
+@helpers.add
 def iterate(tx, vt: VariableTracker):
     """Yield the items of an iterable tracker one at a time (what a consumer that interleaves its own
     effects with the pulls, such as ``list.extend``, must use instead of ``unpack``)."""
@@ -267,8 +335,6 @@ class ChainIteratorVariable(IteratorVariable):
             self.active = None
 
     def reconstruct(self, cg):
-        import itertools
-
         parts = ([self.active] if self.active is not None else []) + self.sources
         args = "".join(f"{cg.reconstruct(p)}, " for p in parts)
         return cg.memo(self, lambda: f"{cg.const(itertools.chain, 'chain')}({args})")
@@ -311,8 +377,6 @@ class IsliceIteratorVariable(IteratorVariable):
         return item
 
     def reconstruct(self, cg):
-        import itertools
-
         if self.it is None:
             return "iter(())"
         stop = None if self.stop is None else self.stop - self.cnt
@@ -322,8 +386,6 @@ class IsliceIteratorVariable(IteratorVariable):
 
 def make_itertool(tx, cls, args: list, kwargs: dict):
     """The lazy tracker of an ``itertools`` iterator ember models, or None."""
-    import itertools
-
     if cls is itertools.chain and not kwargs:
         return ChainIteratorVariable(args)
     if cls is itertools.islice and not kwargs and 2 <= len(args) <= 4:

@@ -5,11 +5,15 @@ import collections
 import dataclasses
 
 from ember.frontend.errors import Unsupported
+from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ItemSource
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.base import (
+    ConstantVariable, MethodTable, VariableTracker, helpers, register_builder, trackers,
+)
 from ember.frontend.variables.objects import class_attr_of_instance
 
 
+@helpers.add
 def is_model_output_cls(cls) -> bool:
     """Hugging Face ModelOutput: a dataclass that is also an OrderedDict of its non-None fields."""
     return isinstance(cls, type) and issubclass(cls, collections.OrderedDict) and dataclasses.is_dataclass(cls)
@@ -19,6 +23,7 @@ class ModelOutputVariable(VariableTracker):
     """A Hugging Face ModelOutput: made in the trace, or an existing one (``source``; read only)."""
 
     identity_attr = "value"
+    METHODS = MethodTable()
 
     def __init__(self, cls, values: dict, source=None, value=None):
         self.cls = cls
@@ -42,12 +47,9 @@ class ModelOutputVariable(VariableTracker):
     @staticmethod
     def existing(tx, value, source):
         """Items read as ``out['k']`` under a guard on the keys (the dict part is what the methods see)."""
-        from ember.frontend.guards import GuardKind
-        from ember.frontend.variables.builder import wrap
-
         tx.output.guards.add(source, GuardKind.TYPE, type(value))
         tx.output.guards.add(source, GuardKind.DICT_KEYS, tuple(value.keys()))
-        items = {k: wrap(tx, v, ItemSource(source, k)) for k, v in value.items()}
+        items = {k: VariableTracker.build(tx, v, ItemSource(source, k)) for k, v in value.items()}
         return ModelOutputVariable(type(value), items, source, value)
 
     def python_type(self):
@@ -57,26 +59,23 @@ class ModelOutputVariable(VariableTracker):
         return f"{self.cls.__name__}" + (f" at {self.source.name()}" if self.source is not None else "")
 
     def getattr(self, tx, name):
-        from ember.frontend.variables.builder import wrap
-        from ember.frontend.variables.functions import BoundMethodVariable
-
         names = [f.name for f in dataclasses.fields(self.cls)]
         if name in names and self.source is not None:  # the attribute, which may differ from the item
-            return wrap(tx, getattr(self.value, name), AttrSource(self.source, name))
+            return VariableTracker.build(tx, getattr(self.value, name), AttrSource(self.source, name))
         if name in self.values:
             return self.values[name]
         if name in names:
             return ConstantVariable(None)
         if name in ("to_tuple", "keys", "values", "items", "get", "__getitem__", "__contains__", "__len__"):
-            return BoundMethodVariable(self, name)
+            return trackers.BoundMethodVariable(self, name)
         return class_attr_of_instance(tx, self, self.cls, name)
 
-    def _check_mutable(self):
+    def before_mutation(self, tx):
         if self.source is not None:
             raise Unsupported(f"changing {self.describe()}, a ModelOutput from outside the compiled function")
 
     def setattr(self, tx, name, value):
-        self._check_mutable()
+        self.before_mutation(tx)
         self.values[name] = value
 
     def unpack(self, tx):
@@ -88,34 +87,55 @@ class ModelOutputVariable(VariableTracker):
     def truth(self, tx):
         return bool(self.values)
 
-    def call_method(self, tx, name, args, kwargs):
-        from ember.frontend.variables.containers import DictVariable, TupleVariable
-        from ember.frontend.variables.dict_views import DictViewVariable
+    @METHODS("to_tuple")
+    def _to_tuple(self, tx, args, kwargs):
+        return trackers.TupleVariable(list(self.values.values()))
 
-        if name == "to_tuple":
-            return TupleVariable(list(self.values.values()))
-        if name == "__getitem__":
-            k = args[0].as_constant()
-            if isinstance(k, str):
-                return self.values[k]
-            return TupleVariable(list(self.values.values())).getitem(tx, args[0])
-        if name == "__setitem__":
-            self._check_mutable()
-            self.values[args[0].as_constant()] = args[1]
-            return ConstantVariable(None)
-        if name in ("keys", "values", "items"):
-            return DictViewVariable(DictVariable(self.values), name)
-        if name == "get":
-            k = args[0].as_constant()
-            return self.values.get(k, args[1] if len(args) > 1 else ConstantVariable(None))
-        if name == "__contains__":
-            return ConstantVariable(args[0].as_constant() in self.values)
-        if name == "__len__":
-            return ConstantVariable(len(self.values))
-        return self.getattr(tx, name).call(tx, args, kwargs)
+    @METHODS("__getitem__")
+    def _getitem(self, tx, args, kwargs):
+        k = args[0].as_constant()
+        if isinstance(k, str):
+            return self.values[k]
+        return trackers.TupleVariable(list(self.values.values())).getitem(tx, args[0])
+
+    @METHODS("__setitem__", mutates=True)
+    def _setitem(self, tx, args, kwargs):
+        self.values[args[0].as_constant()] = args[1]
+        return ConstantVariable(None)
+
+    @METHODS("keys")
+    def _keys(self, tx, args, kwargs):
+        return trackers.DictViewVariable(trackers.DictVariable(self.values), "keys")
+
+    @METHODS("values")
+    def _values(self, tx, args, kwargs):
+        return trackers.DictViewVariable(trackers.DictVariable(self.values), "values")
+
+    @METHODS("items")
+    def _items(self, tx, args, kwargs):
+        return trackers.DictViewVariable(trackers.DictVariable(self.values), "items")
+
+    @METHODS("get")
+    def _get(self, tx, args, kwargs):
+        return self.values.get(args[0].as_constant(), args[1] if len(args) > 1 else ConstantVariable(None))
+
+    @METHODS("__contains__")
+    def _contains(self, tx, args, kwargs):
+        return ConstantVariable(args[0].as_constant() in self.values)
+
+    @METHODS("__len__")
+    def _len(self, tx, args, kwargs):
+        return ConstantVariable(len(self.values))
 
     def reconstruct(self, cg):
         if self.source is not None:
             return cg.load(self.source)
         return cg.memo(self, lambda: f"{cg.const(self.cls, self.cls.__name__)}(" + ", ".join(
             f"{k}={cg.reconstruct(v)}" for k, v in self.values.items()) + ")")
+
+
+@register_builder(collections.OrderedDict, kind="object")
+def _build_model_output(tx, value, source):
+    if source is None or not is_model_output_cls(type(value)):
+        return None
+    return ModelOutputVariable.existing(tx, value, source)

@@ -11,16 +11,22 @@ import types
 import torch
 
 from ember.frontend.errors import Unsupported
+from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ModuleSlotSource
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.base import (
+    ConstantVariable, MethodTable, VariableTracker, find_method, guard, guard_id, helpers, register_builder, trackers,
+)
 from ember.frontend.variables.objects import class_attr_of_instance, lookup_static
 
 _CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.ParameterList,
                torch.nn.ParameterDict)
+_DICTS = (torch.nn.ModuleDict, torch.nn.ParameterDict)
+_DICT_ONLY = frozenset({"items", "keys", "values", "__contains__"})  # a list-like container has none of these
 
 
 class NNModuleVariable(VariableTracker):
     identity_attr = "module"
+    METHODS = MethodTable()  # only for container modules: see call_method
 
     def __init__(self, module: torch.nn.Module, source):
         self.module = module
@@ -34,8 +40,6 @@ class NNModuleVariable(VariableTracker):
         return f"{type(self.module).__name__} module {self.source.name()}"
 
     def getattr(self, tx, name):
-        from ember.frontend.variables.builder import wrap
-
         m = self.module
         d = m.__dict__
         for slot in ("_parameters", "_buffers", "_modules"):
@@ -44,14 +48,14 @@ class NNModuleVariable(VariableTracker):
                 val = table[name]
                 if val is None:
                     return ConstantVariable(None)
-                return wrap(tx, val, ModuleSlotSource(self.source, slot, name))
+                return VariableTracker.build(tx, val, ModuleSlotSource(self.source, slot, name))
         static, _ = lookup_static(type(m), name)
         if static is not None and hasattr(type(static), "__set__") and not isinstance(static, (types.FunctionType,)):
             return class_attr_of_instance(tx, self, type(m), name, self_source=self.source)
         if name in d:
-            return wrap(tx, d[name], AttrSource(self.source, name))
+            return VariableTracker.build(tx, d[name], AttrSource(self.source, name))
         if name == "__class__":
-            return wrap(tx, type(m), tx.output.object_source(type(m), type(m).__name__))
+            return VariableTracker.build(tx, type(m), tx.output.object_source(type(m), type(m).__name__))
         if static is not None:
             return class_attr_of_instance(tx, self, type(m), name, self_source=self.source)
         raise AttributeError(f"'{type(m).__name__}' object has no attribute '{name}'")
@@ -68,20 +72,17 @@ class NNModuleVariable(VariableTracker):
 
     def _call_with_hooks(self, tx, args, kwargs):
         """nn.Module.__call__'s hook protocol: pre-hooks may replace the args, hooks the output."""
-        from ember.frontend.variables.builder import wrap
-        from ember.frontend.variables.containers import TupleVariable
-
         m = self.module
         if m._forward_hooks_with_kwargs or m._forward_pre_hooks_with_kwargs or m._forward_hooks_always_called \
                 or m._backward_hooks or m._backward_pre_hooks:
             raise Unsupported(f"module hooks with kwargs, always_call or backward hooks on {self.source.name()}")
-        pre = wrap(tx, m._forward_pre_hooks, AttrSource(self.source, "_forward_pre_hooks"))
-        post = wrap(tx, m._forward_hooks, AttrSource(self.source, "_forward_hooks"))
-        args_vt = TupleVariable(list(args))
+        pre = VariableTracker.build(tx, m._forward_pre_hooks, AttrSource(self.source, "_forward_pre_hooks"))
+        post = VariableTracker.build(tx, m._forward_hooks, AttrSource(self.source, "_forward_hooks"))
+        args_vt = trackers.TupleVariable(list(args))
         for hook in pre.items.values():
             res = hook.call(tx, [self, args_vt], {})
             if not (res.is_constant() and res.as_constant() is None):
-                args_vt = res if isinstance(res, TupleVariable) else TupleVariable([res])
+                args_vt = res if isinstance(res, trackers.TupleVariable) else trackers.TupleVariable([res])
         out = self._call_forward(tx, args_vt.items, kwargs)
         for hook in post.items.values():
             res = hook.call(tx, [self, args_vt, out], {})
@@ -93,15 +94,13 @@ class NNModuleVariable(VariableTracker):
         m = self.module
         if "forward" in m.__dict__:
             fwd = m.__dict__["forward"]
-            from ember.frontend.variables.builder import wrap
 
-            return wrap(tx, fwd, AttrSource(self.source, "forward")).call(tx, args, kwargs)
+            return VariableTracker.build(tx, fwd, AttrSource(self.source, "forward")).call(tx, args, kwargs)
         forward, _ = lookup_static(type(m), "forward")
         if not isinstance(forward, types.FunctionType):
             raise Unsupported(f"{type(m).__name__}.forward is not a Python function")
-        from ember.frontend.variables.functions import UserMethodVariable
 
-        return UserMethodVariable(forward, self).call(tx, args, kwargs)
+        return trackers.UserMethodVariable(forward, self).call(tx, args, kwargs)
 
     # ---- container modules ----------------------------------------------------------------
     def _is_container(self):
@@ -135,30 +134,47 @@ class NNModuleVariable(VariableTracker):
         return True
 
     def call_method(self, tx, name, args, kwargs):
-        from ember.frontend.variables.containers import DictVariable, ListIteratorVariable, TupleVariable
-        from ember.frontend.variables.dict_views import DictViewVariable
+        method = find_method(type(self), name) if self._is_container() else None
+        if method is None or (name in _DICT_ONLY and not isinstance(self.module, _DICTS)):
+            return self.getattr(tx, name).call(tx, args, kwargs)  # the module's own (Python) method
+        return method.fn(self, tx, args, kwargs)
 
-        if self._is_container():
-            m = self.module
-            if name == "__getitem__":
-                key = args[0].as_constant()
-                kids = self._children(tx)
-                if isinstance(key, str):
-                    return dict(kids)[key]
-                if isinstance(key, slice):
-                    if isinstance(m, torch.nn.Sequential):
-                        return ModuleSliceVariable([v for _, v in kids][key])
-                    return TupleVariable([v for _, v in kids][key])
-                return kids[key][1]
-            if name == "__len__":
-                return ConstantVariable(self.length(tx))
-            if name == "__iter__":
-                return ListIteratorVariable(self.unpack(tx))
-            if name in ("items", "keys", "values") and isinstance(m, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
-                return DictViewVariable(DictVariable(dict(self._children(tx))), name)
-            if name == "__contains__" and isinstance(m, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
-                return ConstantVariable(args[0].as_constant() in dict(self._children(tx)))
-        return self.getattr(tx, name).call(tx, args, kwargs)
+    # -- the container modules' methods (Sequential, ModuleList, ModuleDict, Parameter*) --
+    @METHODS("__getitem__")
+    def _getitem(self, tx, args, kwargs):
+        key = args[0].as_constant()
+        kids = self._children(tx)
+        if isinstance(key, str):
+            return dict(kids)[key]
+        if isinstance(key, slice):
+            if isinstance(self.module, torch.nn.Sequential):
+                return ModuleSliceVariable([v for _, v in kids][key])
+            return trackers.TupleVariable([v for _, v in kids][key])
+        return kids[key][1]
+
+    @METHODS("__len__")
+    def _len(self, tx, args, kwargs):
+        return ConstantVariable(self.length(tx))
+
+    @METHODS("__iter__")
+    def _iter(self, tx, args, kwargs):
+        return trackers.ListIteratorVariable(self.unpack(tx))
+
+    @METHODS("items")
+    def _items(self, tx, args, kwargs):
+        return trackers.DictViewVariable(trackers.DictVariable(dict(self._children(tx))), "items")
+
+    @METHODS("keys")
+    def _keys(self, tx, args, kwargs):
+        return trackers.DictViewVariable(trackers.DictVariable(dict(self._children(tx))), "keys")
+
+    @METHODS("values")
+    def _values(self, tx, args, kwargs):
+        return trackers.DictViewVariable(trackers.DictVariable(dict(self._children(tx))), "values")
+
+    @METHODS("__contains__")
+    def _contains(self, tx, args, kwargs):
+        return ConstantVariable(args[0].as_constant() in dict(self._children(tx)))
 
 
 class NewModuleVariable(NNModuleVariable):
@@ -177,6 +193,7 @@ class NewModuleVariable(NNModuleVariable):
         return cg.memo(self, lambda: f"{cg.const(cls, cls.__name__)}({args}{kw})")
 
 
+@helpers.add
 def create_module(tx, cls: type, args: list, kwargs: dict) -> NewModuleVariable | None:
     """``torch.nn.<Module>(...)`` called by the traced code. torch's own modules build deterministically
     from their arguments; one with parameters or buffers would draw initial values, which the graph
@@ -207,3 +224,13 @@ class ModuleSliceVariable(VariableTracker):
         for m in self.mods:
             x = m.call(tx, [x], {})
         return x
+
+
+@register_builder(torch.nn.Module, kind="object")
+def _build_module(tx, value, source):
+    if source is None:
+        raise Unsupported(f"an nn.Module ({type(value).__name__}) created inside the compiled function")
+    guard_id(tx, value, source)
+    if not (value._forward_hooks or value._forward_pre_hooks):
+        guard(tx, source, GuardKind.NO_HOOKS)  # else the call guards the hook dicts
+    return NNModuleVariable(value, source)

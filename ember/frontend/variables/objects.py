@@ -7,9 +7,13 @@ import types
 import torch
 
 from ember.frontend.errors import TracedException, Unsupported
+from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ItemSource
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
-from ember.frontend.variables.containers import DictVariable
+from ember.frontend.variables.base import (
+    CONST_TYPES, ConstantVariable, VariableTracker, guard, guard_id, helpers, identity_of, is_namedtuple_cls,
+    register_builder, register_fallback, trackers,
+)
+from ember.frontend.variables.dicts import DictVariable
 
 _TRUSTED_MODULE_PREFIXES = ("torch", "math", "operator", "functools", "itertools", "collections", "dataclasses",
                             "typing", "inspect", "warnings", "logging", "numbers", "enum", "builtins", "copy",
@@ -40,26 +44,24 @@ class PythonModuleVariable(VariableTracker):
         return cg.const(self.value, self.value.__name__)  # a module is one object per process
 
     def getattr(self, tx, name):
-        from ember.frontend.variables.builder import _wrap_object, wrap, wrap_const, _CONST_TYPES
-
         val = getattr(self.value, name)
         if _is_trusted(self.value) or self.source is None:
-            if isinstance(val, _CONST_TYPES):
+            if isinstance(val, CONST_TYPES):
                 return ConstantVariable(val)
             if callable(val) or isinstance(val, types.ModuleType):
-                return _wrap_object(tx, val, None)
+                return VariableTracker.build_object(tx, val)
             src = tx.output.object_source(val, f"{self.value.__name__}.{name}")
-            return wrap(tx, val, src)
-        return wrap(tx, val, AttrSource(self.source, name))
+            return VariableTracker.build(tx, val, src)
+        return VariableTracker.build(tx, val, AttrSource(self.source, name))
 
 
 def call_python(tx, fn: types.FunctionType, args: list, kwargs: dict | None = None):
     """Inline a Python function reached through a class (a dunder, a property getter...)."""
-    from ember.frontend.variables.functions import UserFunctionVariable
+    fn_vt = trackers.UserFunctionVariable(fn, tx.output.object_source(fn, fn.__qualname__))
+    return tx.inline_call(fn_vt, args, kwargs or {})
 
-    return tx.inline_call(UserFunctionVariable(fn, tx.output.object_source(fn, fn.__qualname__)), args, kwargs or {})
 
-
+@helpers.add
 def python_dunder(cls: type, name: str):
     """``cls``'s own Python implementation of ``name`` (None where object's or C's applies)."""
     fn, _ = lookup_static(cls, name)
@@ -73,11 +75,9 @@ def lookup_static(cls: type, name: str):
     return None, None
 
 
+@helpers.add
 def class_attr_of_instance(tx, self_vt, cls, name, self_source=None):
     """Resolve ``instance.name`` through the class: methods bind, properties are inlined."""
-    from ember.frontend.variables.builder import wrap, wrap_const
-    from ember.frontend.variables.functions import UserMethodVariable
-
     static, owner = lookup_static(cls, name)
     if static is None:
         raise AttributeError(f"'{cls.__name__}' object has no attribute '{name}'")
@@ -86,19 +86,22 @@ def class_attr_of_instance(tx, self_vt, cls, name, self_source=None):
             return call_python(tx, static.fget, [self_vt])
         raise Unsupported(f"property {cls.__name__}.{name} implemented in C")
     if isinstance(static, staticmethod):
-        return wrap(tx, static.__func__, tx.output.object_source(static.__func__, f"{cls.__name__}.{name}"))
+        fn = static.__func__
+        return VariableTracker.build(tx, fn, tx.output.object_source(fn, f"{cls.__name__}.{name}"))
     if isinstance(static, classmethod):
-        return UserMethodVariable(static.__func__, wrap(tx, cls, tx.output.object_source(cls, cls.__name__)))
+        cls_vt = VariableTracker.build(tx, cls, tx.output.object_source(cls, cls.__name__))
+        return trackers.UserMethodVariable(static.__func__, cls_vt)
     if isinstance(static, types.FunctionType):
-        return UserMethodVariable(static, self_vt)
+        return trackers.UserMethodVariable(static, self_vt)
     if hasattr(type(static), "__get__") and not isinstance(static, (int, float, str, tuple)):
         if self_source is not None:
-            return wrap(tx, getattr(self_vt.value, name), AttrSource(self_source, name))
+            return VariableTracker.build(tx, getattr(self_vt.value, name), AttrSource(self_source, name))
         if type(static).__name__ in ("method_descriptor", "wrapper_descriptor"):
-            return UserMethodVariable(static, self_vt)
+            return trackers.UserMethodVariable(static, self_vt)
         raise Unsupported(f"descriptor {cls.__name__}.{name} ({type(static).__name__})")
-    return wrap(tx, static, tx.output.object_source(static, f"{cls.__name__}.{name}")) if not isinstance(
-        static, (int, float, str, bool, type(None), tuple, frozenset)) else wrap_const(static)
+    if isinstance(static, (int, float, str, bool, type(None), tuple, frozenset)):
+        return VariableTracker.const(static)
+    return VariableTracker.build(tx, static, tx.output.object_source(static, f"{cls.__name__}.{name}"))
 
 
 class UserClassVariable(VariableTracker):
@@ -121,12 +124,9 @@ class UserClassVariable(VariableTracker):
         return self.value
 
     def getattr(self, tx, name):
-        from ember.frontend.variables.builder import wrap, wrap_const
-        from ember.frontend.variables.functions import UserMethodVariable
-
         static, _ = lookup_static(self.value, name)
         if isinstance(static, classmethod):
-            return UserMethodVariable(static.__func__, self)
+            return trackers.UserMethodVariable(static.__func__, self)
         if isinstance(static, staticmethod):
             static = static.__func__
         val = static if isinstance(static, types.FunctionType) else getattr(self.value, name)
@@ -135,7 +135,7 @@ class UserClassVariable(VariableTracker):
             return written
         # guarded through the class (class attributes are mutable state, not constants)
         owner = self.source if self.source is not None else tx.output.object_source(self.value, self.value.__qualname__)
-        return wrap(tx, val, AttrSource(owner, name))
+        return VariableTracker.build(tx, val, AttrSource(owner, name))
 
     def setattr(self, tx, name, value):
         if type(self.value) is not type:
@@ -145,9 +145,6 @@ class UserClassVariable(VariableTracker):
         tx.output.side_effects.store_attr(self, self.value, name, value)
 
     def call(self, tx, args, kwargs):
-        from ember.frontend.variables.builder import is_namedtuple_cls
-        from ember.frontend.variables.containers import NamedTupleVariable, TupleVariable
-
         cls = self.value
         if is_namedtuple_cls(cls):
             fields = cls._fields
@@ -160,26 +157,20 @@ class UserClassVariable(VariableTracker):
                         vals[i] = ConstantVariable(cls._field_defaults[f]) if not hasattr(cls._field_defaults[f], "__dict__") else None
                     if vals[i] is None:
                         raise Unsupported(f"namedtuple {cls.__name__} missing field {f}")
-            return NamedTupleVariable(cls, vals)
-        from ember.frontend.variables.model_outputs import ModelOutputVariable, is_model_output_cls
+            return trackers.NamedTupleVariable(cls, vals)
 
-        if is_model_output_cls(cls):
-            return ModelOutputVariable.create(tx, cls, args, kwargs)
-        from ember.frontend.builtins import construct_builtin_type
+        if helpers.is_model_output_cls(cls):
+            return trackers.ModelOutputVariable.create(tx, cls, args, kwargs)
 
-        built = construct_builtin_type(tx, cls, args, kwargs)
+        built = helpers.construct_builtin_type(tx, cls, args, kwargs)
         if built is not None:
             return built
         if issubclass(cls, BaseException):
-            from ember.frontend.variables.exceptions import ExceptionVariable, is_builtin_exception
-
-            if not is_builtin_exception(cls) or kwargs:
+            if not helpers.is_builtin_exception(cls) or kwargs:
                 raise Unsupported(f"creating exception {cls.__name__}")
-            return ExceptionVariable(cls, list(args))
+            return trackers.ExceptionVariable(cls, list(args))
         if is_nn_module_cls(cls):
-            from ember.frontend.variables.modules import create_module
-
-            made = create_module(tx, cls, args, kwargs)
+            made = helpers.create_module(tx, cls, args, kwargs)
             if made is not None:
                 return made
         if cls.__new__ is not object.__new__ or not cls.__dictoffset__:
@@ -236,13 +227,11 @@ class UserObjectVariable(_ObjectProtocol):
         return f"{type(self.value).__qualname__} object at {self.source.name()}"
 
     def getattr(self, tx, name):
-        from ember.frontend.variables.builder import wrap
-
         obj, cls = self.value, type(self.value)
         if python_dunder(cls, "__getattribute__") is not None and name not in ("__class__", "__dict__") \
                 and tx.output.side_effects.load_attr(obj, name) is None:
             # a Python __getattribute__ (e.g. configs with attribute aliases): read for real, guard the value
-            return wrap(tx, getattr(obj, name), AttrSource(self.source, name))
+            return VariableTracker.build(tx, getattr(obj, name), AttrSource(self.source, name))
         try:
             return self.generic_getattr(tx, name)
         except AttributeError:
@@ -253,14 +242,12 @@ class UserObjectVariable(_ObjectProtocol):
 
     def generic_getattr(self, tx, name):
         """What ``object.__getattribute__`` finds: pending writes, the instance dict, then the class."""
-        from ember.frontend.variables.builder import wrap
-
         obj, cls = self.value, type(self.value)
         pending = tx.output.side_effects.load_attr(obj, name)
         if pending is not None:
             return pending
         if name == "__class__":
-            return wrap(tx, cls, tx.output.object_source(cls, cls.__name__))
+            return VariableTracker.build(tx, cls, tx.output.object_source(cls, cls.__name__))
         if name == "__dict__":
             raise Unsupported(f"reading __dict__ of {self.describe()}")
         static, _ = lookup_static(cls, name)
@@ -270,7 +257,7 @@ class UserObjectVariable(_ObjectProtocol):
             # read through __dict__ where `obj.name` would run the class's own __getattribute__
             src = AttrSource(self.source, name) if python_dunder(cls, "__getattribute__") is None else \
                 ItemSource(AttrSource(self.source, "__dict__"), name)
-            return wrap(tx, inst_dict[name], src)
+            return VariableTracker.build(tx, inst_dict[name], src)
         if static is not None:
             return class_attr_of_instance(tx, self, cls, name, self_source=self.source)
         raise AttributeError(f"'{cls.__name__}' object has no attribute '{name}'")
@@ -286,9 +273,7 @@ class UserObjectVariable(_ObjectProtocol):
     def call(self, tx, args, kwargs):
         call, _ = lookup_static(type(self.value), "__call__")
         if isinstance(call, types.FunctionType):
-            from ember.frontend.variables.functions import UserMethodVariable
-
-            return UserMethodVariable(call, self).call(tx, args, kwargs)
+            return trackers.UserMethodVariable(call, self).call(tx, args, kwargs)
         raise Unsupported(f"calling {self.describe()}")
 
 
@@ -419,14 +404,10 @@ class OpaqueObjectVariable(VariableTracker):
         return f"{type(self.value).__qualname__} object"
 
     def getattr(self, tx, name):
-        from ember.frontend.variables.builder import wrap_const
-
         val = getattr(self.value, name)
         if inspect.ismethod(val) and isinstance(val.__func__, types.FunctionType):
-            from ember.frontend.variables.functions import UserMethodVariable
-
-            return UserMethodVariable(val.__func__, self)
-        return wrap_const(val)
+            return trackers.UserMethodVariable(val.__func__, self)
+        return VariableTracker.const(val)
 
     def _read(self, what, fn):
         try:
@@ -438,39 +419,31 @@ class OpaqueObjectVariable(VariableTracker):
         return self._read("len()", lambda: len(self.value))
 
     def unpack(self, tx):
-        from ember.frontend.variables.builder import wrap_const
-
-        return self._read("iterating", lambda: [wrap_const(v) for v in self.value])
+        return self._read("iterating", lambda: [VariableTracker.const(v) for v in self.value])
 
     def truth(self, tx):
         return bool(self.value)
 
     def getitem(self, tx, key):
-        from ember.frontend.variables.builder import wrap_const
-
-        return self._read("indexing", lambda: wrap_const(self.value[key.as_constant()]))
+        return self._read("indexing", lambda: VariableTracker.const(self.value[key.as_constant()]))
 
     def call_method(self, tx, name, args, kwargs):
         if all(a.is_constant() for a in [*args, *kwargs.values()]) and name in ("keys", "values", "items", "get", "__contains__", "__len__"):
-            from ember.frontend.variables.builder import wrap_const
-
-            return wrap_const(getattr(self.value, name)(*[a.as_constant() for a in args]))
+            return VariableTracker.const(getattr(self.value, name)(*[a.as_constant() for a in args]))
         return self.getattr(tx, name).call(tx, args, kwargs)
 
     def reconstruct(self, cg):
         return cg.const(self.value, type(self.value).__name__)
 
 
+@helpers.add
 def hashable_key(vt: VariableTracker):
     """What a set member or dict key hashes by: the underlying object (by identity); an object made
     in the trace hashes by its tracker, which is its identity, unless its class hashes by value."""
-    from ember.frontend.variables.base import identity_of
-    from ember.frontend.variables.containers import TupleVariable
-    from ember.frontend.variables.tensor import TensorVariable
 
-    if isinstance(vt, TensorVariable):
+    if isinstance(vt, trackers.TensorVariable):
         return vt.node  # one tracker (and node) per tensor object: identity semantics, like Tensor.__hash__
-    if isinstance(vt, TupleVariable):  # tuples hash and compare by their items (a namedtuple too)
+    if isinstance(vt, trackers.TupleVariable):  # tuples hash and compare by their items (a namedtuple too)
         return ("tuple", tuple(i.as_constant() if i.is_constant() else hashable_key(i) for i in vt.items))
     obj = identity_of(vt)
     if obj is vt:
@@ -496,9 +469,6 @@ class SuperVariable(VariableTracker):
         return f"super({self.cls.__name__})"
 
     def getattr(self, tx, name):
-        from ember.frontend.variables.builder import wrap
-        from ember.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
-
         mro = self.obj.python_type().__mro__
         start = mro.index(self.cls) + 1 if self.cls in mro else 0
         for klass in mro[start:]:
@@ -507,15 +477,18 @@ class SuperVariable(VariableTracker):
                 if klass is object and name in ("__init__", "__init_subclass__"):
                     return _NoOpVariable()
                 if isinstance(attr, types.FunctionType):
-                    return UserMethodVariable(attr, self.obj)
+                    return trackers.UserMethodVariable(attr, self.obj)
                 if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
-                    return tx.inline_call(UserFunctionVariable(attr.fget, tx.output.object_source(attr.fget, attr.fget.__qualname__)), [self.obj], {})
+                    getter = tx.output.object_source(attr.fget, attr.fget.__qualname__)
+                    return tx.inline_call(trackers.UserFunctionVariable(attr.fget, getter), [self.obj], {})
                 if isinstance(attr, classmethod):
-                    return UserMethodVariable(attr.__func__, wrap(tx, self.obj.python_type(), tx.output.object_source(self.obj.python_type(), "cls")))
+                    cls = self.obj.python_type()
+                    cls_vt = VariableTracker.build(tx, cls, tx.output.object_source(cls, "cls"))
+                    return trackers.UserMethodVariable(attr.__func__, cls_vt)
                 if isinstance(attr, staticmethod):
-                    return wrap(tx, attr.__func__, tx.output.object_source(attr.__func__, name))
+                    return VariableTracker.build(tx, attr.__func__, tx.output.object_source(attr.__func__, name))
                 if type(attr).__name__ in ("method_descriptor", "wrapper_descriptor"):
-                    return UserMethodVariable(attr, self.obj)
+                    return trackers.UserMethodVariable(attr, self.obj)
                 raise Unsupported(f"super().{name} ({type(attr).__name__})")
         raise AttributeError(f"'super' object has no attribute '{name}'")
 
@@ -523,3 +496,30 @@ class SuperVariable(VariableTracker):
 class _NoOpVariable(VariableTracker):
     def call(self, tx, args, kwargs):
         return ConstantVariable(None)
+
+
+# -- builders: modules, classes, and the user-object fallback --------------------------------------
+
+@register_builder(types.ModuleType, kind="object")
+def _build_python_module(tx, value, source):
+    guard_id(tx, value, source)
+    return PythonModuleVariable(value, source)
+
+
+@register_builder(type, kind="object")
+def _build_class(tx, value, source):
+    guard_id(tx, value, source)
+    return UserClassVariable(value, source)
+
+
+@register_builder(torch.finfo, torch.iinfo, kind="object")
+def _build_opaque(tx, value, source):
+    return OpaqueObjectVariable(value)
+
+
+@register_fallback
+def _build_user_object(tx, value, source):
+    if source is None:  # made while tracing by code ember does not trace: opaque
+        return OpaqueObjectVariable(value)
+    guard(tx, source, GuardKind.TYPE, type(value))
+    return UserObjectVariable(value, source)

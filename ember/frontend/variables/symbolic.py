@@ -15,7 +15,7 @@ import operator
 import torch
 
 from ember.frontend.dynamic import is_symbolic, render_expr
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.base import ConstantVariable, VariableTracker, helpers
 
 _INPLACE = {operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
             operator.ifloordiv: operator.floordiv, operator.imod: operator.mod, operator.ipow: operator.pow,
@@ -73,6 +73,7 @@ def wrap_sym(tx, node, value) -> VariableTracker:
     return ConstantVariable(value)
 
 
+@helpers.add
 def size_item(tx, tensor_vt, kind: str, dim: int) -> VariableTracker:
     """``x.size(dim)`` / ``x.stride(dim)`` of a traced tensor: a constant, or a symbolic int whose node
     reads it from the tensor at run time."""
@@ -91,11 +92,10 @@ def binary(tx, fn, a: VariableTracker, b: VariableTracker) -> VariableTracker:
     for v in (a, b):
         if not isinstance(v, SymIntVariable) and not (v.is_constant() and type(v.as_constant()) in (int, bool, float)):
             # a sequence (`(1,) * n`), None, ...: the value is needed
-            from ember.frontend.builtins import apply_operator
 
             sa = ConstantVariable(a.as_constant()) if isinstance(a, SymIntVariable) else a
             sb = ConstantVariable(b.as_constant()) if isinstance(b, SymIntVariable) else b
-            return apply_operator(tx, fn, sa, sb)
+            return helpers.apply_operator(tx, fn, sa, sb)
     result = fn(a.as_fake_arg() if isinstance(a, SymIntVariable) else a.as_constant(),
                 b.as_fake_arg() if isinstance(b, SymIntVariable) else b.as_constant())
     if isinstance(result, torch.SymInt) and is_symbolic(result):

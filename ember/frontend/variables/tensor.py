@@ -6,7 +6,7 @@ import operator
 import torch
 
 from ember.frontend.errors import Unsupported
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.base import ConstantVariable, VariableTracker, helpers, register_builder, trackers
 
 # Properties answered from the fake tensor's metadata (guards on the inputs make them constants).
 _META_PROPS = {
@@ -52,12 +52,10 @@ class TensorVariable(VariableTracker):
         return [tx.output.call(tx, "call_function", operator.getitem, [self, _c(i)], {}) for i in range(n)]
 
     def getattr(self, tx, name: str) -> VariableTracker:
-        from ember.frontend.variables.builder import wrap_const
-
         if name == "shape":
             return self.sizes(tx, "size")
         if name in _META_PROPS:
-            return wrap_const(getattr(self.fake, name))
+            return VariableTracker.const(getattr(self.fake, name))
         if name in _TENSOR_PROPS:
             return tx.output.call(tx, "call_function", getattr, [self, _c(name)], {})
         if name == "grad":
@@ -65,9 +63,7 @@ class TensorVariable(VariableTracker):
         if name == "data":
             return tx.output.call(tx, "call_method", "detach", [self], {})
         if name == "__class__":
-            from ember.frontend.variables.builder import wrap_const as wc
-
-            return wc(self.python_type())
+            return VariableTracker.const(self.python_type())
         attr = getattr(torch.Tensor, name, None)
         if attr is None:
             raise AttributeError(f"'Tensor' object has no attribute '{name}'")
@@ -80,15 +76,10 @@ class TensorVariable(VariableTracker):
 
     def sizes(self, tx, kind: str) -> VariableTracker:
         """``x.shape`` / ``x.size()`` / ``x.stride()``: constants where static, symbolic ints where not."""
-        from ember.frontend.variables.containers import SizeVariable, TupleVariable
-        from ember.frontend.variables.symbolic import size_item
-
-        items = [size_item(tx, self, kind, d) for d in range(self.fake.dim())]
+        items = [helpers.size_item(tx, self, kind, d) for d in range(self.fake.dim())]
         if all(isinstance(i, ConstantVariable) for i in items):
-            from ember.frontend.variables.builder import wrap_const
-
-            return wrap_const(getattr(self.fake, kind)())
-        return SizeVariable(items) if kind == "size" else TupleVariable(items)
+            return VariableTracker.const(getattr(self.fake, kind)())
+        return trackers.SizeVariable(items) if kind == "size" else trackers.TupleVariable(items)
 
     def reconstruct(self, cg) -> str:
         return cg.tensor(self)
@@ -107,12 +98,10 @@ class TensorMethodVariable(VariableTracker):
     def call(self, tx, args, kwargs):
         name = self.name
         if name in ("size", "stride") and not kwargs:
-            from ember.frontend.variables.symbolic import size_item
-
             if not args:
                 return self.tensor.sizes(tx, name)
             dim = args[0].as_constant()
-            return size_item(tx, self.tensor, name, dim % max(self.tensor.fake.dim(), 1))
+            return helpers.size_item(tx, self.tensor, name, dim % max(self.tensor.fake.dim(), 1))
         if name == "requires_grad_" and self.tensor.source is not None:
             raise Unsupported("Tensor.requires_grad_() on an input inside a compiled function")
         if name in ("__bool__", "__len__"):
@@ -125,3 +114,12 @@ class TensorMethodVariable(VariableTracker):
 
 def _c(v):
     return ConstantVariable(v)
+
+
+@register_builder(torch.Tensor)
+def _build_tensor(tx, value, source):
+    if source is None:
+        return None  # a tensor made by code ember does not trace: an opaque object
+    if type(value) not in (torch.Tensor, torch.nn.Parameter):
+        raise Unsupported(f"tensor subclass {type(value).__name__} at {source.name()}")
+    return tx.output.add_tensor_input(value, source)
