@@ -7,7 +7,7 @@ wrapper called with sizes it was not built for); ``COUNTERS["eager_fallbacks.<si
 Documented behaviour that is not a failure (CPU tensors on the native backend run the ATen graph)
 is not counted. Increments take a lock: fallbacks are rare, and a lost update could hide one.
 
-Also, as ``torch._dynamo.utils.counters``:
+Also, like the counters torch.compile keeps:
 
 - ``backend_failures``: graphs whose backend raised while compiling them (each failure once)
 - ``backend_failures_suppressed``: of those, the ones run eagerly under ``config.suppress_errors``

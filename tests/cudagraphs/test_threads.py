@@ -1,24 +1,14 @@
 """The CUDA-graph runner called from several threads at once, on the fake graph API (fake_cuda.py):
 every result equals eager. A replay reads and writes fixed memory shared by all callers, so without
 the runner's lock one thread's inputs land in another thread's replay (wrong values)."""
-import sys
-import threading
 
 import pytest
 import torch
 
 import ember.cudagraphs as cg
+from tests.threads.helpers import fast_switching, run_threads  # noqa: F401 - a fixture
 
 N_THREADS, N_CALLS = 6, 40
-
-
-@pytest.fixture
-def fast_switching():
-    """Switch threads as often as possible, so that interleavings happen in a short test."""
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(old)
 
 
 def mlp(x, w, b):
@@ -26,22 +16,7 @@ def mlp(x, w, b):
 
 
 def hammer(work, n=N_THREADS):
-    barrier, errors = threading.Barrier(n), []
-
-    def body(i):
-        try:
-            barrier.wait()
-            work(i)
-        except BaseException as e:  # noqa: BLE001 - re-raised by the main thread
-            errors.append(e)
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    run_threads(n, work)
 
 
 def test_threads_sharing_one_runner_get_their_own_results(fake, fast_switching):

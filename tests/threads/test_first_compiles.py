@@ -1,7 +1,6 @@
 """Several threads reaching ember's first compiles at the same moment (a Barrier lines them up):
 every result equals eager, nothing falls back to eager because of the concurrency, and a frame
 compiled by one thread is reused by the threads that waited for it (not compiled again)."""
-import threading
 import warnings
 
 import pytest
@@ -10,30 +9,9 @@ import torch
 import ember
 from ember.diagnostics.counters import COUNTERS, snapshot
 from ember.testing import cache_of
+from tests.threads.helpers import run_threads
 
 N_THREADS = 6
-
-
-def run_threads(n, work):
-    """Run work(i) in n threads released together; re-raise the first error; return the results."""
-    barrier = threading.Barrier(n)
-    results, errors = [None] * n, []
-
-    def body(i):
-        try:
-            barrier.wait()
-            results[i] = work(i)
-        except BaseException as e:  # noqa: BLE001 - reported by the main thread
-            errors.append(e)
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return results
 
 
 def make_fn(k):

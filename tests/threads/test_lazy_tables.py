@@ -3,7 +3,6 @@ callees of graph breaks (one FrameCache per target, compiled once and shared; re
 side effects match eager) and the native backend's generated modules (one module per path)."""
 import contextlib
 import io
-import sys
 
 import pytest
 import torch
@@ -11,17 +10,9 @@ import torch
 import ember
 from ember.diagnostics.counters import snapshot
 from ember.testing import cache_of
-from tests.threads.test_first_compiles import run_threads
+from tests.threads.helpers import fast_switching, run_threads  # noqa: F401 - a fixture
 
 N_THREADS = 6
-
-
-@pytest.fixture
-def fast_switching():
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(old)
 
 
 def inner(x):
