@@ -173,6 +173,10 @@ class Environment:
         "OPENVINO_TORCH_BACKEND_DEVICE": "openvino backend: default of the 'device' option",
         "OPENVINO_TORCH_MODEL_CACHING": "openvino backend: default of the 'model_caching' option",
         "OPENVINO_TORCH_CACHE_DIR": "openvino backend: default of the 'cache_dir' option",
+        "TRITON_CACHE_DIR": "Triton's cache of kernels and launcher modules (ember points it elsewhere when the "
+                            "directory is unsafe: ember/native/triton_cache.py)",
+        "TRITON_DUMP_DIR": "Triton's IR dump directory (checked like TRITON_CACHE_DIR when dumps are on)",
+        "TRITON_OVERRIDE_DIR": "Triton's kernel override directory (checked like TRITON_CACHE_DIR when overrides are on)",
     }
 
     def get(self, name: str) -> str | None:
@@ -186,6 +190,19 @@ class Environment:
     def triton_interpret(self) -> bool:
         """Whether Triton runs kernels in its interpreter, as Triton itself decides it."""
         return (self.get("TRITON_INTERPRET") or "").strip().lower() in TRITON_TRUE
+
+    def set(self, name: str, value: str) -> None:
+        """Set one of ``VARIABLES`` for this process and the processes it starts (the library that
+        reads it agrees with ember)."""
+        self.get(name)  # (a known variable)
+        os.environ[name] = value
+
+    def for_child(self, **overrides: str) -> dict:
+        """The environment a child process of ember's gets: this one's, with ``overrides`` (each one
+        of ``VARIABLES``)."""
+        for name in overrides:
+            self.get(name)
+        return {**os.environ, **overrides}
 
     def request_triton_interpreter(self) -> None:
         """Ask for the interpreter before Triton is imported (it picks its mode at import); a value the

@@ -236,8 +236,12 @@ def _allowed(module: str, name: str) -> bool:
         return not name.startswith("_")
     if module == "builtins":
         return name in _SAFE_BUILTINS
+    if module == "torch._utils" and name.startswith("torch."):
+        # a dtype, layout or memory format pickles by its qualified name, which pickle finds through
+        # the first module holding it (``torch._utils``, which imports torch): ``torch.contiguous_format``
+        module, name = "torch", name[len("torch."):]
     if module == "torch":
-        obj = getattr(torch, name, None)
+        obj = getattr(torch, name, None) if "." not in name else None
         return obj is torch.device or obj is torch.Size or isinstance(obj, (torch.dtype, torch.layout,
                                                                              torch.memory_format))
     if (module, name) in _SAFE_GLOBALS:

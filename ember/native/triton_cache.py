@@ -21,6 +21,7 @@ import os
 import threading
 
 from ember import diskcache
+from ember.config import environment
 
 # (Triton knob in ``knobs.cache``, its environment variable, the ``knobs.compilation`` flag under which
 # Triton uses it (None: always), the private subdirectory that replaces it, what it holds)
@@ -87,7 +88,7 @@ def ensure_safe(base: str | None = None) -> None:
             diskcache.warn_once(f"not letting Triton use its {what}", level, problem,
                                 f"Triton uses {private} instead; fix: {fix}, or set {env} to a directory of your own")
             setattr(knobs.cache, attr, private)  # (a knob also sets its environment variable...)
-            os.environ[env] = private  # (...unless triton.knobs.propagate_env is off)
+            environment.set(env, private)  # (...unless triton.knobs.propagate_env is off)
             _SAFE.add(private)
 
 
@@ -95,13 +96,9 @@ def worker_env() -> dict:
     """The environment of a build worker process: this one's, with Triton's directories as this
     process uses them (checked by ``ensure_safe``), so a worker writes where this process reads and
     never where this process refused to."""
-    env = dict(os.environ)
     try:
         from triton import knobs
     except ImportError:
-        return env
-    for attr, var, _flag, _sub, _what in DIRS:
-        path = getattr(knobs.cache, attr)
-        if path:
-            env[var] = path
-    return env
+        return environment.for_child()
+    return environment.for_child(**{var: path for attr, var, flag, _sub, _what in DIRS
+                                    if _used(knobs, flag) and (path := getattr(knobs.cache, attr))})

@@ -196,3 +196,45 @@ def test_a_graph_round_trips_through_its_data():
     assert isinstance(val, FakeTensor) and (val.shape, val.stride(), val.storage_offset()) == ((3,), (1,), 2)
     x = torch.randn(3)
     torch.testing.assert_close(back(x), gm(x))
+
+
+def _formats(x):
+    """Memory formats, layouts, dtypes and devices as graph arguments (clone/empty_like/to carry them)."""
+    y = x.transpose(0, 1).contiguous().clone(memory_format=torch.contiguous_format)
+    z = torch.empty_like(y, memory_format=torch.preserve_format).copy_(y)
+    w = torch.zeros(y.shape, dtype=torch.float64, device=x.device, layout=torch.strided)
+    return (z.to(torch.float16).float() * 2 + w.float()).sin()
+
+
+def _formats_4d(x):
+    return x.contiguous(memory_format=torch.channels_last).relu() + 1
+
+
+@pytest.mark.parametrize("fn,shape", [(_formats, (4, 6)), (_formats_4d, (2, 3, 4, 5))], ids=["2d", "channels_last"])
+def test_graphs_with_memory_formats_dtypes_and_devices_are_cached(cache_dir, fn, shape):
+    """Every argument kind a traced graph carries must pass the entry allow-list: an entry that cannot
+    be stored is traced again in every process (warm starts as slow as cold)."""
+    x = torch.randn(*shape)
+    want = fn(x.clone().requires_grad_())
+    want.sum().backward()
+    for _ in range(2):  # two compiles, as two processes would do them
+        xr = x.clone().requires_grad_()
+        got = ember.compile(fn, backend=Recorder())(xr)
+        got.sum().backward()
+        close(got, want, "output")
+    assert aot_cache.STATS["uncacheable"] == 0, aot_cache.STATS
+    assert aot_cache.STATS["stores"] == 1 and aot_cache.STATS["hits"] == 1, aot_cache.STATS
+
+
+def test_a_transformers_model_is_cached(cache_dir):
+    """GPT-2's training graphs (a model the suites compile) are stored and then loaded, not traced again."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=16)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(cfg)
+    ids = torch.randint(0, 64, (2, 8))
+    for _ in range(2):
+        out = ember.compile(copy.deepcopy(model), backend=Recorder())(input_ids=ids, labels=ids)
+        out.loss.backward()
+    assert aot_cache.STATS["uncacheable"] == 0, aot_cache.STATS
+    assert aot_cache.STATS["stores"] >= 1 and aot_cache.STATS["hits"] == aot_cache.STATS["stores"], aot_cache.STATS
