@@ -8,9 +8,11 @@ way eager's does (``maximum``, ``amax``, ``argmax`` all let NaN win).
 
 import triton
 import triton.language as tl
-from ember.config import environment
+from triton import knobs
 
-INTERPRET = environment.triton_interpret
+# Triton's own reading of TRITON_INTERPRET. Not ember.config: build workers load this module by path,
+# without the ember package (importing it would import torch in every worker: seconds per worker)
+INTERPRET = bool(knobs.runtime.interpret)
 
 __all__ = ["maximum", "minimum", "prod_combine", "argmax_combine", "argmin_combine", "floordiv", "remainder",
            "sign", "trunc", "round_half_even", "tanh", "expm1", "log1p", "pow", "atan", "atan2", "asin", "acos",
