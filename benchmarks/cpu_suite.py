@@ -24,9 +24,10 @@ takes about ``--round-s``), median of ``--rounds`` rounds, with min, max and spr
 process runs eager on the same inputs first and records the relative error (max |out - eager| / max
 |eager|; training rows: the first step's loss and every parameter's gradient, against an identical
 eager twin) with a tolerance for fp32. Memory-bound rows also record GB/s against a plain copy of the
-same size (``y.copy_(x)``), measured in the eager process. Processes run one at a time; ``--budget``
-bounds the whole run (those that would start too late are skipped) and the JSON is rewritten after
-each process, so a run cut short still leaves its results.
+same size (``y.copy_(x)``; ``x.clone()``, allocation included, beside it), measured in the eager
+process. Processes run one at a time; ``--budget`` bounds the whole run (those that would start too
+late are skipped) and the JSON is rewritten after each process, so a run cut short still leaves its
+results.
 
 Writes ``benchmarks/results/cpu_suite-<machine>-t<threads>[-<tag>].json`` and prints a markdown table
 with geomean speedups and the issue's targets. Exits 1 if an ember run failed or differs from eager.
@@ -255,8 +256,8 @@ def measure(wl: str, compiler: str, quick: bool, threads: int, timing: bool, rou
         if nbytes:
             rec["bytes"] = nbytes
             rec["GBps"] = round(nbytes / (rec["ms"] * 1e-3) / 1e9, 2)
-            if compiler == "eager":  # the ceiling the memory-bound rows are held to
-                rec["copy_GBps"] = copy_bandwidth(inputs[0], rounds, round_s)
+            if compiler == "eager":  # the ceilings the memory-bound rows are held to (see copy_bandwidth)
+                rec["copy_GBps"], rec["clone_GBps"] = copy_bandwidth(inputs[0], rounds, round_s)
     return rec
 
 
@@ -285,12 +286,18 @@ def round_stats(times: list) -> dict:
                 spread_pct=round(100 * (max(times) - min(times)) / ms, 1), ms_rounds=[round(t, 4) for t in times])
 
 
-def copy_bandwidth(x, rounds: int, round_s: float) -> float:
-    """GB/s of ``y.copy_(x)`` (x read once, y written once): a plain copy of the row's input."""
+def copy_bandwidth(x, rounds: int, round_s: float) -> tuple[float, float]:
+    """GB/s of a plain copy of the row's input (x read once, the copy written once): ``y.copy_(x)`` into
+    a buffer kept across calls (the target's ceiling), and ``x.clone()``, which allocates its result
+    each call as an out-of-place op does (large blocks come fresh from the OS, page faults included)."""
     import torch
     y = torch.empty_like(x)
-    times, _ = time_rounds(lambda: y.copy_(x), rounds, round_s)
-    return round(2 * x.numel() * x.element_size() / (statistics.median(times) * 1e-3) / 1e9, 2)
+    nbytes = 2 * x.numel() * x.element_size()
+    out = []
+    for fn in (lambda: y.copy_(x), x.clone):
+        times, _ = time_rounds(fn, rounds, round_s)
+        out.append(round(nbytes / (statistics.median(times) * 1e-3) / 1e9, 2))
+    return tuple(out)
 
 
 def ember_settings(ember_env: dict) -> dict:
@@ -393,9 +400,9 @@ def summarize(results: list, workloads) -> tuple[list, dict]:
     for wl in workloads:
         e, m, mw, t, tw = (by.get((wl, c), {}) for c in COMPILERS)
         row = dict(workload=wl, eager_ms=e.get("ms"), eager_spread_pct=e.get("spread_pct"), copy_GBps=e.get("copy_GBps"),
-                   eager_GBps=e.get("GBps"))
+                   clone_GBps=e.get("clone_GBps"), eager_GBps=e.get("GBps"))
         for c, r, w in (("ember", m, mw), ("torch", t, tw)):
-            row.update({f"{c}_ms": r.get("ms"), f"{c}_spread_pct": r.get("spread_pct"), f"{c}_status": r.get("status", "missing"),
+            row.update({f"{c}_ms": r.get("ms"), f"{c}_spread_pct": r.get("spread_pct"), f"{c}_status": r.get("status", "not run"),
                         f"{c}_cold_s": r.get("first_call_s"), f"{c}_warm_s": w.get("first_call_s"),
                         f"{c}_import_s": r.get("import_s"), f"{c}_rel_err": r.get("rel_err"), f"{c}_GBps": r.get("GBps")})
             if row["eager_ms"] and r.get("ms"):
@@ -449,7 +456,7 @@ def _f(v, fmt="{:.4g}"):
 
 def markdown(rows, geomean, threads) -> str:
     lines = ["| workload | eager ms (±%) | ember ms (±%, speedup) | torch.compile ms (±%, speedup) | ember compile s "
-             "cold / warm | torch.compile compile s cold / warm | GB/s eager / ember / torch (copy, ember %) | "
+             "cold / warm | torch.compile compile s cold / warm | GB/s eager / ember / torch (copy_, clone; ember % of copy_) | "
              "ember rel err | check |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         def ms(c):
@@ -461,7 +468,8 @@ def markdown(rows, geomean, threads) -> str:
         gbps = "—"
         if r["eager_GBps"] is not None:
             gbps = " / ".join(_f(r[k], "{:.1f}") for k in ("eager_GBps", "ember_GBps", "torch_GBps"))
-            gbps += f" ({_f(r['copy_GBps'], '{:.1f}')}, {_f(r.get('ember_pct_copy'), '{:.0f}')}%)"
+            gbps += (f" ({_f(r['copy_GBps'], '{:.1f}')}, clone {_f(r['clone_GBps'], '{:.1f}')}; "
+                     f"{_f(r.get('ember_pct_copy'), '{:.0f}')}%)")
         check = r["ember_check"] + ("" if r["torch_check"] in ("ok", "not run") else f"; torch: {r['torch_check']}")
         lines.append(f"| {r['workload']} | {eager} | {ms('ember')} | {ms('torch')} | "
                      f"{_f(r['ember_cold_s'], '{:.2f}')} / {_f(r['ember_warm_s'], '{:.2f}')} | "
@@ -470,7 +478,19 @@ def markdown(rows, geomean, threads) -> str:
     lines += ["", f"Geomean speedup over eager ({threads} thread(s)): ember {_f(geomean['ember'], '{:.3f}')}x, "
               f"torch.compile {_f(geomean['torch'], '{:.3f}')}x; on the {geomean['common_workloads']} rows both ran: "
               f"ember {_f(geomean['ember_common'], '{:.3f}')}x, torch.compile {_f(geomean['torch_common'], '{:.3f}')}x."]
+    met = []  # the issue's targets: rows meeting each, of the rows this run has the numbers for
+    for key, what in TARGET_WORDS.items():
+        vals = [r["targets"][key] for r in rows if key in r["targets"]]
+        if vals:
+            met.append(f"{what} {sum(vals)}/{len(vals)}")
+    if "target_ember_ge_1.2x_torch" in geomean:
+        met.append(f"geomean >= 1.2x torch.compile's {'yes' if geomean['target_ember_ge_1.2x_torch'] else 'no'}")
+    lines.append("Targets met by ember (rows): " + ("; ".join(met) or "none measured") + ".")
     return "\n".join(lines)
+
+
+TARGET_WORDS = {"speedup_ge_1": ">= 1.0x eager", "pct_copy_ge_70": ">= 70% of copy_ GB/s",
+                "cold_le_third_of_torch": "cold compile <= 1/3 of torch.compile's", "warm_le_1s": "warm compile <= 1 s"}
 
 
 def machine_info(args) -> dict:
@@ -494,7 +514,8 @@ def write_report(out, results, workloads, args, wall) -> dict:
                          "TORCHINDUCTOR_CACHE_DIR, warm = a second process on the same caches; compile s = wrapping + "
                          "first call (import_s apart); ms = median of rounds of N calls (spread = (max-min)/median); "
                          "rel err = max|out-eager|/max|eager| in the same process (training: loss and every grad of "
-                         "the first step vs an eager twin); copy_GBps = y.copy_(x) of the row's input",
+                         "the first step vs an eager twin); copy_GBps = y.copy_(x) of the row's input (the target's ceiling), "
+                         "clone_GBps = x.clone() (allocation included)",
                   geomean=geomean, rows=rows, results=results, markdown=markdown(rows, geomean, args.threads))
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out + ".tmp", "w") as f:

@@ -39,7 +39,7 @@ def test_tiny_row_json_shape(tmp_path):
         assert len(r["ms_rounds"]) == 3 and r["ms_min"] <= r["ms"] <= r["ms_max"] and r["spread_pct"] >= 0
         assert r["GBps"] > 0 and r["bytes"] == 2 * 64 * 128 * 4
     assert "ms" not in by["ember-warm"]  # the warm process times its compile only
-    assert by["eager"]["copy_GBps"] > 0
+    assert by["eager"]["copy_GBps"] > 0 and by["eager"]["clone_GBps"] > 0 and data["rows"][0]["clone_GBps"] > 0
     # an EMBER_* variable this ember does not read is reported, not silently measured as the default
     assert "not a setting" in by["ember"]["ember_settings"]["EMBER_NO_SUCH_SETTING_FOR_TEST"]
     [row] = data["rows"]
@@ -50,6 +50,7 @@ def test_tiny_row_json_shape(tmp_path):
     assert set(row["targets"]) == {"speedup_ge_1", "pct_copy_ge_70", "warm_le_1s"}
     assert data["geomean"]["ember"] == pytest.approx(row["ember_speedup"], rel=1e-2) and data["geomean"]["torch"] is None
     assert data["markdown"] in stdout and "| softmax_1k |" in data["markdown"]
+    assert "Targets met by ember (rows): >= 1.0x eager " in data["markdown"]
 
 
 def test_wrong_result_fails_the_row():
