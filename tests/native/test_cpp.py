@@ -1,0 +1,200 @@
+"""The C++ renderer (ember/native/cpp_emit.py, cpp_build.py) against eager: every op-table case and
+every registry sample compiled with ``cpu_codegen="cpp"`` (the same schedule the Triton renderer
+gets, spelled in C++), a few fused graphs and a training step through ``ember.compile``, and the
+trust rules of the ``.so`` cache."""
+import os
+import stat
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ember.native import compile_aten_graph, cpp_build
+from tests.native.harness import compare, guarded, padded, trace
+from tests.native.optable import OPS, f32
+
+pytestmark = pytest.mark.skipif(not any(map(__import__("shutil").which, ("c++", "g++"))), reason="no C++ compiler")
+
+CPP = {"cpu_codegen": "cpp"}
+
+
+def run_cpp(fn, inputs, cache_dir, atol=None, rtol=None, check_strides=True, tracer=trace):
+    inputs = [padded(x) for x in inputs]
+    ref = fn(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+    gm = tracer(fn, inputs)
+    compiled = compile_aten_graph(gm, inputs, options={**CPP, "cache_dir": cache_dir})
+    with guarded(compiled) as alloc:
+        out = compiled(*inputs)
+    if alloc is not None:
+        alloc.check()
+    compare(out, ref, atol, rtol, check_strides)
+    return compiled
+
+
+# cases the C++ path routes to ATen on purpose, with the reason it logs
+ROUTED = {}
+
+
+@pytest.mark.parametrize("case,dtype", [pytest.param(c, dt, id=f"{c.name}-{str(dt)[6:]}") for c in OPS for dt in c.dtypes])
+def test_op_table_cpp(case, dtype, native_cache):
+    torch.manual_seed(0)
+    tol = {"atol": case.atol, "rtol": case.rtol} if dtype == f32 else {}
+    compiled = run_cpp(case.fn, case.make(dtype, "cpu"), native_cache, check_strides=case.strides, **tol)
+    reason = compiled.ember_native["reason"]
+    assert reason is None or case.name in ROUTED, reason
+    if reason is None and compiled.ember_native["report"]["kernels"]:
+        assert any(p.endswith(".cpp") for p in compiled.ember_native["kernels"])
+
+
+def _samples():
+    from tests.native.test_registry import SAMPLES
+    return SAMPLES
+
+
+@pytest.mark.parametrize("op,sample,dtype", [pytest.param(*s, id=f"{s[0].name}{i}-{str(s[2])[6:]}")
+                                             for i, s in enumerate(_samples())])
+def test_registry_sample_cpp(op, sample, dtype, native_cache):
+    from tests.native.test_registry import SAMPLE_DECOMPOSITIONS, make_inputs
+    from tests.native.test_registry import trace as rtrace
+    torch.manual_seed(0)
+    tol = {"atol": sample.atol, "rtol": sample.rtol} if dtype == torch.float32 else {}
+    compiled = run_cpp(sample.fn, make_inputs(sample, dtype), native_cache,
+                       tracer=lambda fn, inputs: rtrace(fn, inputs, SAMPLE_DECOMPOSITIONS), **tol)
+    assert compiled.ember_native["reason"] is None, compiled.ember_native["reason"]
+
+
+FUSED = {
+    "layer_norm_gelu": (lambda x, w, b: F.gelu(F.layer_norm(x, (96,), w, b)), lambda: [torch.randn(70, 96),
+                                                                                      torch.randn(96), torch.randn(96)]),
+    "softmax": (lambda x: torch.softmax(x, -1), lambda: [torch.randn(70, 300)]),
+    "softmax_nan_inf": (lambda x: torch.softmax(x, -1), lambda: [torch.tensor([[1., float("nan"), 2.], [float("-inf"), 0., 1.],
+                                                                                [float("inf"), 1., 2.]])]),
+    "big_pointwise_threads": (lambda x: torch.sigmoid(x) * x.amax(-1, keepdim=True), lambda: [torch.randn(300, 257)]),
+}
+
+
+@pytest.mark.parametrize("name", list(FUSED))
+def test_fused_graphs_cpp(name, native_cache):
+    fn, make = FUSED[name]
+    torch.manual_seed(0)
+    compiled = run_cpp(fn, make(), native_cache)
+    assert compiled.ember_native["reason"] is None
+    assert compiled.ember_native["report"]["kernels"] >= 1
+
+
+def test_mlp_training_step_cpp(native_cache):
+    """Forward and backward graphs of an MLP through ember.compile with native_cpu='cpp'."""
+    import ember
+    from ember.config import config
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.LayerNorm(64), torch.nn.Linear(64, 10))
+    ref = __import__("copy").deepcopy(model)
+    x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
+
+    def step(m, x, y):
+        loss = F.cross_entropy(m(x), y)
+        loss.backward()
+        return loss
+    old, old_dir = config.native_cpu, config.cache_dir
+    config.native_cpu, config.cache_dir = "cpp", native_cache
+    builds = cpp_build.BUILDS["count"]
+    try:
+        loss = ember.compile(step)(model, x, y)
+    finally:
+        config.native_cpu, config.cache_dir = old, old_dir
+    assert cpp_build.BUILDS["count"] > builds  # C++ kernels ran (not the ATen graph)
+    expected = step(ref, x, y)
+    compare(loss, expected)
+    for a, b in zip(model.parameters(), ref.parameters()):
+        compare(a.grad, b.grad, 1e-5, 1e-4)
+
+
+def test_dynamic_sizes_cpp(native_cache):
+    """Sizes as kernel arguments: one build serves every size."""
+    from tests.native.harness import trace as htrace
+    fn = lambda x: torch.softmax(x * 2, -1)  # noqa: E731
+    x = padded(torch.randn(5, 7))
+    gm = htrace(fn, [x], "symbolic")
+    compiled = compile_aten_graph(gm, [x], options={**CPP, "cache_dir": native_cache})
+    assert compiled.ember_native["reason"] is None
+    for shape in ((5, 7), (9, 33), (3, 2)):
+        x = torch.randn(shape)
+        compare(compiled(x), fn(x))
+
+
+def _unit(native_cache):
+    compiled = run_cpp(lambda x: x.exp() + 1, [torch.randn(6, 5)], native_cache)
+    (path,) = [p for p in compiled.ember_native["kernels"] if p.endswith(".cpp")]
+    return path
+
+
+def test_cache_dirs_are_private_and_warm_load_does_not_compile(native_cache):
+    path = _unit(native_cache)
+    folder = os.path.dirname(path)
+    for level in (folder, os.path.dirname(folder)):
+        assert stat.S_IMODE(os.stat(level).st_mode) == 0o700
+    (so,) = [f for f in os.listdir(folder) if f.endswith(".so")]
+    assert not os.stat(os.path.join(folder, so)).st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    cpp_build._LIBS.pop(path)  # as a fresh process would: the .so on disk is loaded, not rebuilt
+    builds = cpp_build.BUILDS["count"]
+    cpp_build.library(path)
+    assert cpp_build.BUILDS["count"] == builds
+
+
+@pytest.mark.parametrize("tamper", ["bytes", "group_writable"])
+def test_tampered_so_is_rebuilt_not_loaded(tamper, native_cache, monkeypatch):
+    path = _unit(native_cache)
+    folder = os.path.dirname(path)
+    (so,) = [os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".so")]
+    good = open(so, "rb").read()
+    if tamper == "bytes":
+        with open(so, "r+b") as f:
+            f.seek(len(good) // 2)
+            f.write(b"\x90" * 64)
+    else:
+        os.chmod(so, 0o664)
+    loaded = []
+    monkeypatch.setattr(cpp_build.ctypes, "CDLL", lambda p: loaded.append((p, open(p, "rb").read(),
+                                                                           os.stat(p).st_mode)) or object())
+    cpp_build._LIBS.pop(path, None)
+    builds = cpp_build.BUILDS["count"]
+    cpp_build._load_or_build(path)
+    assert cpp_build.BUILDS["count"] == builds + 1  # rebuilt
+    assert len(loaded) == 1 and loaded[0][1] == good  # only the rebuilt bytes were ever loaded
+    assert not loaded[0][2] & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def test_tampered_source_is_refused(native_cache):
+    from ember import diskcache
+    path = _unit(native_cache)
+    with open(path, "a") as f:
+        f.write("\n// edited\n")
+    cpp_build._LIBS.pop(path, None)
+    with pytest.raises(diskcache.Refused):
+        cpp_build.library(path)
+
+
+def test_aten_is_the_default_on_cpu(native_cache):
+    x = torch.randn(4, 4)
+    gm = trace(lambda x: x.exp(), [x])
+    compiled = compile_aten_graph(gm, [x], options={"cache_dir": native_cache})
+    assert "aten" in compiled.ember_native["reason"]
+
+
+def test_missing_compiler_routes_to_aten(native_cache, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("CXX", raising=False)
+    x = torch.randn(4, 4)
+    gm = trace(lambda x: x.exp(), [x])
+    compiled = compile_aten_graph(gm, [x], options={**CPP, "cache_dir": native_cache})
+    assert "g++" in compiled.ember_native["reason"]
+    compare(compiled(x), x.exp())
+
+
+def test_output_code_log_shows_cpp(native_cache, monkeypatch):
+    from ember.diagnostics import logging as elog
+    seen = []
+    monkeypatch.setattr(elog, "enabled", lambda name: name == "output_code")
+    monkeypatch.setattr(elog, "artifact", lambda name, text: seen.append(text))
+    run_cpp(lambda x: torch.relu(x) * 3, [torch.randn(9, 4)], native_cache)
+    assert seen and 'extern "C" void cpp_poi_fused' in seen[0] and "// ATen ops:" in seen[0]
