@@ -198,3 +198,13 @@ def test_output_code_log_shows_cpp(native_cache, monkeypatch):
     monkeypatch.setattr(elog, "artifact", lambda name, text: seen.append(text))
     run_cpp(lambda x: torch.relu(x) * 3, [torch.randn(9, 4)], native_cache)
     assert seen and 'extern "C" void cpp_poi_fused' in seen[0] and "// ATen ops:" in seen[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_stores_round_like_eager(dtype, native_cache):
+    """fp32 -> bf16/fp16 stores round to nearest even (bf16: bit arithmetic in the prelude), NaN and
+    Inf stay: exactly eager's bits, not just within the half types' tolerance."""
+    x = torch.randn(64, 33) * 100
+    x[0, :4] = torch.tensor([float("nan"), float("inf"), float("-inf"), 1.00390625])  # a bf16 tie
+    x[1, :3] = torch.tensor([1 + 2 ** -9, 1 + 3 * 2 ** -9, 65519.0])  # more ties; fp16 overflow edge
+    run_cpp(lambda x: (x * 1.5).to(dtype), [x], native_cache, atol=0, rtol=0)
