@@ -107,13 +107,21 @@ def library(path: str) -> ctypes.CDLL:
     return lib
 
 
+def binary_paths(path: str, source: bytes | None = None) -> tuple:
+    """(key, .so path, record path) of the translation unit at ``path`` for this compiler and CPU."""
+    if source is None:
+        source = diskcache.read_source(path, os.path.basename(path)[:-4])
+    key = hashlib.sha256(source + compiler_id(find_compiler()).encode()).hexdigest()
+    folder = os.path.dirname(path)
+    return key, os.path.join(folder, f"{key}.so"), os.path.join(folder, f"{key}.json")
+
+
 def _load_or_build(path: str) -> ctypes.CDLL:
     digest = os.path.basename(path)[:-4]
     source = diskcache.read_source(path, digest)  # raises Refused: a source not to trust is not built
     cxx = find_compiler()
-    key = hashlib.sha256(source + compiler_id(cxx).encode()).hexdigest()
+    key, so, record = binary_paths(path, source)
     folder = os.path.dirname(path)
-    so, record = os.path.join(folder, f"{key}.so"), os.path.join(folder, f"{key}.json")
     recorded = diskcache.read_entry(record, _KIND, key)
     if recorded is not None and os.path.lexists(so):
         try:

@@ -69,13 +69,15 @@ PRELUDE = r"""
 static int ember_threads = 1;
 extern "C" void ember_set_num_threads(int n) { ember_threads = n > 0 ? n : 1; }
 
+static inline float e_exp(float x);
+static inline double e_exp(double x);
 template <class T> static inline T e_maximum(T a, T b) { return (a > b || a != a) ? a : b; }
 template <class T> static inline T e_minimum(T a, T b) { return (a < b || a != a) ? a : b; }
 template <class T> static inline T e_abs(T a) { return a < 0 ? T(-a) : a; }
 template <class T> static inline T e_sign(T a) { return T((T(0) < a) - (a < T(0))); }
 template <class T> static inline T e_reciprocal(T a) { return T(1) / a; }
 template <class T> static inline T e_rsqrt(T a) { return T(1) / std::sqrt(a); }
-template <class T> static inline T e_sigmoid(T a) { return T(1) / (T(1) + std::exp(-a)); }
+template <class T> static inline T e_sigmoid(T a) { return T(1) / (T(1) + e_exp(-a)); }
 template <class T> static inline T e_logit(T a) { return std::log(a / (T(1) - a)); }
 template <class T> static inline bool e_isnan(T a) { if constexpr (std::is_floating_point_v<T>) return std::isnan(a); else return false; }
 template <class T> static inline bool e_isinf(T a) { if constexpr (std::is_floating_point_v<T>) return std::isinf(a); else return false; }
@@ -116,6 +118,51 @@ template <class T> static inline T e_remainder(T a, T b) {
     return (r != 0 && ((r < 0) != (b < 0))) ? T(r + b) : r;
   }
 }
+// float exp and erf that gcc vectorizes (glibc's expf/erff are scalar calls unless -ffast-math,
+// which would break NaN/Inf). exp: Cody-Waite reduction and Cephes' polynomial, about 1 ulp; the
+// power of two is applied in two halves so results down to the subnormals stay right. erf: the
+// rational function Eigen and XLA use (within 4e-7 absolute of erf; eager's vectorized CPU erf is
+// an approximation of the same order). Double keeps <cmath>.
+static inline float e_exp(float x) {
+  float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+  float n = std::nearbyint(xc * 1.44269504088896341f);
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500E-4f;
+  p = p * r + 1.3981999507E-3f;
+  p = p * r + 8.3334519073E-3f;
+  p = p * r + 4.1665795894E-2f;
+  p = p * r + 1.6666665459E-1f;
+  p = p * r + 5.0000001201E-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t ni = (int32_t)n, n1 = ni / 2, n2 = ni - n1;
+  uint32_t b1 = uint32_t(n1 + 127) << 23, b2 = uint32_t(n2 + 127) << 23;
+  float s1, s2;
+  std::memcpy(&s1, &b1, 4);
+  std::memcpy(&s2, &b2, 4);
+  float y = p * s1 * s2;
+  return x != x ? x : (x >= 89.0f ? std::numeric_limits<float>::infinity() : (x <= -104.0f ? 0.0f : y));
+}
+static inline double e_exp(double x) { return std::exp(x); }
+static inline float e_erf(float x) {
+  float c = x < -4.0f ? -4.0f : (x > 4.0f ? 4.0f : x);
+  float x2 = c * c;
+  float p = x2 * -2.72614225801306e-10f + 2.77068142495902e-08f;
+  p = x2 * p + -2.10102402082508e-06f;
+  p = x2 * p + -5.69250639462346e-05f;
+  p = x2 * p + -7.34990630326855e-04f;
+  p = x2 * p + -2.95459980854025e-03f;
+  p = x2 * p + -1.60960333262415e-02f;
+  float q = x2 * -1.45660718464996e-05f + -2.13374055278905e-04f;
+  q = x2 * q + -1.68282697438203e-03f;
+  q = x2 * q + -7.37332916720468e-03f;
+  q = x2 * q + -1.42647390514189e-02f;
+  return x != x ? x : c * p / q;
+}
+static inline double e_erf(double x) { return std::erf(x); }
+// NaN-propagating max/min as OpenMP reductions, so `omp simd` vectorizes them too
+#pragma omp declare reduction(e_max : float, double, int64_t, int32_t, int16_t, int8_t, uint8_t : omp_out = e_maximum(omp_out, omp_in)) initializer(omp_priv = omp_orig)
+#pragma omp declare reduction(e_min : float, double, int64_t, int32_t, int16_t, int8_t, uint8_t : omp_out = e_minimum(omp_out, omp_in)) initializer(omp_priv = omp_orig)
 // int64 index math with Python's semantics (index expressions are usually non-negative)
 static inline int64_t e_idiv(int64_t a, int64_t b) { int64_t q = a / b; return ((a % b) != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
 static inline int64_t e_imod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
@@ -345,10 +392,12 @@ class CppKernelEmitter:
             elif n in stores:
                 self.store(n.name, self.node_value(n.name, inner), inner)
         simd = None
-        sums = [accs[n.name][0] for n in reds if n.reduction_type == "sum"]
-        if reds and len(sums) == len(reds):
-            # a sum vectorizes only as a declared reduction (without -ffast-math gcc keeps the order)
-            simd = (f"#pragma omp simd reduction(+:{', '.join(sums)})", len(rvars) - 1)
+        clauses = [_SIMD_REDUCTION.get(n.reduction_type) for n in reds]
+        if reds and all(clauses) and all(accs[n.name][1] != torch.bool for n in reds):
+            # reductions vectorize only when declared (without -ffast-math gcc keeps the order; max
+            # and min are our NaN-propagating ones, PRELUDE's `declare reduction`)
+            simd = ("#pragma omp simd " + " ".join(f"reduction({c}:{accs[n.name][0]})" for c, n in zip(clauses, reds)),
+                    len(rvars) - 1)
         scope.lines += self._loops(rvars, inner.lines, simd)
         for n in reds:
             r = self._finish_acc(n, accs[n.name], scope)
@@ -445,6 +494,9 @@ class CppKernelEmitter:
         from ember.native.triton_emit import provenance
         return CppKernel("\n".join(src) + "\n", "red" if k.is_reduction else "poi", list(self.args), k.xnumel,
                          k.rnumel, provenance(k).replace("# ", "// "), size_args=list(self.size_names))
+
+
+_SIMD_REDUCTION = {"sum": "+", "prod": "*", "max": "e_max", "min": "e_min"}
 
 
 def _combine(rt, a, v) -> str:

@@ -280,7 +280,7 @@ REGISTRY: list[Op] = [
     Op("sign", 1, A, _r("sign({0})", "e_sign({0})"), aten=(aten.sign,)),
     Op("reciprocal", 1, F, {"triton": _tl_reciprocal, "cpp": "e_reciprocal({0})"}, aten=(aten.reciprocal,)),
     # ---- transcendental
-    Op("exp", 1, F, _r("tl.exp({0})", "std::exp({0})"), aten=(aten.exp,)),
+    Op("exp", 1, F, _r("tl.exp({0})", "e_exp({0})"), aten=(aten.exp,)),
     Op("exp2", 1, F, _r("tl.exp2({0})", "std::exp2({0})"), aten=(aten.exp2,)),
     Op("expm1", 1, F, _r("expm1({0})", "std::expm1({0})"), heavy=True, aten=(aten.expm1,)),
     Op("log", 1, F, _r("tl.log({0})", "std::log({0})"), aten=(aten.log,)),
@@ -293,7 +293,7 @@ REGISTRY: list[Op] = [
     Op("tan", 1, F, _r("tan({0})", "std::tan({0})"), heavy=True, aten=(aten.tan,)),
     Op("tanh", 1, F, _r("tanh({0})", "std::tanh({0})"), heavy=True, aten=(aten.tanh,)),
     Op("sigmoid", 1, F, _r("tl.sigmoid({0})", "e_sigmoid({0})"), aten=(aten.sigmoid,)),
-    Op("erf", 1, F, _r("tl.math.erf({0})", "std::erf({0})"), render_lowp=_tl("erf_rational({0})"), heavy=True, aten=(aten.erf,)),
+    Op("erf", 1, F, _r("tl.math.erf({0})", "e_erf({0})"), render_lowp=_tl("erf_rational({0})"), heavy=True, aten=(aten.erf,)),
     Op("atan", 1, F, _r("atan({0})", "std::atan({0})"), heavy=True, aten=(aten.atan,)),
     Op("sinh", 1, F, _r("sinh({0})", "std::sinh({0})"), heavy=True, aten=(aten.sinh,)),
     Op("cosh", 1, F, _r("cosh({0})", "std::cosh({0})"), heavy=True, aten=(aten.cosh,)),

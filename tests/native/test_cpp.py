@@ -133,8 +133,8 @@ def test_cache_dirs_are_private_and_warm_load_does_not_compile(native_cache):
     folder = os.path.dirname(path)
     for level in (folder, os.path.dirname(folder)):
         assert stat.S_IMODE(os.stat(level).st_mode) == 0o700
-    (so,) = [f for f in os.listdir(folder) if f.endswith(".so")]
-    assert not os.stat(os.path.join(folder, so)).st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    _, so, _ = cpp_build.binary_paths(path)
+    assert not os.stat(so).st_mode & (stat.S_IWGRP | stat.S_IWOTH)
     cpp_build._LIBS.pop(path)  # as a fresh process would: the .so on disk is loaded, not rebuilt
     builds = cpp_build.BUILDS["count"]
     cpp_build.library(path)
@@ -144,8 +144,7 @@ def test_cache_dirs_are_private_and_warm_load_does_not_compile(native_cache):
 @pytest.mark.parametrize("tamper", ["bytes", "group_writable"])
 def test_tampered_so_is_rebuilt_not_loaded(tamper, native_cache, monkeypatch):
     path = _unit(native_cache)
-    folder = os.path.dirname(path)
-    (so,) = [os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".so")]
+    _, so, _ = cpp_build.binary_paths(path)
     good = open(so, "rb").read()
     if tamper == "bytes":
         with open(so, "r+b") as f:
