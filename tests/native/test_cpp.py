@@ -207,3 +207,16 @@ def test_half_stores_round_like_eager(dtype, native_cache):
     x[0, :4] = torch.tensor([float("nan"), float("inf"), float("-inf"), 1.00390625])  # a bf16 tie
     x[1, :3] = torch.tensor([1 + 2 ** -9, 1 + 3 * 2 ** -9, 65519.0])  # more ties; fp16 overflow edge
     run_cpp(lambda x: (x * 1.5).to(dtype), [x], native_cache, atol=0, rtol=0)
+
+
+SPECIAL = [float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 88.72, 88.73, 89.0, -87.3, -87.4, -95.0, -103.9,
+           -104.0, -110.0, 1e-8, -1e-8]
+
+
+@pytest.mark.parametrize("fn,rtol,atol", [(torch.exp, 3e-7, 0.0), (torch.erf, 0.0, 5e-7), (torch.sigmoid, 5e-7, 0.0)],
+                         ids=["exp", "erf", "sigmoid"])
+def test_vectorized_math_accuracy(fn, rtol, atol, native_cache):
+    """PRELUDE's float exp/erf (vectorizable, not glibc's): a few ulps of eager over the whole range,
+    subnormal results, overflow to inf, NaN and +-inf included."""
+    x = torch.cat([torch.linspace(-110, 90, 20011), torch.linspace(-5, 5, 4001), torch.tensor(SPECIAL)])
+    run_cpp(fn, [x], native_cache, atol=max(atol, 1e-44), rtol=rtol)
