@@ -178,6 +178,8 @@ class Environment:
         "OPENVINO_TORCH_BACKEND_DEVICE": "openvino backend: default of the 'device' option",
         "OPENVINO_TORCH_MODEL_CACHING": "openvino backend: default of the 'model_caching' option",
         "OPENVINO_TORCH_CACHE_DIR": "openvino backend: default of the 'cache_dir' option",
+        "CXX": "the C++ compiler that builds the native backend's CPU kernels (native_cpu='cpp'; default: "
+               "c++, then g++, on PATH)",
     }
 
     def get(self, name: str) -> str | None:

@@ -42,7 +42,8 @@ class CompilerMissing(RuntimeError):
 
 def find_compiler() -> str:
     """The C++ compiler: ``$CXX``, else ``c++``, else ``g++`` on PATH."""
-    for cand in (os.environ.get("CXX"), "c++", "g++"):
+    from ember.config import environment
+    for cand in (environment.get("CXX"), "c++", "g++"):
         if cand:
             path = shutil.which(cand)
             if path:
