@@ -28,7 +28,11 @@ from ember import diskcache
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17",
          # signed overflow wraps (eager's int arithmetic does); errno-free math lets sqrt vectorize.
          # Never -ffast-math: it breaks NaN/Inf semantics (isnan, NaN-propagating max).
-         "-fwrapv", "-fno-math-errno")
+         "-fwrapv", "-fno-math-errno",
+         # a*b+c as one FMA (ISO C++ mode turns contraction off; eager's vector kernels use FMAs too),
+         # and full-width AVX-512 where the CPU has it: softmax 1024x1024, 1 thread, 1.49 -> 1.16 ms
+         # on the development VM (gcc defaults to 256-bit vectors)
+         "-ffp-contract=fast", "-mprefer-vector-width=512")
 _KIND = "native-cpp-so"
 _LIBS: dict = {}       # source path -> ctypes.CDLL
 _LOCK = threading.Lock()
