@@ -108,6 +108,7 @@ def library(path: str) -> ctypes.CDLL:
         if lib is None:
             lib = _LIBS[path] = _load_or_build(path)
             lib.ember_set_num_threads.argtypes = [ctypes.c_int]
+            lib.ember_take_error.restype = ctypes.c_int
             _THREADS[0] = 0  # set on the next sync_threads
     return lib
 
@@ -174,3 +175,15 @@ def sync_threads():
         for lib in list(_LIBS.values()):
             lib.ember_set_num_threads(n)
         _THREADS[0] = n
+
+
+ERRORS = {1: (IndexError, "index out of range (a gather, index or embedding read past its tensor)"),
+          2: (RuntimeError, "ZeroDivisionError (integer division or remainder by zero)")}
+
+
+def check(path: str, name: str):
+    """Raise what a kernel of the unit at ``path`` recorded (PRELUDE's ember_fail), as eager raises."""
+    code = _LIBS[path].ember_take_error()
+    if code:
+        cls, what = ERRORS.get(code, (RuntimeError, f"error {code}"))
+        raise cls(f"{what}, in ember's C++ kernel {name}")

@@ -40,6 +40,8 @@ STORAGE = {torch.float32: "float", torch.float64: "double", torch.float16: "_Flo
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 # kernels with fewer points than this run on one thread: a parallel region costs a few microseconds
 PARALLEL_NUMEL = 1 << 15
+# integer ops that divide: by zero they record an error (eager raises)
+INT_DIVISIONS = ("truncdiv", "floordiv", "remainder", "fmod")
 
 
 class CppUnsupported(Exception):
@@ -68,6 +70,11 @@ PRELUDE = r"""
 
 static int ember_threads = 1;
 extern "C" void ember_set_num_threads(int n) { ember_threads = n > 0 ? n : 1; }
+// Where eager raises (an index out of range, an integer division by zero) a kernel records the
+// error here and the wrapper raises it after the call (cpp_build.check): never a silent result.
+static int ember_error = 0;
+static inline void ember_fail(int code) { __atomic_store_n(&ember_error, code, __ATOMIC_RELAXED); }
+extern "C" int ember_take_error() { return __atomic_exchange_n(&ember_error, 0, __ATOMIC_RELAXED); }
 
 static inline float e_exp(float x);
 static inline double e_exp(double x);
@@ -86,12 +93,14 @@ template <class T> static inline T e_ceil(T a) { if constexpr (std::is_floating_
 template <class T> static inline T e_trunc(T a) { if constexpr (std::is_floating_point_v<T>) return std::trunc(a); else return a; }
 // round half to even (the default rounding mode), as torch.round
 template <class T> static inline T e_round(T a) { if constexpr (std::is_floating_point_v<T>) return std::nearbyint(a); else return a; }
-// integer division by zero is undefined in C (a trap on x86): 0 instead, where eager raises
+// integer division by zero is undefined in C (a trap on x86): recorded, eager raises
 template <class T> static inline T e_truncdiv(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) return std::trunc(a / b); else return b == 0 ? T(0) : T(a / b);
+  if constexpr (std::is_floating_point_v<T>) return std::trunc(a / b);
+  else { if (b == 0) { ember_fail(2); return T(0); } return T(a / b); }
 }
 template <class T> static inline T e_fmod(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) return std::fmod(a, b); else return b == 0 ? T(0) : T(a % b);
+  if constexpr (std::is_floating_point_v<T>) return std::fmod(a, b);
+  else { if (b == 0) { ember_fail(2); return T(0); } return T(a % b); }
 }
 // Python's floor division and modulo (sign of the divisor), as eager's floor_divide/remainder
 template <class T> static inline T e_floordiv(T a, T b) {
@@ -103,7 +112,7 @@ template <class T> static inline T e_floordiv(T a, T b) {
     T fl = std::floor(div);
     return div - fl > T(0.5) ? fl + T(1) : fl;
   } else {
-    if (b == 0) return T(0);
+    if (b == 0) { ember_fail(2); return T(0); }
     T q = a / b;
     return ((a % b) != 0 && ((a < 0) != (b < 0))) ? T(q - 1) : q;
   }
@@ -113,7 +122,7 @@ template <class T> static inline T e_remainder(T a, T b) {
     T r = std::fmod(a, b);
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
   } else {
-    if (b == 0) return T(0);
+    if (b == 0) { ember_fail(2); return T(0); }
     T r = a % b;
     return (r != 0 && ((r < 0) != (b < 0))) ? T(r + b) : r;
   }
@@ -190,6 +199,7 @@ class CppKernel:
     comment: str                # provenance lines
     size_args: list = dataclasses.field(default_factory=list)  # size symbols passed as ks0, ks1...
     int32_limits: list = dataclasses.field(default_factory=list)  # (always empty: index math is int64)
+    checked: bool = False       # may record an error the wrapper raises (cpp_build.check)
     renderer: str = "cpp"
 
     @property
@@ -231,6 +241,7 @@ class CppKernelEmitter:
         self.outer_vals: dict = {}
         self.vars = ir.node_vars(len(k.ranges))
         self.kept = [i for i in range(len(k.ranges)) if i not in k.reduced]
+        self.checked = False  # the kernel may record an error (see PRELUDE's ember_fail)
 
     # -- names ---------------------------------------------------------------------------------
     def pointer(self, buf, out=False):
@@ -290,6 +301,8 @@ class CppKernelEmitter:
         if e.op not in ops.OPS:
             raise CppUnsupported(f"IR op {e.op!r} has no C++ spelling")
         args = [self.value(a, scope) for a in e.args]
+        if e.op in INT_DIVISIONS and not e.dtype.is_floating_point:
+            self.checked = True
         return self.emit(scope, compute_dtype(e.dtype), ops.render("cpp", e, args))
 
     def cast(self, v, src, dst, scope):
@@ -309,6 +322,12 @@ class CppKernelEmitter:
         ind = {s: f"((int64_t){self.value(a, scope)})" for s, a in zip(syms, e.args)}
         ptr = self.pointer(buf)
         code = f"{ptr}[{self.index_str(index, ind)}]"
+        if syms:  # a gathered index: checked against the buffer, as eager checks it (error 1)
+            i = self.emit(scope, torch.int64, self.index_str(index, ind))
+            n = self.index_str(self.layouts[buf].storage_numel)
+            scope.lines.append(f"if ({i} < 0 || {i} >= {n}) {{ ember_fail(1); {i} = 0; }}")
+            self.checked = True
+            code = f"{ptr}[{i}]"
         dt = self.layouts[buf].dtype
         if dt == torch.bfloat16:
             code = f"e_bf16_load({code})"
@@ -493,7 +512,8 @@ class CppKernelEmitter:
         src = [f'extern "C" void KERNEL_NAME({", ".join(params)}) {{'] + _indent(body) + ["}"]
         from ember.native.triton_emit import provenance
         return CppKernel("\n".join(src) + "\n", "red" if k.is_reduction else "poi", list(self.args), k.xnumel,
-                         k.rnumel, provenance(k).replace("# ", "// "), size_args=list(self.size_names))
+                         k.rnumel, provenance(k).replace("# ", "// "), size_args=list(self.size_names),
+                         checked=self.checked)
 
 
 _SIMD_REDUCTION = {"sum": "+", "prod": "*", "max": "e_max", "min": "e_min"}

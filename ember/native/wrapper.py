@@ -150,6 +150,8 @@ class WrapperCodegen:
                     if not is_static(step.numel) or step.numel > 0:
                         args = [f"{b}.data_ptr()" for b in ek.args] + [render_const(s) for s in ek.size_args]
                         B.append(f"{name}({', '.join(args)})")
+                        if ek.checked:
+                            B.append(f"check_cpp({self.kernels[id(step)][2]!r}, {name!r})")
                 elif not is_static(step.numel) or step.numel > 0:
                     launch, grid = self._launcher(step, name, ek, allocated)
                     B.append(f"{launch}({', '.join(grid + self._launch_args(step, ek))})")
@@ -306,7 +308,7 @@ class WrapperCodegen:
             else:
                 loads.append(f"{name} = load_kernel({path!r}, {name!r})")
         if cpp:
-            lines.append("from ember.native.cpp_build import load_kernel as load_cpp_kernel, sync_threads")
+            lines.append("from ember.native.cpp_build import check as check_cpp, load_kernel as load_cpp_kernel, sync_threads")
             # torch.set_num_threads governs the kernels' OpenMP regions too
             self.body.insert(0, "sync_threads()")
         lines += loads
