@@ -252,3 +252,39 @@ def test_errors_raise_like_eager(name, native_cache):
     with pytest.raises((IndexError, RuntimeError)) as err:
         compiled(*inputs)
     assert "ember's C++ kernel" in str(err.value) or compiled.ember_native["reason"], err.value
+
+
+def test_native_cpu_setting_is_checked():
+    from ember.config import Config
+    assert Config.from_env({"EMBER_NATIVE_CPU": "cpp"}).native_cpu == "cpp"
+    assert Config().native_cpu == "aten"  # off by default this release
+    with pytest.raises(ValueError, match="EMBER_NATIVE_CPU"):
+        Config.from_env({"EMBER_NATIVE_CPU": "c++"})
+    with pytest.raises(ValueError, match="cpu_codegen"):
+        from ember.native.options import resolve
+        resolve({"cpu_codegen": "gcc"})
+
+
+WARM = """
+import sys, torch
+from ember.config import config
+config.native_cpu, config.cache_dir = "cpp", sys.argv[1]
+import ember
+from ember.native import cpp_build
+f = ember.compile(lambda x: torch.softmax(x, -1) * 2)
+x = torch.randn(8, 9)
+torch.testing.assert_close(f(x), torch.softmax(x, -1) * 2)
+print("BUILDS", cpp_build.BUILDS["count"])
+"""
+
+
+@pytest.mark.slow
+def test_warm_process_loads_without_compiling(tmp_path):
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    runs = [subprocess.run([sys.executable, "-c", WARM, str(tmp_path)], capture_output=True, text=True, cwd=root)
+            for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-3000:]
+    assert "BUILDS 1" in runs[0].stdout and "BUILDS 0" in runs[1].stdout, [r.stdout for r in runs]
