@@ -41,6 +41,9 @@ STORAGE = {torch.float32: "float", torch.float64: "double", torch.float16: "_Flo
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 # kernels with fewer points than this run on one thread: a parallel region costs a few microseconds
 PARALLEL_NUMEL = 1 << 15
+# rows up to this many elements keep costly values a later loop needs in a stack buffer (32 KiB of fp32)
+ROW_CACHE_NUMEL = 8192
+COSTLY = ops.HEAVY | {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "sin", "cos", "truediv"}
 # integer ops that divide: by zero they record an error (eager raises)
 INT_DIVISIONS = ("truncdiv", "floordiv", "remainder", "fmod")
 
@@ -113,6 +116,7 @@ class CppKernelEmitter:
         self.vars = ir.node_vars(len(k.ranges))
         self.kept = [i for i in range(len(k.ranges)) if i not in k.reduced]
         self.checked = False  # the kernel may record an error (see PRELUDE's ember_fail)
+        self.row_cache, self.stage_sets, self._rdeps = {}, {}, {}
 
     # -- names ---------------------------------------------------------------------------------
     def pointer(self, buf, out=False):
@@ -270,17 +274,78 @@ class CppKernelEmitter:
         clause = f" collapse({collapse})" if collapse > 1 else ""
         return (f"#pragma omp parallel for{clause} num_threads(ember_threads) if(({numel}) >= {PARALLEL_NUMEL})", 0)
 
-    def _reduce_stage(self, scope, reds, stores, all_nodes):
+    # -- row buffers: a costly value a later loop needs again is kept, not recomputed -------------
+    def _stage_exprs(self, nodes) -> set:
+        """The r-dependent Exprs a stage computes for ``nodes`` (in-kernel inner nodes expanded)."""
+        roots, out, seen = [self.k.bodies[n.name] for n in nodes], set(), set()
+        while roots:
+            for e in ir.walk(roots):
+                if e in seen:
+                    continue
+                seen.add(e)
+                if self._rdep(e):
+                    out.add(e)
+            roots = [self.k.bodies[e.attr[0]] for e in seen if e.op == "load" and e.attr[0] in self.nodes
+                     and self.k.roles[e.attr[0]] == "inner" and self.k.bodies[e.attr[0]] not in seen]
+        return out
+
+    def _rdep(self, e) -> bool:
+        hit = self._rdeps.get(e)
+        if hit is None:
+            rv = {self.vars[i] for i in self.k.reduced}
+            if e.op == "load" and e.attr[0] in self.nodes:
+                hit = self.k.roles[e.attr[0]] == "inner"
+            elif e.op in ("load", "index"):
+                index = e.attr[1] if e.op == "load" else e.attr
+                hit = bool(rv & index.free_symbols) or any(self._rdep(a) for a in e.args)
+            else:
+                hit = any(self._rdep(a) for a in e.args)
+            self._rdeps[e] = hit
+        return hit
+
+    def _plan_row_cache(self, stage_nodes: dict, scope) -> None:
+        """Keep in a per-row stack buffer each costly value (exp, erf, a division...) that a later
+        stage recomputes: softmax's exp(x - max) is computed for the sum and read back to normalize.
+        Static rows up to ROW_CACHE_NUMEL only, and not under ``masked`` (its values live in an if)."""
+        k = self.k
+        self.row_cache, self.stage_sets = {}, {}
+        if not is_static(k.rnumel) or k.rnumel > ROW_CACHE_NUMEL or k.single or len(stage_nodes) < 2:
+            return
+        for s, nodes in sorted(stage_nodes.items()):
+            self.stage_sets[s] = self._stage_exprs(nodes)
+        if any(e.op == "masked" for es in self.stage_sets.values() for e in es):
+            return
+        first = {}
+        for s, es in sorted(self.stage_sets.items()):
+            for e in es:
+                if e in first:
+                    if e not in self.row_cache and e.op not in ("load", "const", "index", "cast") \
+                            and any(x.op in COSTLY for x in ir.walk([e])):
+                        buf = f"row{len(self.row_cache)}"
+                        self.row_cache[e] = (buf, first[e])
+                        scope.lines.append(f"{ctype(compute_dtype(e.dtype))} {buf}[{k.rnumel}];")
+                else:
+                    first[e] = s
+
+    def _reduce_stage(self, scope, reds, stores, all_nodes, stage=0):
         """One loop nest over the reduced ranges: accumulate ``reds``, store the inner nodes ``stores``."""
         k = self.k
         accs = {n.name: self._init_acc(n, scope) for n in reds}
         inner = _Scope(scope)
         rvars = list(k.reduced)
+        rlin = self.index_str(_linear(self.vars, k.ranges, rvars))
+        mine = self.stage_sets.get(stage, ())
+        for e, (buf, s0) in self.row_cache.items():
+            if s0 < stage and e in mine:  # computed by an earlier loop of this row
+                inner.cache[e] = self.emit(inner, compute_dtype(e.dtype), f"{buf}[{rlin}]")
         for n in all_nodes:
             if n in reds:
                 self._accumulate(n, self.value(k.bodies[n.name], inner), accs[n.name], inner, rvars)
             elif n in stores:
                 self.store(n.name, self.node_value(n.name, inner), inner)
+        for e, (buf, s0) in self.row_cache.items():
+            if s0 == stage:
+                inner.lines.append(f"{buf}[{rlin}] = {self.value(e, inner)};")
         simd = None
         clauses = [_SIMD_REDUCTION.get(n.reduction_type) for n in reds]
         if reds and all(clauses) and all(accs[n.name][1] != torch.bool for n in reds):
@@ -338,13 +403,17 @@ class CppKernelEmitter:
         else:
             stages = self.stages()
             nstages = max(list(stages.values()) + [0]) + 1
+            plan = {}
+            for s in range(nstages):
+                reds = [n for n in k.nodes if k.roles[n.name] == "red" and stages[n.name] == s]
+                stores = [n for n in k.nodes if k.roles[n.name] == "inner" and stages[n.name] == s
+                          and n.name not in k.local]
+                if reds or stores:
+                    plan[s] = (reds, stores)
+            self._plan_row_cache({s: r + st for s, (r, st) in plan.items()}, xs)
             for s in range(-1, nstages):
-                if s >= 0:
-                    reds = [n for n in k.nodes if k.roles[n.name] == "red" and stages[n.name] == s]
-                    stores = [n for n in k.nodes if k.roles[n.name] == "inner" and stages[n.name] == s
-                              and n.name not in k.local]
-                    if reds or stores:
-                        self._reduce_stage(xs, reds, stores, k.nodes)
+                if s in plan:
+                    self._reduce_stage(xs, plan[s][0], plan[s][1], k.nodes, s)
                 for n in k.nodes:
                     if k.roles[n.name] in ("outer", "xred") and stages[n.name] == s:
                         v = self.value(k.bodies[n.name], xs)

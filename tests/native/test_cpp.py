@@ -288,3 +288,14 @@ def test_warm_process_loads_without_compiling(tmp_path):
     for r in runs:
         assert r.returncode == 0, r.stderr[-3000:]
     assert "BUILDS 1" in runs[0].stdout and "BUILDS 0" in runs[1].stdout, [r.stdout for r in runs]
+
+
+def test_softmax_keeps_exp_in_a_row_buffer():
+    """exp(x - max) is computed once per element: kept in a stack row buffer by the sum's loop and
+    read back by the normalizing loop (the same schedule as Triton's; only the C++ spelling differs)."""
+    from ember.native.backend import plan
+    x = torch.randn(64, 300)
+    gm = trace(lambda x: torch.softmax(x, -1), [x])
+    _, _, _, emitted = plan(gm, [x], {}, "cpp")
+    (src,) = [ck.source for _, ck in emitted]
+    assert src.count("e_exp(") == 1 and "row0[" in src, src
