@@ -11,7 +11,10 @@ arguments and the wrapper reads from the inputs. A graph holding something that 
 that graph only, to a static compile per input-size set (``specialize.PerShapeGraph``), the reason
 in ``ember_native["reason"]``.
 
-CPU tensors run the ATen graph as it is (``gm.forward``) unless Triton is forced, by the argument
+CPU tensors run the ATen graph as it is (``gm.forward``) unless the option ``cpu_codegen="cpp"``
+(``ember.config.native_cpu``, ``EMBER_NATIVE_CPU=cpp``; off by default) renders the same scheduled
+kernels as C++ (``cpp_emit``, built and loaded by ``cpp_build``, one translation unit per graph), or
+Triton is forced, by the argument
 ``force_triton=True``, by ``ember.config.config.native_force_triton`` if that field exists, or by the
 environment variable ``EMBER_NATIVE_FORCE_TRITON=1``; then the kernels run in the Triton interpreter
 (``TRITON_INTERPRET=1`` is set if it is not set yet). Graphs the backend cannot handle run as they are

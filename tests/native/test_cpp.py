@@ -299,3 +299,42 @@ def test_softmax_keeps_exp_in_a_row_buffer():
     _, _, _, emitted = plan(gm, [x], {}, "cpp")
     (src,) = [ck.source for _, ck in emitted]
     assert src.count("e_exp(") == 1 and "row0[" in src, src
+
+
+MODELS = {
+    "encoder_layer": (lambda: torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True),
+                      lambda: [torch.randn(2, 7, 32)]),
+    "cnn": (lambda: torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                        torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(8 * 7 * 7, 10)),
+            lambda: [torch.randn(2, 3, 16, 16)]),
+}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_model_training_cpp(name, native_cache):
+    """Forward and backward of small models (attention, convolution as extern ATen calls with fused
+    C++ epilogues, batch norm in training mode) against eager."""
+    import copy
+
+    import ember
+    from ember.config import config
+    torch.manual_seed(0)
+    model = MODELS[name][0]()
+    ref = copy.deepcopy(model)
+    inputs = MODELS[name][1]()
+
+    def step(m, *xs):
+        out = m(*xs)
+        (out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum().backward()
+        return out
+    old, old_dir = config.native_cpu, config.cache_dir
+    config.native_cpu, config.cache_dir = "cpp", native_cache
+    builds = cpp_build.BUILDS["count"]
+    try:
+        out = ember.compile(step)(model, *inputs)
+    finally:
+        config.native_cpu, config.cache_dir = old, old_dir
+    assert cpp_build.BUILDS["count"] >= builds + 2  # forward and backward graphs built as C++
+    compare(out, step(ref, *inputs), 1e-5, 1e-4)
+    for (pname, a), b in zip(model.named_parameters(), ref.parameters()):
+        compare(a.grad, b.grad, 1e-5, 1e-4)
