@@ -338,3 +338,18 @@ def test_model_training_cpp(name, native_cache):
     compare(out, step(ref, *inputs), 1e-5, 1e-4)
     for (pname, a), b in zip(model.named_parameters(), ref.parameters()):
         compare(a.grad, b.grad, 1e-5, 1e-4)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_parallel_regions_follow_torch_threads(threads, native_cache, monkeypatch):
+    """Kernels above PARALLEL_NUMEL run their outer loops in OpenMP with torch's thread count
+    (reductions collapse the kept loops; pointwise kernels keep the inner loop for the vectorizer)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        compiled = run_cpp(lambda x, y: (torch.softmax(x, -1) * y, torch.sigmoid(x.transpose(0, 1)) + 1),
+                           [torch.randn(4, 300, 101), torch.randn(101)], native_cache)
+        assert cpp_build._THREADS[0] == threads
+        assert "#pragma omp parallel for" in open(compiled.ember_native["kernels"][0]).read()
+    finally:
+        torch.set_num_threads(old)
