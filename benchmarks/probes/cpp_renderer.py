@@ -1,5 +1,5 @@
 """Quick C++-renderer probe (issue 25): eager vs ember with EMBER native_cpu=<mode>, 1 thread, medians of 30.
-Usage: python benchmarks/probes/cpp_renderer.py cpp|aten   (numbers in the t25-cpp report; noisy shared VM)"""
+Usage (from the repository root): PYTHONPATH=. python benchmarks/probes/cpp_renderer.py cpp|aten   (numbers in the t25-cpp report; noisy shared VM)"""
 import statistics, time, sys, copy
 import torch, torch.nn.functional as F
 torch.set_num_threads(1)
