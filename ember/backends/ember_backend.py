@@ -96,7 +96,8 @@ def ember_default(gm, example_inputs, mode=None, options=None):
         cudagraphs = autotune = False
     if not _on_cuda(gm, example_inputs):
         from ember.config import config
-        if not config.native_force_triton:  # forced: the Triton kernels run in the interpreter (tests)
+        # forced Triton: the kernels run in the interpreter (tests); native_cpu='cpp': C++ kernels
+        if not config.native_force_triton and config.native_cpu != "cpp":
             return _cpu_backend()(gm, example_inputs)
     return _native_backend(cudagraphs, autotune)(gm, example_inputs)
 

@@ -11,7 +11,10 @@ arguments and the wrapper reads from the inputs. A graph holding something that 
 that graph only, to a static compile per input-size set (``specialize.PerShapeGraph``), the reason
 in ``ember_native["reason"]``.
 
-CPU tensors run the ATen graph as it is (``gm.forward``) unless Triton is forced, by the argument
+CPU tensors run the ATen graph as it is (``gm.forward``) unless the option ``cpu_codegen="cpp"``
+(``ember.config.native_cpu``, ``EMBER_NATIVE_CPU=cpp``; off by default) renders the same scheduled
+kernels as C++ (``cpp_emit``, built and loaded by ``cpp_build``, one translation unit per graph), or
+Triton is forced, by the argument
 ``force_triton=True``, by ``ember.config.config.native_force_triton`` if that field exists, or by the
 environment variable ``EMBER_NATIVE_FORCE_TRITON=1``; then the kernels run in the Triton interpreter
 (``TRITON_INTERPRET=1`` is set if it is not set yet). Graphs the backend cannot handle run as they are
@@ -77,7 +80,9 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, *, force_triton
     opts = resolve_options(options)  # first: a bad option is an error on every device
     force = force_triton if force_triton is not None else _force_triton()
     if not _uses_cuda(gm, example_inputs) and not force:
-        return _as_is(gm, "CPU tensors run the ATen graph (no CPU code generator)")
+        if opts.cpu_codegen != "cpp":
+            return _as_is(gm, "CPU tensors run the ATen graph (native_cpu='aten')")
+        return _compile_cpp(gm, example_inputs, opts)
     on_cpu = not _uses_cuda(gm, example_inputs)
     if on_cpu and "triton" not in sys.modules:
         environment.request_triton_interpreter()
@@ -104,6 +109,40 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, *, force_triton
     except (Unsupported, SymbolicUnsupported) as e:  # the latter: a data-dependent size inside the graph
         _log(f"ember.native: running the graph as is: {e}")
         return _as_is(gm, str(e), fallback=True)
+
+
+def _compile_cpp(gm, example_inputs, opts):
+    """CPU tensors through the C++ renderer (``cpp_emit``, ``cpp_build``). Whatever it cannot handle
+    (no compiler, a dtype or index it cannot spell, a failed build) runs this graph's ATen code, the
+    reason logged: never a wrong result."""
+    from ember.native import cpp_build
+    from ember.native.cpp_emit import CppUnsupported
+    try:
+        cpp_build.find_compiler()
+    except cpp_build.CompilerMissing as e:
+        _log(f"ember.native: running the graph as is: {e}")
+        return _as_is(gm, str(e), fallback=True)
+
+    def compile_one(g, args):
+        try:
+            return _compile(g, args, opts, "cpp")
+        except (Unsupported, SymbolicUnsupported, CppUnsupported) as e:
+            reason = f"C++ renderer: {e}"
+        except (RuntimeError, OSError) as e:  # a build the compiler refused: a gap of the renderer
+            reason = f"C++ build failed: {type(e).__name__}: {str(e)[:2000]}"
+        _log(f"ember.native: running the graph as is: {reason}")
+        return _as_is(g, reason, fallback=True)
+
+    if has_symbolic_inputs(gm):
+        try:
+            return _compile(gm, example_inputs, opts, "cpp")
+        except (Unsupported, SymbolicUnsupported, CppUnsupported) as e:
+            reason = str(e)
+        except Exception as e:  # noqa: BLE001 - a gap of the symbolic path: per-size kernels are still right
+            reason = f"{type(e).__name__}: {e}"
+        _log(f"ember.native: symbolic sizes, compiling per input sizes: {reason}")
+        return PerShapeGraph(gm, compile_one, reason)
+    return compile_one(gm, example_inputs)
 
 
 def _layout_fallback(run, key):
@@ -135,16 +174,16 @@ def _as_is(gm, reason, fallback: bool = False):
     return run
 
 
-def _compile(gm, example_inputs, opts):
+def _compile(gm, example_inputs, opts, renderer="triton"):
     t0 = time.perf_counter()
     use_cache = opts.cache
     base = opts.cache_dir
-    key = cache.graph_key(gm, example_inputs, opts.cache_key())
+    key = cache.graph_key(gm, example_inputs, dict(opts.cache_key(), renderer=renderer))
     info = cache.lookup_graph(key, base) if use_cache else None
     mod = cache.load_wrapper(info, key) if info is not None else None  # (None: a file not to trust)
     hit = mod is not None
     if mod is None:
-        info, wrapper_src, kernel_srcs = _generate(gm, example_inputs, opts, key, base)
+        info, wrapper_src, kernel_srcs = _generate(gm, example_inputs, opts, key, base, renderer)
         _emit_log(wrapper_src, kernel_srcs)
         mod = cache.load_module(info["wrapper"], info["wrapper_sha256"])
     if info["device"] != "cpu":  # (the interpreter has nothing to build)
@@ -160,28 +199,33 @@ def _constant(gm, target, device):
     return t.to(device) if t.device != torch.device(device) and t.numel() == 1 else t
 
 
-def plan(gm, example_inputs, opts):
+def plan(gm, example_inputs, opts, renderer="triton"):
     """Lower, verify, schedule and emit, without writing or running anything; ``opts``: NativeOptions
-    (or a dict of them). Returns (graph IR, lowering, schedule, [(Kernel, EmittedKernel)])."""
+    (or a dict of them); ``renderer``: "triton" or "cpp" (the same schedule, spelled in C++).
+    Returns (graph IR, lowering, schedule, [(Kernel, EmittedKernel | CppKernel)])."""
     opts = NativeOptions.from_dict(opts)
-    from ember.native import ir, lowering, passes, scheduler, split_reduction, triton_emit
-    passes.run(gm, opts, on_cpu=not _uses_cuda(gm, example_inputs))
+    from ember.native import cpp_emit, ir, lowering, passes, scheduler, split_reduction, triton_emit
+    # (the CPU-only passes rewrite matmuls into Triton templates: not for the C++ path)
+    passes.run(gm, opts, on_cpu=not _uses_cuda(gm, example_inputs) and renderer == "triton")
     g, L = lowering.lower(gm, example_inputs)
     g = split_reduction.split_reductions(g, opts)
     if opts.verify:
         ir.verify(g)
     sched = scheduler.schedule(g, opts)
     layouts = g.buffers()
-    emitted = [(s, triton_emit.emit_kernel(s, layouts, opts, g.sizevars))
-               for s in sched.steps if isinstance(s, scheduler.Kernel)]
+    emit = cpp_emit.emit_kernel if renderer == "cpp" else triton_emit.emit_kernel
+    emitted = [(s, emit(s, layouts, opts, g.sizevars)) for s in sched.steps if isinstance(s, scheduler.Kernel)]
     return g, L, sched, emitted
 
 
-def _generate(gm, example_inputs, opts, key, base):
+def _generate(gm, example_inputs, opts, key, base, renderer="triton"):
     from ember.native import triton_emit, wrapper
-    g, L, sched, emitted = plan(gm, example_inputs, opts)
+    g, L, sched, emitted = plan(gm, example_inputs, opts, renderer)
     kernels, by_source, kernel_srcs = {}, {}, []
-    for step, ek in emitted:
+    if renderer == "cpp":
+        kernels, kernel_srcs = _cpp_unit(emitted, base)
+        by_source = {ek.source: v[::2] for v in kernels.values() for ek in (v[1],)}
+    for step, ek in (emitted if renderer == "triton" else ()):
         if ek.source not in by_source:  # identical kernels are emitted once
             name = triton_emit.kernel_name(step, ek.kind, len(by_source))
             text = kernel_module(name, ek)
@@ -194,10 +238,10 @@ def _generate(gm, example_inputs, opts, key, base):
     overrides = {}
     # max-autotune: launch configs and matmul choices timed on the device (at static sizes only:
     # symbolic kernels keep the heuristic configs chosen at the hints)
-    if opts.autotune and not g.sizevars.symbolic:
+    if opts.autotune and not g.sizevars.symbolic and renderer == "triton":
         from ember.native import autotune
         overrides = autotune.tune(sched, kernels, g.buffers(), opts, L.device)
-    if opts.small_mm_flops:
+    if opts.small_mm_flops and renderer == "triton":
         from ember.native import small_mm
         layouts = g.buffers()
         for e in sched.steps:
@@ -206,7 +250,7 @@ def _generate(gm, example_inputs, opts, key, base):
                 if expr is not None:
                     overrides[e.name] = expr
     r = sched.report
-    header = (f"graph {key[:16]}: {r['kernels']} Triton kernels, {r['externs']} extern calls, "
+    header = (f"graph {key[:16]}: {r['kernels']} {'C++' if renderer == 'cpp' else 'Triton'} kernels, {r['externs']} extern calls, "
               f"{r['bytes']} bytes moved ({r['kernel_bytes']} by kernels)")
     if g.sizevars.symbolic:
         header += "\nsymbolic sizes (bytes counted at the hints):\n" + g.sizevars.describe()
@@ -217,6 +261,20 @@ def _generate(gm, example_inputs, opts, key, base):
             "device": str(L.device), "sizes": g.sizevars.describe(), "output_strides": output_strides(g.outputs)}
     info["wrapper"], info["wrapper_sha256"] = cache.store_graph(key, src, info, base), cache.sha(src)
     return info, src, kernel_srcs
+
+
+def _cpp_unit(emitted, base):
+    """All C++ kernels of a graph in one translation unit (one compiler run per graph; identical
+    kernels once). Returns ({id(Kernel): (name, CppKernel, unit path)}, [unit source])."""
+    from ember.native import cpp_build, cpp_emit
+    names, order = {}, []
+    for step, ck in emitted:
+        if ck.source not in names:
+            names[ck.source] = cpp_emit.kernel_name(step, ck.kind, len(names))
+            order.append((names[ck.source], ck))
+    text = cpp_emit.translation_unit(order)
+    path = cpp_build.write_source(text, base)
+    return {id(step): (names[ck.source], ck, path) for step, ck in emitted}, [text]
 
 
 def output_strides(outputs) -> list | None:

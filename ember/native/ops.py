@@ -2,7 +2,7 @@
 
 An ``Op`` with an ``arity`` is an op of the IR (``ir.op(name, ...)``): its result-dtype rule
 (``kind``), its cost class (``heavy``), how each renderer spells it (``render``, keyed by renderer:
-today "triton"; a C++ renderer adds a "cpp" spelling to each entry), and which ATen overloads lower to
+"triton" and "cpp"), and which ATen overloads lower to
 it (``aten``). An ``Op`` without an arity is an ATen op lowered to a composition of IR ops (relu,
 clamp, elu...): it only declares ``aten``. Everything else reads this table: ``ir.op`` and the
 verifier (arity, kind), ``lower_ops`` (registers the ATen lowerings), ``triton_emit`` (templates,
@@ -33,7 +33,7 @@ from ember.native import ir
 aten = torch.ops.aten
 prims = torch.ops.prims
 
-RENDERERS = ("triton",)
+RENDERERS = ("triton", "cpp")  # cpp: C++ helpers e_* live in cpp_emit.PRELUDE
 KINDS = ("float", "any", "cmp")  # result dtype: computed in floating point / the operands' / bool
 
 
@@ -247,6 +247,13 @@ def _tl(template):
     return {"triton": template}
 
 
+def _r(triton, cpp):
+    """An op's spellings: Triton, and C++ over scalars (``std::`` math of <cmath>, whose float/double
+    overloads keep the operand's precision; ``e_*`` helpers in cpp_emit.PRELUDE where eager's
+    semantics differ from C's: NaN-propagating max/min, Python-style floor division and remainder)."""
+    return {"triton": triton, "cpp": cpp}
+
+
 # --------------------------------------------------------------------------------------------------
 # the table
 
@@ -255,44 +262,44 @@ _U = ("prob",)
 
 REGISTRY: list[Op] = [
     # ---- arithmetic
-    Op("add", 2, A, _tl("{0} + {1}"), aten={(aten.add, prims.add.default): _arith("add")}),
-    Op("sub", 2, A, _tl("{0} - {1}"), aten={(aten.sub, prims.sub.default): _arith("sub")}),
-    Op("mul", 2, A, _tl("{0} * {1}"), aten={(aten.mul, prims.mul.default): _arith("mul")}),
-    Op("truediv", 2, F, _tl("{0} / {1}"), aten={(aten.div.Tensor, aten.div.Scalar, prims.div.default): _div}),
-    Op("floordiv", 2, A, _tl("floordiv({0}, {1})")),
-    Op("truncdiv", 2, A, _tl("{0} // {1}")),
-    Op("remainder", 2, A, _tl("remainder({0}, {1})"), aten=(aten.remainder,)),
-    Op("fmod", 2, A, _tl("{0} % {1}"), aten=(aten.fmod,)),
-    Op("maximum", 2, A, _tl("maximum({0}, {1})"), aten=(aten.maximum,)),
-    Op("minimum", 2, A, _tl("minimum({0}, {1})"), aten=(aten.minimum,)),
-    Op("pow", 2, F, _tl("pow({0}, {1})"), heavy=True,
+    Op("add", 2, A, _r("{0} + {1}", "{0} + {1}"), aten={(aten.add, prims.add.default): _arith("add")}),
+    Op("sub", 2, A, _r("{0} - {1}", "{0} - {1}"), aten={(aten.sub, prims.sub.default): _arith("sub")}),
+    Op("mul", 2, A, _r("{0} * {1}", "{0} * {1}"), aten={(aten.mul, prims.mul.default): _arith("mul")}),
+    Op("truediv", 2, F, _r("{0} / {1}", "{0} / {1}"), aten={(aten.div.Tensor, aten.div.Scalar, prims.div.default): _div}),
+    Op("floordiv", 2, A, _r("floordiv({0}, {1})", "e_floordiv({0}, {1})")),
+    Op("truncdiv", 2, A, _r("{0} // {1}", "e_truncdiv({0}, {1})")),
+    Op("remainder", 2, A, _r("remainder({0}, {1})", "e_remainder({0}, {1})"), aten=(aten.remainder,)),
+    Op("fmod", 2, A, _r("{0} % {1}", "e_fmod({0}, {1})"), aten=(aten.fmod,)),
+    Op("maximum", 2, A, _r("maximum({0}, {1})", "e_maximum({0}, {1})"), aten=(aten.maximum,)),
+    Op("minimum", 2, A, _r("minimum({0}, {1})", "e_minimum({0}, {1})"), aten=(aten.minimum,)),
+    Op("pow", 2, F, _r("pow({0}, {1})", "std::pow({0}, {1})"), heavy=True,
        aten={(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar): _pow}),
-    Op("atan2", 2, F, _tl("atan2({0}, {1})"), heavy=True, aten=(aten.atan2.default,)),
-    Op("neg", 1, A, _tl("-{0}"), aten=(aten.neg,)),
-    Op("abs", 1, A, _tl("tl.abs({0})"), aten=(aten.abs,)),
-    Op("sign", 1, A, _tl("sign({0})"), aten=(aten.sign,)),
-    Op("reciprocal", 1, F, {"triton": _tl_reciprocal}, aten=(aten.reciprocal,)),
+    Op("atan2", 2, F, _r("atan2({0}, {1})", "std::atan2({0}, {1})"), heavy=True, aten=(aten.atan2.default,)),
+    Op("neg", 1, A, _r("-{0}", "-{0}"), aten=(aten.neg,)),
+    Op("abs", 1, A, _r("tl.abs({0})", "e_abs({0})"), aten=(aten.abs,)),
+    Op("sign", 1, A, _r("sign({0})", "e_sign({0})"), aten=(aten.sign,)),
+    Op("reciprocal", 1, F, {"triton": _tl_reciprocal, "cpp": "e_reciprocal({0})"}, aten=(aten.reciprocal,)),
     # ---- transcendental
-    Op("exp", 1, F, _tl("tl.exp({0})"), aten=(aten.exp,)),
-    Op("exp2", 1, F, _tl("tl.exp2({0})"), aten=(aten.exp2,)),
-    Op("expm1", 1, F, _tl("expm1({0})"), heavy=True, aten=(aten.expm1,)),
-    Op("log", 1, F, _tl("tl.log({0})"), aten=(aten.log,)),
-    Op("log2", 1, F, _tl("tl.log2({0})"), aten=(aten.log2,)),
-    Op("log1p", 1, F, _tl("log1p({0})"), heavy=True, aten=(aten.log1p,)),
-    Op("sqrt", 1, F, _tl("tl.sqrt({0})"), aten=(aten.sqrt,)),
-    Op("rsqrt", 1, F, _tl("tl.rsqrt({0})"), aten=(aten.rsqrt,)),
-    Op("sin", 1, F, _tl("tl.sin({0})"), aten=(aten.sin,)),
-    Op("cos", 1, F, _tl("tl.cos({0})"), aten=(aten.cos,)),
-    Op("tan", 1, F, _tl("tan({0})"), heavy=True, aten=(aten.tan,)),
-    Op("tanh", 1, F, _tl("tanh({0})"), heavy=True, aten=(aten.tanh,)),
-    Op("sigmoid", 1, F, _tl("tl.sigmoid({0})"), aten=(aten.sigmoid,)),
-    Op("erf", 1, F, _tl("tl.math.erf({0})"), render_lowp=_tl("erf_rational({0})"), heavy=True, aten=(aten.erf,)),
-    Op("atan", 1, F, _tl("atan({0})"), heavy=True, aten=(aten.atan,)),
-    Op("sinh", 1, F, _tl("sinh({0})"), heavy=True, aten=(aten.sinh,)),
-    Op("cosh", 1, F, _tl("cosh({0})"), heavy=True, aten=(aten.cosh,)),
-    Op("asin", 1, F, _tl("asin({0})"), heavy=True, aten=(aten.asin,)),
-    Op("acos", 1, F, _tl("acos({0})"), heavy=True, aten=(aten.acos,)),
-    Op("logit", 1, F, _tl("tl.log({0} / (1.0 - {0}))"), aten={(aten.logit,): _logit}, whole=True,
+    Op("exp", 1, F, _r("tl.exp({0})", "e_exp({0})"), aten=(aten.exp,)),
+    Op("exp2", 1, F, _r("tl.exp2({0})", "std::exp2({0})"), aten=(aten.exp2,)),
+    Op("expm1", 1, F, _r("expm1({0})", "std::expm1({0})"), heavy=True, aten=(aten.expm1,)),
+    Op("log", 1, F, _r("tl.log({0})", "std::log({0})"), aten=(aten.log,)),
+    Op("log2", 1, F, _r("tl.log2({0})", "std::log2({0})"), aten=(aten.log2,)),
+    Op("log1p", 1, F, _r("log1p({0})", "std::log1p({0})"), heavy=True, aten=(aten.log1p,)),
+    Op("sqrt", 1, F, _r("tl.sqrt({0})", "std::sqrt({0})"), aten=(aten.sqrt,)),
+    Op("rsqrt", 1, F, _r("tl.rsqrt({0})", "e_rsqrt({0})"), aten=(aten.rsqrt,)),
+    Op("sin", 1, F, _r("tl.sin({0})", "std::sin({0})"), aten=(aten.sin,)),
+    Op("cos", 1, F, _r("tl.cos({0})", "std::cos({0})"), aten=(aten.cos,)),
+    Op("tan", 1, F, _r("tan({0})", "std::tan({0})"), heavy=True, aten=(aten.tan,)),
+    Op("tanh", 1, F, _r("tanh({0})", "std::tanh({0})"), heavy=True, aten=(aten.tanh,)),
+    Op("sigmoid", 1, F, _r("tl.sigmoid({0})", "e_sigmoid({0})"), aten=(aten.sigmoid,)),
+    Op("erf", 1, F, _r("tl.math.erf({0})", "e_erf({0})"), render_lowp=_tl("erf_rational({0})"), heavy=True, aten=(aten.erf,)),
+    Op("atan", 1, F, _r("atan({0})", "std::atan({0})"), heavy=True, aten=(aten.atan,)),
+    Op("sinh", 1, F, _r("sinh({0})", "std::sinh({0})"), heavy=True, aten=(aten.sinh,)),
+    Op("cosh", 1, F, _r("cosh({0})", "std::cosh({0})"), heavy=True, aten=(aten.cosh,)),
+    Op("asin", 1, F, _r("asin({0})", "std::asin({0})"), heavy=True, aten=(aten.asin,)),
+    Op("acos", 1, F, _r("acos({0})", "std::acos({0})"), heavy=True, aten=(aten.acos,)),
+    Op("logit", 1, F, _r("tl.log({0} / (1.0 - {0}))", "e_logit({0})"), aten={(aten.logit,): _logit}, whole=True,
        samples=(Sample(torch.logit, _U, (torch.float32, torch.float16, torch.bfloat16), grad=True),
                 Sample(lambda x: torch.logit(x, eps=0.25), _U, grad=True),
                 Sample(lambda x: torch.logit(x, 1e-6), ("randn",), rtol=1e-4),
@@ -300,32 +307,32 @@ REGISTRY: list[Op] = [
                 Sample(lambda x: torch.logit(x, eps=0.25), ("prob_nan",)), Sample(lambda x: torch.logit(x, eps=-0.1)),
                 Sample(torch.logit, ("int",)))),
     # ---- rounding
-    Op("floor", 1, A, _tl("tl.floor({0})"), aten=_rounding("floor")),
-    Op("ceil", 1, A, _tl("tl.ceil({0})"), aten=_rounding("ceil")),
-    Op("trunc", 1, A, _tl("trunc({0})"), aten=_rounding("trunc")),
-    Op("round", 1, A, _tl("round_half_even({0})"), aten=_rounding("round"),
+    Op("floor", 1, A, _r("tl.floor({0})", "e_floor({0})"), aten=_rounding("floor")),
+    Op("ceil", 1, A, _r("tl.ceil({0})", "e_ceil({0})"), aten=_rounding("ceil")),
+    Op("trunc", 1, A, _r("trunc({0})", "e_trunc({0})"), aten=_rounding("trunc")),
+    Op("round", 1, A, _r("round_half_even({0})", "e_round({0})"), aten=_rounding("round"),
        samples=(Sample(lambda x: torch.round(x * 30, decimals=1)),)),
     # ---- comparisons and logic (bool results)
-    Op("eq", 2, B, _tl("{0} == {1}"), aten=(aten.eq,)),
-    Op("ne", 2, B, _tl("{0} != {1}"), aten=(aten.ne,)),
-    Op("lt", 2, B, _tl("{0} < {1}"), aten=(aten.lt,)),
-    Op("le", 2, B, _tl("{0} <= {1}"), aten=(aten.le,)),
-    Op("gt", 2, B, _tl("{0} > {1}"), aten=(aten.gt,)),
-    Op("ge", 2, B, _tl("{0} >= {1}"), aten=(aten.ge,)),
-    Op("isnan", 1, B, _tl("{0} != {0}"), aten={(aten.isnan.default,): _nan_test("isnan")}),
-    Op("isinf", 1, B, _tl("tl.abs({0}) == float('inf')"), aten={(aten.isinf.default,): _nan_test("isinf")}),
-    Op("logical_and", 2, B, _tl("{0} & {1}"), aten={(aten.logical_and,): _logical("logical_and")},
+    Op("eq", 2, B, _r("{0} == {1}", "{0} == {1}"), aten=(aten.eq,)),
+    Op("ne", 2, B, _r("{0} != {1}", "{0} != {1}"), aten=(aten.ne,)),
+    Op("lt", 2, B, _r("{0} < {1}", "{0} < {1}"), aten=(aten.lt,)),
+    Op("le", 2, B, _r("{0} <= {1}", "{0} <= {1}"), aten=(aten.le,)),
+    Op("gt", 2, B, _r("{0} > {1}", "{0} > {1}"), aten=(aten.gt,)),
+    Op("ge", 2, B, _r("{0} >= {1}", "{0} >= {1}"), aten=(aten.ge,)),
+    Op("isnan", 1, B, _r("{0} != {0}", "e_isnan({0})"), aten={(aten.isnan.default,): _nan_test("isnan")}),
+    Op("isinf", 1, B, _r("tl.abs({0}) == float('inf')", "e_isinf({0})"), aten={(aten.isinf.default,): _nan_test("isinf")}),
+    Op("logical_and", 2, B, _r("{0} & {1}", "{0} && {1}"), aten={(aten.logical_and,): _logical("logical_and")},
        samples=(Sample(torch.logical_and, ("randn", "bool")),)),
-    Op("logical_or", 2, B, _tl("{0} | {1}"), aten={(aten.logical_or,): _logical("logical_or")},
+    Op("logical_or", 2, B, _r("{0} | {1}", "{0} || {1}"), aten={(aten.logical_or,): _logical("logical_or")},
        samples=(Sample(torch.logical_or, ("randn", "bool")),)),
-    Op("logical_xor", 2, B, _tl("{0} ^ {1}"), aten={(aten.logical_xor,): _logical("logical_xor")},
+    Op("logical_xor", 2, B, _r("{0} ^ {1}", "{0} != {1}"), aten={(aten.logical_xor,): _logical("logical_xor")},
        samples=(Sample(torch.logical_xor, ("randn", "bool")),)),
-    Op("logical_not", 1, B, _tl("{0} == 0"), aten={(aten.logical_not,): _not}),
-    Op("bitwise_and", 2, A, _tl("{0} & {1}"), aten=(aten.bitwise_and,)),
-    Op("bitwise_or", 2, A, _tl("{0} | {1}"), aten=(aten.bitwise_or,)),
-    Op("bitwise_xor", 2, A, _tl("{0} ^ {1}"), aten=(aten.bitwise_xor,)),
-    Op("bitwise_not", 1, A, _tl("~{0}"), aten={(aten.bitwise_not,): _bitwise_not}),
-    Op("where", 3, A, _tl("tl.where({0}, {1}, {2})"),
+    Op("logical_not", 1, B, _r("{0} == 0", "{0} == 0"), aten={(aten.logical_not,): _not}),
+    Op("bitwise_and", 2, A, _r("{0} & {1}", "{0} & {1}"), aten=(aten.bitwise_and,)),
+    Op("bitwise_or", 2, A, _r("{0} | {1}", "{0} | {1}"), aten=(aten.bitwise_or,)),
+    Op("bitwise_xor", 2, A, _r("{0} ^ {1}", "{0} ^ {1}"), aten=(aten.bitwise_xor,)),
+    Op("bitwise_not", 1, A, _r("~{0}", "~{0}"), aten={(aten.bitwise_not,): _bitwise_not}),
+    Op("where", 3, A, _r("tl.where({0}, {1}, {2})", "{0} ? {1} : {2}"),
        aten={(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar,
               prims.where.default): _where}),
     # ---- ATen ops lowered to compositions of the ops above

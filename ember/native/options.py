@@ -41,6 +41,8 @@ class NativeOptions(BackendOptions):
     pad_mm_min_flops: int = option(1 << 30, "smallest matmul (FLOPs) pad_mm pads", min=0)
     small_mm_flops: int = option(1 << 26, "mm/addmm up to this many FLOPs run as one Triton launch "
                                           "(small_mm.py); 0: never", min=0)
+    cpu_codegen: str = option("aten", "CPU tensors: 'aten' runs the ATen graph as it is, 'cpp' generates fused C++ "
+                                      "kernels (cpp_emit.py; compile_aten_graph fills it from ember.config.native_cpu)")
     emulate_precision_casts: bool = option(False, "round fp16/bf16 casts inside fused kernels as eager rounds "
                                                   "each op (compile_aten_graph fills it from ember.config)")
 
@@ -60,7 +62,15 @@ def resolve(options=None) -> NativeOptions:
     from ember.config import config
     given = dict(options or {})
     given.setdefault("emulate_precision_casts", config.emulate_precision_casts)
-    return NativeOptions.from_dict(given)
+    given.setdefault("cpu_codegen", config.native_cpu)
+    opts = NativeOptions.from_dict(given)
+    if opts.cpu_codegen not in CPU_CODEGENS:
+        raise ValueError(f"native option cpu_codegen={opts.cpu_codegen!r}: use one of {', '.join(CPU_CODEGENS)} "
+                         "(or EMBER_NATIVE_CPU / ember.config.native_cpu)")
+    return opts
+
+
+CPU_CODEGENS = ("aten", "cpp")
 
 
 # the defaults as a dict, for code written against the old DEFAULT_OPTIONS dict (read-only use)

@@ -146,7 +146,13 @@ class WrapperCodegen:
                 B.append(f"# {name}: {', '.join(n.name for n in step.nodes)}")
                 for buf in step.writes:
                     self._alloc(buf, pool, allocated)
-                if not is_static(step.numel) or step.numel > 0:
+                if getattr(ek, "renderer", "triton") == "cpp":  # a C++ kernel: pointers and sizes
+                    if not is_static(step.numel) or step.numel > 0:
+                        args = [f"{b}.data_ptr()" for b in ek.args] + [render_const(s) for s in ek.size_args]
+                        B.append(f"{name}({', '.join(args)})")
+                        if ek.checked:
+                            B.append(f"check_cpp({self.kernels[id(step)][2]!r}, {name!r})")
+                elif not is_static(step.numel) or step.numel > 0:
                     launch, grid = self._launcher(step, name, ek, allocated)
                     B.append(f"{launch}({', '.join(grid + self._launch_args(step, ek))})")
             else:
@@ -293,8 +299,19 @@ class WrapperCodegen:
             lines.insert(-3, "from ember.native.dynamic_launch import DynamicLaunch")
         for name, expr in self.globals.items():
             lines.append(f"{name} = {expr}")
-        for name, path in sorted({(name, path) for name, _, path in self.kernels.values()}):
-            lines.append(f"{name} = load_kernel({path!r}, {name!r})")
+        cpp, loads = False, []
+        for name, ek, path in sorted({(name, path): (name, ek, path)
+                                      for name, ek, path in self.kernels.values()}.values(), key=lambda t: t[0]):
+            if getattr(ek, "renderer", "triton") == "cpp":
+                cpp = True
+                loads.append(f"{name} = load_cpp_kernel({path!r}, {name!r}, {len(ek.args)}, {len(ek.size_args)})")
+            else:
+                loads.append(f"{name} = load_kernel({path!r}, {name!r})")
+        if cpp:
+            lines.append("from ember.native.cpp_build import check as check_cpp, load_kernel as load_cpp_kernel, sync_threads")
+            # torch.set_num_threads governs the kernels' OpenMP regions too
+            self.body.insert(0, "sync_threads()")
+        lines += loads
         lines += self.launches
         # the launch sites whose kernels runtime.precompile may build before the first call
         lines.append(f"LAUNCHES = [{', '.join(self.static_launches)}]")

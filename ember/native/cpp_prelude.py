@@ -1,0 +1,130 @@
+"""The C++ code every translation unit of the native CPU path starts with (``cpp_emit``)."""
+
+# Helpers the registry's "cpp" spellings call where C's semantics differ from eager's. No
+# -ffast-math anywhere: NaN and Inf must behave as in eager (max/min propagate NaN, isnan works).
+PRELUDE = r"""
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+static int ember_threads = 1;
+extern "C" void ember_set_num_threads(int n) { ember_threads = n > 0 ? n : 1; }
+// Where eager raises (an index out of range, an integer division by zero) a kernel records the
+// error here and the wrapper raises it after the call (cpp_build.check): never a silent result.
+static int ember_error = 0;
+static inline void ember_fail(int code) { __atomic_store_n(&ember_error, code, __ATOMIC_RELAXED); }
+extern "C" int ember_take_error() { return __atomic_exchange_n(&ember_error, 0, __ATOMIC_RELAXED); }
+
+static inline float e_exp(float x);
+static inline double e_exp(double x);
+template <class T> static inline T e_maximum(T a, T b) { return (a > b || a != a) ? a : b; }
+template <class T> static inline T e_minimum(T a, T b) { return (a < b || a != a) ? a : b; }
+template <class T> static inline T e_abs(T a) { return a < 0 ? T(-a) : a; }
+template <class T> static inline T e_sign(T a) { return T((T(0) < a) - (a < T(0))); }
+template <class T> static inline T e_reciprocal(T a) { return T(1) / a; }
+template <class T> static inline T e_rsqrt(T a) { return T(1) / std::sqrt(a); }
+template <class T> static inline T e_sigmoid(T a) { return T(1) / (T(1) + e_exp(-a)); }
+template <class T> static inline T e_logit(T a) { return std::log(a / (T(1) - a)); }
+template <class T> static inline bool e_isnan(T a) { if constexpr (std::is_floating_point_v<T>) return std::isnan(a); else return false; }
+template <class T> static inline bool e_isinf(T a) { if constexpr (std::is_floating_point_v<T>) return std::isinf(a); else return false; }
+template <class T> static inline T e_floor(T a) { if constexpr (std::is_floating_point_v<T>) return std::floor(a); else return a; }
+template <class T> static inline T e_ceil(T a) { if constexpr (std::is_floating_point_v<T>) return std::ceil(a); else return a; }
+template <class T> static inline T e_trunc(T a) { if constexpr (std::is_floating_point_v<T>) return std::trunc(a); else return a; }
+// round half to even (the default rounding mode), as torch.round
+template <class T> static inline T e_round(T a) { if constexpr (std::is_floating_point_v<T>) return std::nearbyint(a); else return a; }
+// integer division by zero is undefined in C (a trap on x86): recorded, eager raises
+template <class T> static inline T e_truncdiv(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) return std::trunc(a / b);
+  else { if (b == 0) { ember_fail(2); return T(0); } return T(a / b); }
+}
+template <class T> static inline T e_fmod(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) return std::fmod(a, b);
+  else { if (b == 0) { ember_fail(2); return T(0); } return T(a % b); }
+}
+// Python's floor division and modulo (sign of the divisor), as eager's floor_divide/remainder
+template <class T> static inline T e_floordiv(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (b == 0) return a / b;
+    T mod = std::fmod(a, b), div = (a - mod) / b;
+    if (mod != 0 && ((b < 0) != (mod < 0))) div -= T(1);
+    if (div == 0) return std::copysign(T(0), a / b);
+    T fl = std::floor(div);
+    return div - fl > T(0.5) ? fl + T(1) : fl;
+  } else {
+    if (b == 0) { ember_fail(2); return T(0); }
+    T q = a / b;
+    return ((a % b) != 0 && ((a < 0) != (b < 0))) ? T(q - 1) : q;
+  }
+}
+template <class T> static inline T e_remainder(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    T r = std::fmod(a, b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+  } else {
+    if (b == 0) { ember_fail(2); return T(0); }
+    T r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? T(r + b) : r;
+  }
+}
+// float exp and erf that gcc vectorizes (glibc's expf/erff are scalar calls unless -ffast-math,
+// which would break NaN/Inf). exp: Cody-Waite reduction and Cephes' polynomial, about 1 ulp; the
+// power of two is applied in two halves so results down to the subnormals stay right. erf: the
+// rational function Eigen and XLA use (within 4e-7 absolute of erf; eager's vectorized CPU erf is
+// an approximation of the same order). Double keeps <cmath>.
+static inline float e_exp(float x) {
+  float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+  float n = std::nearbyint(xc * 1.44269504088896341f);
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500E-4f;
+  p = p * r + 1.3981999507E-3f;
+  p = p * r + 8.3334519073E-3f;
+  p = p * r + 4.1665795894E-2f;
+  p = p * r + 1.6666665459E-1f;
+  p = p * r + 5.0000001201E-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t ni = (int32_t)n, n1 = ni / 2, n2 = ni - n1;
+  uint32_t b1 = uint32_t(n1 + 127) << 23, b2 = uint32_t(n2 + 127) << 23;
+  float s1, s2;
+  std::memcpy(&s1, &b1, 4);
+  std::memcpy(&s2, &b2, 4);
+  float y = p * s1 * s2;
+  return x != x ? x : (x >= 89.0f ? std::numeric_limits<float>::infinity() : (x <= -104.0f ? 0.0f : y));
+}
+static inline double e_exp(double x) { return std::exp(x); }
+static inline float e_erf(float x) {
+  float c = x < -4.0f ? -4.0f : (x > 4.0f ? 4.0f : x);
+  float x2 = c * c;
+  float p = x2 * -2.72614225801306e-10f + 2.77068142495902e-08f;
+  p = x2 * p + -2.10102402082508e-06f;
+  p = x2 * p + -5.69250639462346e-05f;
+  p = x2 * p + -7.34990630326855e-04f;
+  p = x2 * p + -2.95459980854025e-03f;
+  p = x2 * p + -1.60960333262415e-02f;
+  float q = x2 * -1.45660718464996e-05f + -2.13374055278905e-04f;
+  q = x2 * q + -1.68282697438203e-03f;
+  q = x2 * q + -7.37332916720468e-03f;
+  q = x2 * q + -1.42647390514189e-02f;
+  return x != x ? x : c * p / q;
+}
+static inline double e_erf(double x) { return std::erf(x); }
+// NaN-propagating max/min as OpenMP reductions, so `omp simd` vectorizes them too
+#pragma omp declare reduction(e_max : float, double, int64_t, int32_t, int16_t, int8_t, uint8_t : omp_out = e_maximum(omp_out, omp_in)) initializer(omp_priv = omp_orig)
+#pragma omp declare reduction(e_min : float, double, int64_t, int32_t, int16_t, int8_t, uint8_t : omp_out = e_minimum(omp_out, omp_in)) initializer(omp_priv = omp_orig)
+// int64 index math with Python's semantics (index expressions are usually non-negative)
+static inline int64_t e_idiv(int64_t a, int64_t b) { int64_t q = a / b; return ((a % b) != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+static inline int64_t e_imod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+// bfloat16 is stored as its 16 high bits; stores round to nearest even, NaN stays NaN
+static inline float e_bf16_load(uint16_t h) { uint32_t u = uint32_t(h) << 16; float f; std::memcpy(&f, &u, 4); return f; }
+static inline uint16_t e_bf16_store(float f) {
+  uint32_t u; std::memcpy(&u, &f, 4);
+  if (f != f) return uint16_t((u >> 16) | 0x40);
+  u += 0x7fff + ((u >> 16) & 1);
+  return uint16_t(u >> 16);
+}
+static inline float e_round_bf16(float f) { return e_bf16_load(e_bf16_store(f)); }
+static inline float e_round_f16(float f) { return float(_Float16(f)); }
+"""
