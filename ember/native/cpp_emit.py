@@ -30,6 +30,7 @@ import sympy
 import torch
 
 from ember.native import ir, ops
+from ember.native.scope import Scope
 from ember.native.cpp_prelude import PRELUDE  # the e_* helpers the registry's "cpp" spellings call
 from ember.native.scheduler import Kernel
 from ember.native.symbolic import FloorDiv, IMod, is_static
@@ -81,22 +82,8 @@ class CppKernel:
         return bool(self.size_args)
 
 
-class _Scope:
-    """A block of code with its own CSE cache; a loop body or an ``if`` gets a child scope."""
-
-    def __init__(self, parent=None):
-        self.parent = parent
-        self.cache: dict = {}
-        self.node_vals: dict = {}
-        self.lines: list = []
-
-    def lookup(self, key):
-        s = self
-        while s is not None:
-            if key in s.cache:
-                return s.cache[key]
-            s = s.parent
-        return None
+class _Scope(Scope):
+    """A block of C++ code; a loop body or an ``if`` gets a child scope (``scope.Scope``)."""
 
 
 def _indent(lines, n=1):

@@ -36,6 +36,7 @@ import sympy
 import torch
 
 from ember.native import ir, ops
+from ember.native.scope import Scope
 from ember.native.scheduler import Kernel
 from ember.native.split_reduction import contiguous_reduction
 from ember.native.symbolic import is_static, print_expr
@@ -144,22 +145,12 @@ def choose_config(k: Kernel, options: NativeOptions, inner_reduction: bool, pers
     return LaunchConfig(xb, rb, warps, persistent)
 
 
-class _Scope:
+class _Scope(Scope):
     """A block of straight-line code with its own CSE cache; loop bodies get a child scope."""
 
     def __init__(self, parent=None, mask="xmask", hoist_to=None):
-        self.parent, self.mask, self.hoist_to = parent, mask, hoist_to
-        self.cache: dict = {}
-        self.node_vals: dict = {}
-        self.lines: list = []
-
-    def lookup(self, key):
-        s = self
-        while s is not None:
-            if key in s.cache:
-                return s.cache[key]
-            s = s.parent
-        return None
+        super().__init__(parent)
+        self.mask, self.hoist_to = mask, hoist_to
 
 
 class TritonKernelEmitter:
