@@ -43,7 +43,6 @@ import os
 import platform
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -52,6 +51,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from _proc import run_measured  # noqa: E402
 
 WORKLOADS = ("mlp", "ln_gelu_1k", "ln_gelu_8k", "softmax_1k", "softmax_8k", "gpt2", "cnn", "encoder", "mlp_train",
              "gpt2_train")
@@ -328,24 +329,7 @@ def run_child(wl, compiler, args, env, timing=True) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", wl, compiler, "--threads", str(args.threads),
            "--rounds", str(args.rounds), "--round-s", str(args.round_s)]
     cmd += ["--quick"] * args.quick + ["--no-timing"] * (not timing)
-    t0 = time.perf_counter()
-    # a session of its own: on timeout the whole group goes (torch.compile's compile workers too)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-                            start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return dict(base, status="failed", error=f"timed out after {timeout:.0f} s")
-    wall = round(time.perf_counter() - t0, 1)
-    for line in reversed(stdout.splitlines()):
-        if line.startswith("RESULT "):
-            return dict(json.loads(line[7:]), process_s=wall)
-    err = [ln for ln in stderr.strip().splitlines() if ln.strip()] or ["no output"]
-    status = "skipped" if re.search(r"No module named '([\w.]+)'", stderr) else "failed"
-    return dict(base, status=status, error=f"exit {proc.returncode}: {err[-1][:400]}", process_s=wall)
+    return run_measured(cmd, env, ROOT, timeout, base)
 
 
 def child_env(args, tmp: str) -> dict:

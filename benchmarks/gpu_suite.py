@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import contextlib
 import datetime
 import json
 import math
@@ -43,7 +42,6 @@ import os
 import platform
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -55,7 +53,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
-from _proc import exclusive_lock  # noqa: E402
+from _proc import exclusive_lock, run_measured  # noqa: E402
 WORKLOADS = ("overhead", "mlp", "ln_gelu", "softmax", "gpt2_infer", "gpt2_train", "bert_infer",
              "resnet50_infer", "resnet50_train", "vit_infer")
 COMPILERS = ("eager", "ember", "ember-warm", "torch")
@@ -345,25 +343,7 @@ def run_child(wl, compiler, args, env, timing=True) -> dict:
         cmd.append("--no-timing")
     if args.lock:
         cmd += ["--lock", args.lock]
-    t0 = time.perf_counter()
-    # a session of its own: on timeout the whole group goes (torch.compile's compile workers too)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-                            start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return dict(base, status="failed", error=f"timed out after {timeout:.0f} s")
-    wall = round(time.perf_counter() - t0, 1)
-    for line in reversed(stdout.splitlines()):
-        if line.startswith("RESULT "):
-            return dict(json.loads(line[7:]), process_s=wall)
-    err = [l for l in stderr.strip().splitlines() if l.strip()] or ["no output"]
-    missing = re.search(r"No module named '([\w.]+)'", stderr)
-    status = "skipped" if missing else "failed"
-    return dict(base, status=status, error=f"exit {proc.returncode}: {err[-1][:400]}", process_s=wall)
+    return run_measured(cmd, env, ROOT, timeout, base)
 
 
 # what a first compile imports, for either compiler (the warm-up below compiles their bytecode once)
