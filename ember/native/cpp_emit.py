@@ -30,7 +30,7 @@ import sympy
 import torch
 
 from ember.native import ir, ops
-from ember.native.scope import Scope
+from ember.native.scope import Names, Scope
 from ember.native.cpp_prelude import PRELUDE  # the e_* helpers the registry's "cpp" spellings call
 from ember.native.scheduler import Kernel
 from ember.native.symbolic import FloorDiv, IMod, is_static
@@ -90,7 +90,7 @@ def _indent(lines, n=1):
     return ["  " * n + l for l in lines]
 
 
-class CppKernelEmitter:
+class CppKernelEmitter(Names):
     def __init__(self, k: Kernel, layouts: dict, options, sv: ir.SizeVars | None = None):
         self.k, self.layouts, self.options = k, layouts, options
         self.sv = sv or ir.SizeVars()
@@ -106,17 +106,6 @@ class CppKernelEmitter:
         self.row_cache, self.stage_sets, self._rdeps = {}, {}, {}
 
     # -- names ---------------------------------------------------------------------------------
-    def pointer(self, buf, out=False):
-        if buf not in self.ptr:
-            prefix = "out_ptr" if out else "in_ptr"
-            self.ptr[buf] = f"{prefix}{sum(1 for v in self.ptr.values() if v.startswith(prefix))}"
-            self.args.append(buf)
-        return self.ptr[buf]
-
-    def new_tmp(self):
-        self.tmp += 1
-        return f"tmp{self.tmp - 1}"
-
     def emit(self, scope, dtype, code) -> str:
         name = self.new_tmp()
         scope.lines.append(f"{ctype(dtype)} {name} = {code};")

@@ -18,3 +18,20 @@ class Scope:
                 return s.cache[key]
             s = s.parent
         return None
+
+
+class Names:
+    """The names a renderer's kernel gives its buffers and temporaries: ``in_ptrN`` / ``out_ptrN`` in
+    the order buffers are first used (``args``), ``tmpN`` in order. Needs ``ptr`` (dict), ``args``
+    (list) and ``tmp`` (int) on the emitter."""
+
+    def pointer(self, buf, out=False):
+        if buf not in self.ptr:
+            prefix = "out_ptr" if out else "in_ptr"
+            self.ptr[buf] = f"{prefix}{sum(1 for v in self.ptr.values() if v.startswith(prefix))}"
+            self.args.append(buf)
+        return self.ptr[buf]
+
+    def new_tmp(self):
+        self.tmp += 1
+        return f"tmp{self.tmp - 1}"

@@ -36,7 +36,7 @@ import sympy
 import torch
 
 from ember.native import ir, ops
-from ember.native.scope import Scope
+from ember.native.scope import Names, Scope
 from ember.native.scheduler import Kernel
 from ember.native.split_reduction import contiguous_reduction
 from ember.native.symbolic import is_static, print_expr
@@ -153,7 +153,7 @@ class _Scope(Scope):
         self.mask, self.hoist_to = mask, hoist_to
 
 
-class TritonKernelEmitter:
+class TritonKernelEmitter(Names):
     def __init__(self, k: Kernel, layouts: dict, options: NativeOptions, sv: ir.SizeVars | None = None):
         self.k, self.layouts, self.options = k, layouts, options
         self.sv = sv or ir.SizeVars()
@@ -183,17 +183,6 @@ class TritonKernelEmitter:
                          if all(n.layout.dtype in LOW_PRECISION for n in k.nodes if name in used[n.name])}
 
     # -- names ---------------------------------------------------------------------------------
-    def pointer(self, buf, out=False):
-        if buf not in self.ptr:
-            prefix = "out_ptr" if out else "in_ptr"
-            self.ptr[buf] = f"{prefix}{sum(1 for v in self.ptr.values() if v.startswith(prefix))}"
-            self.args.append(buf)
-        return self.ptr[buf]
-
-    def new_tmp(self):
-        self.tmp += 1
-        return f"tmp{self.tmp - 1}"
-
     def emit_line(self, scope, code):
         name = self.new_tmp()
         scope.lines.append(f"{name} = {code}")
