@@ -95,6 +95,21 @@ NATIVE_CALLEES = {
 }
 
 
+# Wrapper modules whose forward is distributed-training machinery (DDP's reducer bookkeeping, buffer
+# broadcasts, hooks on the autograd graph): class -> the attribute holding the module they wrap. A
+# call of one runs its forward as plain Python and compiles the wrapped module on its own, as
+# torch.compile does (it skips DDP's forward and compiles the wrapped module's frame).
+WRAPPER_MODULES = {torch.nn.parallel.DistributedDataParallel: "module"}
+
+
+def wrapped_module_attr(module) -> str | None:
+    """The attribute holding the module that ``module`` (a wrapper of WRAPPER_MODULES) wraps, else None."""
+    for cls, attr in WRAPPER_MODULES.items():
+        if isinstance(module, cls):
+            return attr
+    return None
+
+
 def python_behind(value):
     """The Python function to trace in place of ``value``, or None: ``torch.jit.script`` keeps the
     function it compiled on the ScriptFunction, and tracing that gives the same tensor ops."""
