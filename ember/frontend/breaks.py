@@ -94,6 +94,17 @@ class BreakContext:
         found = [c for c in self._resumes.values() if isinstance(c, FrameCache)]
         return found + [c for c in self._callees.values() if isinstance(c, FrameCache)]
 
+    def own_cache(self, key, target):
+        """A FrameCache for ``target`` with this callable's settings, kept (and listed by ``caches``)
+        under ``key``: a wrapper module's compiled forward (cache.WrapperModuleCache)."""
+        hit = self._callees.get(key)
+        if hit is None:
+            with self._lock:
+                hit = self._callees.get(key)
+                if hit is None:
+                    hit = self._callees[key] = self._make_cache(target)
+        return hit
+
     def compiled_callee(self, obj):
         """The callee of a call that broke inside: compiled on its own (functions, methods, modules)."""
         if isinstance(obj, types.MethodType) and isinstance(obj.__func__, types.FunctionType):

@@ -15,6 +15,7 @@ import contextlib
 import inspect
 import re
 import threading
+import types
 import warnings
 import weakref
 from typing import Any, Callable
@@ -299,16 +300,23 @@ class FrameCache:
 
 
 class WrapperModuleCache(FrameCache):
-    """The cache of a wrapper module (DistributedDataParallel): its forward runs as plain Python, and
-    while it runs, calls of the module it wraps go to that module's own FrameCache (created through
-    ``break_context``, so ``ember.explain`` finds it). The route is nn.Module's own slot for a
-    compiled call, ``_compiled_call_impl`` (what ``nn.Module.compile()`` sets), set only for the
-    duration of the wrapper's call and cleared while the compiled call runs: an eager fallback of the
-    inner cache calls the module again, which must then take the plain path."""
+    """The cache of a wrapper module (DistributedDataParallel, an FSDP2 module): its call runs as
+    plain Python, and while it runs, what it wraps runs compiled by a FrameCache of its own (made
+    through ``break_context``, so ``ember.explain`` finds it).
+
+    - DDP: calls of the wrapped module go through nn.Module's own slot for a compiled call,
+      ``_compiled_call_impl`` (what ``nn.Module.compile()`` sets), set only for the duration of the
+      wrapper's call and cleared while the compiled call runs: an eager fallback of the inner cache
+      calls the module again, which must then take the plain path;
+    - FSDP2: the module's hooks (all-gather, reshard) run natively around its forward, which is
+      compiled: an instance attribute ``forward`` for the duration of the call."""
 
     def __call__(self, *args, **kwargs):
         wrapper = self.root.self_obj
-        inner = getattr(wrapper, trace_rules.wrapped_module_attr(wrapper))
+        attr = trace_rules.wrapped_module_attr(wrapper)
+        if not attr:
+            return self._call_with_forward_compiled(wrapper, args, kwargs)
+        inner = getattr(wrapper, attr)
         if "_compiled_call_impl" in inner.__dict__:  # compiled by the user (inner.compile()), or re-entered
             return wrapper(*args, **kwargs)
         compiled = self.break_context.compiled_callee(inner)
@@ -327,6 +335,16 @@ class WrapperModuleCache(FrameCache):
             return wrapper(*args, **kwargs)
         finally:
             inner.__dict__.pop("_compiled_call_impl", None)
+
+    def _call_with_forward_compiled(self, module, args, kwargs):
+        if "forward" in module.__dict__:  # the user's own instance forward, or re-entered
+            return module(*args, **kwargs)
+        compiled = self.break_context.own_cache(module, types.MethodType(type(module).forward, module))
+        module.forward = compiled
+        try:
+            return module(*args, **kwargs)
+        finally:
+            module.__dict__.pop("forward", None)
 
 
 @contextlib.contextmanager

@@ -99,7 +99,13 @@ NATIVE_CALLEES = {
 # broadcasts, hooks on the autograd graph): class -> the attribute holding the module they wrap. A
 # call of one runs its forward as plain Python and compiles the wrapped module on its own, as
 # torch.compile does (it skips DDP's forward and compiles the wrapped module's frame).
+# The empty name: the module's own forward is compiled and its hooks run natively (FSDP2's
+# fully_shard, whose forward hooks all-gather the parameters before and free them after).
 WRAPPER_MODULES = {torch.nn.parallel.DistributedDataParallel: "module"}
+if torch.distributed.is_available():
+    from torch.distributed.fsdp import FSDPModule
+
+    WRAPPER_MODULES[FSDPModule] = ""
 
 
 def wrapped_module_attr(module) -> str | None:

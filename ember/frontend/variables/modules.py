@@ -73,8 +73,9 @@ class NNModuleVariable(VariableTracker):
         m = self.module
         inner = trace_rules.wrapped_module_attr(m)
         if inner is not None:  # a break: the callee runs its forward natively, compiling m.<inner> (cache.py)
-            raise Unsupported(f"{type(m).__name__}.forward runs as plain Python (distributed-training machinery); "
-                              f"the module it wraps ({source_name(self.source)}.{inner}) is compiled on its own")
+            what = f"the module it wraps ({source_name(self.source)}.{inner})" if inner else "its forward"
+            raise Unsupported(f"{type(m).__name__}'s call runs as plain Python (distributed-training machinery); "
+                              f"{what} is compiled on its own")
         if m._forward_hooks or m._forward_pre_hooks:
             return self._call_with_hooks(tx, args, kwargs)
         return self._call_forward(tx, args, kwargs)
