@@ -186,7 +186,7 @@ def break_call(frame, fn, start: int, exc: Unsupported, ctx: BreakContext, trace
     fn_break = ctx.break_fn(fn, start, exc.frame_index, nulls, tuple(names))
     wrap_at = None
     inst = R.bc.decode(frame.code)[exc.frame_index]
-    if exc.inner_depth > 1 and inst.opname in ("CALL", "CALL_FUNCTION_EX") and start == R.region_start(frame.code, exc.frame_index):
+    if (exc.inner_depth > 1 or exc.compile_callee) and inst.opname in ("CALL", "CALL_FUNCTION_EX") and start == R.region_start(frame.code, exc.frame_index):
         wrap_at = _callable_position(frame.stack, inst)
     values = {**{n: frame.locals[n] for n in names if n not in cells}, **cells}
     return BreakCall(fn, fn_break, list(frame.stack), values, wrap_at, ctx, contexts)

@@ -74,8 +74,10 @@ class NNModuleVariable(VariableTracker):
         inner = trace_rules.wrapped_module_attr(m)
         if inner is not None:  # a break: the callee runs its forward natively, compiling m.<inner> (cache.py)
             what = f"the module it wraps ({source_name(self.source)}.{inner})" if inner else "its forward"
-            raise Unsupported(f"{type(m).__name__}'s call runs as plain Python (distributed-training machinery); "
+            exc = Unsupported(f"{type(m).__name__}'s call runs as plain Python (distributed-training machinery); "
                               f"{what} is compiled on its own")
+            exc.compile_callee = True
+            raise exc
         if m._forward_hooks or m._forward_pre_hooks:
             return self._call_with_hooks(tx, args, kwargs)
         return self._call_forward(tx, args, kwargs)
