@@ -15,12 +15,13 @@ launcher kills the ranks once ``--timeout`` seconds have passed.
 
     # CPU, gloo, tiny configs (what CI-sized machines can run):
     python benchmarks/distributed.py --device cpu --tiny --steps 5
-    # two H100s, NCCL (about 8 minutes with the defaults below):
-    python benchmarks/distributed.py --device cuda --nproc 2 --steps 20 --profile
+    # two H100s, NCCL: one model per command (each within ~5 minutes; --timeout kills a straggler)
+    python benchmarks/distributed.py --device cuda --nproc 2 --models gpt2 --steps 20 --profile --timeout 540
+    python benchmarks/distributed.py --device cuda --nproc 2 --models llama1b --steps 20 --timeout 540
     # or under torchrun:
     torchrun --nproc_per_node 2 benchmarks/distributed.py --device cuda --steps 20
 
-Results: ``benchmarks/results/distributed-<machine>.json`` (``--out`` to change).
+Results: ``benchmarks/results/distributed-<machine>-<models>.json`` (``--out`` to change).
 """
 from __future__ import annotations
 
@@ -415,7 +416,8 @@ def parse_args(argv=None):
         args.nproc = torch.cuda.device_count() if args.device == "cuda" else 2
     if args.out is None:
         name = "cpu" if args.device == "cpu" else re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name().lower()).strip("-")
-        args.out = str(REPO / "benchmarks" / "results" / f"distributed-{name}{'-tiny' if args.tiny else ''}.json")
+        runs = "-".join(args.models) + ("" if args.strategies == ["ddp", "fsdp2"] else "-" + "-".join(args.strategies))
+        args.out = str(REPO / "benchmarks" / "results" / f"distributed-{name}-{runs}{'-tiny' if args.tiny else ''}.json")
     return args
 
 
