@@ -108,7 +108,11 @@ def plan_buckets(gm: fx.GraphModule, example_inputs: list, ddp) -> list[Bucket]:
                 name, nbytes = param_of[inp]
                 current.params.append(name)
                 current.nbytes += nbytes
-    return [b for b in buckets if b.nodes]
+    buckets = [b for b in buckets if b.nodes]
+    if len(buckets) > 1 and not buckets[0].params:  # ops before the first parameter: no bucket of their own
+        first = buckets.pop(0)
+        buckets[0].nodes += first.nodes
+    return buckets
 
 
 def split_at_buckets(gm: fx.GraphModule, example_inputs: list, ddp, compiler):

@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import sys
 import types
 
 import torch
@@ -101,17 +102,20 @@ NATIVE_CALLEES = {
 # torch.compile does (it skips DDP's forward and compiles the wrapped module's frame).
 # The empty name: the module's own forward is compiled and its hooks run natively (FSDP2's
 # fully_shard, whose forward hooks all-gather the parameters before and free them after).
-WRAPPER_MODULES = {torch.nn.parallel.DistributedDataParallel: "module"}
-if torch.distributed.is_available():
-    from torch.distributed.fsdp import FSDPModule
-
-    WRAPPER_MODULES[FSDPModule] = ""
+# Classes are named by (module, class): a module not imported yet has no instances, and importing
+# torch.distributed.fsdp costs as much as ember's own import.
+WRAPPER_MODULES = {
+    ("torch.nn.parallel.distributed", "DistributedDataParallel"): "module",
+    ("torch.distributed.fsdp", "FSDPModule"): "",
+}
 
 
 def wrapped_module_attr(module) -> str | None:
-    """The attribute holding the module that ``module`` (a wrapper of WRAPPER_MODULES) wraps, else None."""
-    for cls, attr in WRAPPER_MODULES.items():
-        if isinstance(module, cls):
+    """The attribute holding the module that ``module`` (a wrapper of WRAPPER_MODULES) wraps ("" for
+    its own forward), else None."""
+    for (mod_name, cls_name), attr in WRAPPER_MODULES.items():
+        cls = getattr(sys.modules.get(mod_name), cls_name, None)
+        if cls is not None and isinstance(module, cls):
             return attr
     return None
 
