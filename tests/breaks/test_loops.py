@@ -394,3 +394,135 @@ def test_explain_shows_the_per_iteration_graphs():
     assert "for loop at line" in loop, loop
     assert [report.graphs[n - 1].calls for n in numbers if report.graphs[n - 1].ops == ["add"]] == [3], text
     assert "graph" in text.split("Loops that run as Python")[1].splitlines()[1]
+
+
+def test_a_break_in_an_inner_loop_the_driver_does_not_drive_yet():
+    def f(x):
+        y = x
+        for a in range(3):
+            print("a", a)  # the first break drives the outer loop only
+            for b in range(3):
+                y = y * 1.1
+                if y.sum() > 0:  # met inside a segment: the inner loop gets its own driver
+                    print("pos", b)
+                y = y - 0.2
+            y = y.tanh()
+        return y
+    for _ in range(3):
+        check(f, t(3), min_calls=3, calls=1)
+
+
+def test_while_continue_del_and_nested_return():
+    def w(x, n):
+        i = 0
+        y = x
+        while i < n:
+            i += 1
+            y = y + 1
+            if i == 2:
+                continue
+            print("i", i)
+            y = y * 0.5
+        return y, i
+
+    def d(x):
+        y = x
+        for k in range(3):
+            tmp = y * 2
+            print("tmp", k)
+            y = tmp + 1
+            del tmp
+        return y
+
+    def r(x):
+        y = x
+        for a in range(4):
+            for b in range(4):
+                y = y + 0.5
+                print(a, b)
+                if a * b == 2:
+                    return y, a, b
+        return y, -1, -1
+    check(w, t(3), 5, min_calls=5)
+    check(d, t(3), min_calls=3)
+    check(r, t(3), min_calls=5)
+
+
+def test_try_and_no_grad_inside_the_body():
+    def f(x):
+        y = x
+        out = []
+        for k in range(4):
+            y = y * 1.5
+            try:  # runs as Python: compiled code would skip the handler
+                if k == 2:
+                    raise KeyError(k)
+                print("ok", k)
+                y = y + 1
+            except KeyError as e:
+                print("caught", e)
+                out.append(k)
+            y = y - 0.5
+        return y, out
+
+    def g(x):
+        y = x
+        for k in range(3):
+            y = y * 2
+            with torch.no_grad():
+                z = y * 3
+                print("in no_grad", torch.is_grad_enabled(), k)
+                z = z + 1
+            y = y + z
+        return y
+    check(f, t(3), min_calls=4)
+    check(g, t(3, grad=True), min_calls=3)
+
+
+def test_uncaught_exception_and_method_loops():
+    def f(x):
+        y = x
+        for k in range(4):
+            y = y * 2
+            print(k)
+            if k == 2:
+                raise ValueError(f"boom {k}")
+        return y
+    compiled = ember.compile(f, backend=CallCounter())
+    for fn in (f, compiled):
+        with pytest.raises(ValueError, match="boom 2"), contextlib.redirect_stdout(io.StringIO()):
+            fn(torch.ones(3))
+
+    class Base(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    class Child(Base):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([torch.nn.Linear(3, 3) for _ in range(3)])
+
+        def forward(self, x):
+            for i, layer in enumerate(self.layers):
+                x = super().forward(layer(x)).relu()
+                print("layer", i, tuple(x.shape))
+            return x
+    check(Child(), t(2, 3), min_calls=3)
+
+
+def test_training_loop_with_optimizer_and_logging():
+    def train(steps):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x, target = torch.randn(8, 4), torch.randn(8, 1)
+        losses = []
+        for s in range(steps):
+            opt.zero_grad()
+            loss = ((model(x) - target) ** 2).mean()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+            print(f"step {s} {losses[-1]:.5f}")
+        return model.weight.detach().clone(), losses
+    check(train, 5, min_calls=5)
