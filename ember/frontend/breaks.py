@@ -91,7 +91,7 @@ class BreakContext:
         if hit is None:
             code = fn.__code__
             region = R.plan_region(code, start, failing, list(nulls), scope)
-            kind = "loop" if region.drive is not None else "break"
+            kind = "driver" if region.drive is not None else "break"
             name = f"__{kind}_{code.co_name}_at_{R.bc.decode(code)[start].lineno}_{start}"
             drive = region.drive
             bcode = R.build_continuation(
@@ -102,7 +102,7 @@ class BreakContext:
             hit = R.make_function(fn, bcode)
             self._break_fns[key] = hit
             if elog.enabled("output_code"):
-                elog.artifact("output_code", describe_break(fn, name, region, bound, nulls))
+                elog.artifact("output_code", describe_break(fn, name, region, bound, nulls, scope))
         return hit
 
     def caches(self) -> list:
@@ -317,7 +317,7 @@ def log_break(record: BreakRecord) -> None:
     elog.artifact("graph_breaks", f"graph break: {record}")
 
 
-def describe_break(fn, name: str, region, bound, nulls) -> str:
+def describe_break(fn, name: str, region, bound, nulls, scope=None) -> str:
     """The break function as readable pseudo-Python: what it restores, which source it runs natively,
     and where each exit resumes (the real thing is bytecode, built by resume.py)."""
 
@@ -331,8 +331,17 @@ def describe_break(fn, name: str, region, bound, nulls) -> str:
            f"    # value stack restored: [{stack}]",
            f"    # --- runs natively: lines {first}-{last} (instructions {region.start}-{region.end}) ---"]
     out += [f"    #   {ln}" for ln in src]
+    if region.drive is not None:
+        heads = ", ".join(str(instrs[h].lineno) for lp in region.drive.loops for h in lp.heads)
+        out.append(f"    # --- a driver: only the loop control (lines {heads}) runs natively; where control enters "
+                   f"the body it calls a compiled loop segment ({R.LOOP_PREFIX}{fn.__code__.co_name}_at_<line>_<index>),"
+                   " which hands back (stop, stack, locals) at the loop's next stop ---")
     for target, depth in sorted(region.exits.items()):
         line = instrs[target].lineno if target < len(instrs) else "?"
-        out.append(f"    # exit -> return __resume_{fn.__code__.co_name}_at_{line}_{target}"
+        if scope is not None and scope.stops_trace(target):
+            out.append(f"    # exit -> return ({target}, <{depth} stack values>, locals())  (back to the loop's driver)")
+            continue
+        prefix = R.LOOP_PREFIX if scope is not None else "__resume_"
+        out.append(f"    # exit -> return {prefix}{fn.__code__.co_name}_at_{line}_{target}"
                    f"(<{depth} stack values>, locals())  (compiled on first call)")
     return "\n".join(out)

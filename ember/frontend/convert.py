@@ -133,6 +133,9 @@ def compile_entry(root: RootSpec, args: tuple, kwargs: dict, backend: Callable,
             inner = exc.location or "?"
             record = BreakRecord(f"a call that breaks inside ({exc.reason}, at {inner}); the callee is compiled "
                                  "on its own", exc.user_stack[-1] if exc.user_stack else inner, root.name, kind)
+        elif kind == "loop" and driven:
+            record = BreakRecord(f"{exc.reason} (inside a loop: the loop runs as Python, the straight-line code "
+                                 "of its body is compiled between the breaks)", exc.location or "?", root.name, kind)
         else:
             record = BreakRecord(exc.reason, exc.location or "?", root.name, kind)
         entry.breaks.append(record)

@@ -29,6 +29,7 @@ import bytecode as bclib
 from ember.frontend import bytecode as bc, loops as L
 
 STACK_ARG = "__ember_stack"
+LOOP_PREFIX = "__loop_"  # the name of a loop segment's function
 LOCALS_ARG = "__ember_locals"
 
 _UNCONDITIONAL = {"JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP", "JUMP_NO_INTERRUPT"}
@@ -528,8 +529,8 @@ def resume_function(fn: types.FunctionType, target: int, scope=None) -> types.Fu
     depth = stack_depths(code)[target]
     if depth is None:
         raise CannotResume(f"instruction {target} is unreachable in the static analysis")
-    kind = "loop" if scope is not None else "resume"
-    name = f"__{kind}_{code.co_name}_at_{bc.decode(code)[target].lineno}_{target}"
+    prefix = LOOP_PREFIX if scope is not None else "__resume_"
+    name = f"{prefix}{code.co_name}_at_{bc.decode(code)[target].lineno}_{target}"
     rcode = build_continuation(code, target, stack_nulls=[False] * depth, bound=None, region=None, name=name,
                                scope=scope)
     RESUMES[id(rcode)] = (rcode, ResumeInfo(fn, code, target, scope))
