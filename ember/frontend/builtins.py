@@ -502,6 +502,8 @@ def _min_max(tx, fn, *args, key=None, default=None):
         if default is not None:
             return default
         raise Unsupported(f"{fn.__name__}() of an empty sequence (ValueError)")
+    if key is None and all(isinstance(i, TensorVariable) for i in items):
+        return helpers.tensor_min_max(tx, fn, items)
     if any(isinstance(i, TensorVariable) for i in items) and key is None:
         raise Unsupported(f"{fn.__name__}() over tensors compares their data", hint=f"use torch.{fn.__name__}imum")
     if key is not None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import itertools
 
 from ember.frontend.errors import Unsupported
-from ember.frontend.variables.base import ConstantVariable, MethodTable, VariableTracker, helpers
+from ember.frontend import polyfills
+from ember.frontend.variables.base import ConstantVariable, MethodTable, VariableTracker, helpers, trackers
 from ember.frontend.variables.sequences import TupleVariable
 
 
@@ -394,4 +395,8 @@ def make_itertool(tx, cls, args: list, kwargs: dict):
             raise Unsupported(f"itertools.islice{tuple(bounds)} (ValueError)")
         start, stop, step = (0, bounds[0], 1) if len(bounds) == 1 else (*bounds, 1)[:3]
         return IsliceIteratorVariable(args[0].iter(tx), start or 0, stop, step or 1)
+    poly = polyfills.CLASSES.get(cls)
+    if poly is not None:  # the rest: their documented Python equivalents, inlined as generators
+        src = tx.output.object_source(poly, f"Python equivalent of itertools.{cls.__name__}")
+        return trackers.UserFunctionVariable(poly, src).call(tx, args, kwargs)
     return None

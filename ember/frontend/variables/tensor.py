@@ -1,11 +1,14 @@
 """Tensors in the graph: each TensorVariable is one FX node with its FakeTensor example."""
 from __future__ import annotations
 
+import dataclasses
 import operator
 
 import torch
 
 from ember.frontend.errors import Unsupported
+from ember.frontend.guards import GuardKind
+from ember.frontend.sources import Source
 from ember.frontend.variables.base import ConstantVariable, VariableTracker, helpers, register_builder, trackers
 
 # Properties answered from the fake tensor's metadata (guards on the inputs make them constants).
@@ -46,6 +49,22 @@ class TensorVariable(VariableTracker):
         if self.fake.dim() == 0:
             raise Unsupported("len() of a 0-d tensor")
         return int(self.fake.shape[0])
+
+    def as_index(self, tx) -> int:
+        """``lst[t]`` with a 0-d integer tensor: Python calls ``t.__index__()``, which reads the data.
+        An input tensor's value is known while tracing: specialize on it under a value guard (as
+        torch.compile does); a tensor computed in the graph has no value yet, so that stays a break."""
+        fake = self.fake
+        if fake.numel() != 1 or fake.dim() != 0 or fake.dtype.is_floating_point or fake.dtype.is_complex \
+                or fake.dtype is torch.bool:
+            raise Unsupported(f"indexing with {self.describe()} (only a 0-d integer tensor is an index)")
+        real = helpers.input_value(tx, self.source) if self.source is not None else None
+        if real is None:
+            raise Unsupported(f"indexing with {self.describe()}, computed in the graph, needs its value",
+                              hint="index with a Python int, or pass the index tensor in as an argument")
+        value = int(real.item())
+        tx.output.guards.add(TensorValueSource(self.source), GuardKind.CONST, value)
+        return value
 
     def unpack(self, tx) -> list:
         n = self.length(tx)
@@ -110,6 +129,56 @@ class TensorMethodVariable(VariableTracker):
 
     def reconstruct(self, cg) -> str:
         return f"{cg.reconstruct(self.tensor)}.{self.name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorValueSource(Source):
+    """The Python number held by a 0-d tensor found at ``parent`` (what a value guard checks)."""
+
+    parent: Source
+
+    def render(self, p: str) -> str:
+        return f"{p}.item()"
+
+    def expr(self) -> str:
+        return self.render(self.parent.expr())
+
+    def name(self) -> str:
+        return f"{self.parent.name()}.item()"
+
+    def base(self) -> Source:
+        return self.parent
+
+
+@helpers.add
+def input_value(tx, source) -> "torch.Tensor | None":
+    """The real tensor a graph input was made from (known while tracing), or None."""
+    for src, value, _ in tx.output.inputs:
+        if src == source:
+            return value
+    return None
+
+
+@helpers.add
+def tensor_min_max(tx, fn, items: list) -> VariableTracker:
+    """``max(a, b, ...)`` / ``min([...])`` over one-element tensors. CPython keeps the running best
+    and replaces it when ``item > best`` (``<`` for min), whose truth reads the data; the same choice
+    as a graph is ``torch.where(item > best, item, best)``, folded left to right. That keeps eager's
+    value, NaN behaviour (a comparison with NaN is False: the earlier item stays) and gradient (it
+    flows to the chosen tensor only). Items of other shapes, dtypes or devices make eager raise or
+    return an item whose metadata the graph cannot pick: those stay a break."""
+    first = items[0].fake
+    for it in items:
+        f = it.fake
+        if f.numel() != 1 or f.shape != first.shape or f.dtype != first.dtype or f.device != first.device:
+            raise Unsupported(f"{fn.__name__}() over tensors of different shapes/dtypes or with more than one "
+                              "element compares their data", hint=f"use torch.{fn.__name__}imum")
+    op = operator.gt if fn is max else operator.lt
+    best = items[0]
+    for it in items[1:]:
+        better = tx.output.call(tx, "call_function", op, [it, best], {})
+        best = tx.output.call(tx, "call_function", torch.where, [better, it, best], {})
+    return best
 
 
 def _c(v):
