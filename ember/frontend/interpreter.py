@@ -345,7 +345,7 @@ class InstructionTranslator(Tracer):
         entry = bc.exception_handler(self.code, self.inst.offset)
         if entry is None:
             return False
-        value = exception_value(exc)
+        value = exception_value(exc, self)
         self.raised_at.setdefault(id(value), self.inst.index)
         del self.stack[entry.depth:]
         if entry.lasti:

@@ -166,9 +166,9 @@ class UserClassVariable(VariableTracker):
         if built is not None:
             return built
         if issubclass(cls, BaseException):
-            if not helpers.is_builtin_exception(cls) or kwargs:
+            if not helpers.is_modelled_exception(cls):
                 raise Unsupported(f"creating exception {cls.__name__}")
-            return trackers.ExceptionVariable(cls, list(args))
+            return helpers.make_exception(tx, cls, list(args), kwargs)
         if is_nn_module_cls(cls):
             made = helpers.create_module(tx, cls, args, kwargs)
             if made is not None:
@@ -487,6 +487,8 @@ class SuperVariable(VariableTracker):
                     return trackers.UserMethodVariable(attr.__func__, cls_vt)
                 if isinstance(attr, staticmethod):
                     return VariableTracker.build(tx, attr.__func__, tx.output.object_source(attr.__func__, name))
+                if name == "__init__" and isinstance(self.obj, trackers.ExceptionVariable):
+                    return trackers.BoundMethodVariable(self.obj, name)  # BaseException.__init__: sets args
                 if type(attr).__name__ in ("method_descriptor", "wrapper_descriptor"):
                     return trackers.UserMethodVariable(attr, self.obj)
                 raise Unsupported(f"super().{name} ({type(attr).__name__})")
