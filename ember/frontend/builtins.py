@@ -116,7 +116,10 @@ def apply_operator(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> 
         if fn is operator.ior:
             a.call_method(tx, "update", [b], {})
             return a
-        merged = DictVariable(a.items, py_type=a.py_type, key_vts=a.key_vts, default_factory=a.default_factory)
+        # dict.__or__ copies into a plain dict; collections' dicts keep their type
+        py_type = a.py_type if a.py_type is dict or a.py_type.__module__ == "collections" else dict
+        merged = DictVariable(a.items, py_type=py_type, key_vts=a.key_vts,
+                              default_factory=a.default_factory if py_type is not dict else None)
         merged.items.update(b.items)
         return merged
     if isinstance(a, SetVariable) or isinstance(b, SetVariable):

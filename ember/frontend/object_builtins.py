@@ -118,8 +118,10 @@ def _copy(tx, fn, x):
         return DequeVariable(list(x.items), maxlen=x.maxlen)
     if isinstance(x, ListVariable):
         return ListVariable(x.items)
-    if isinstance(x, DictVariable):
-        return DictVariable(x.items, py_type=x.py_type, key_vts=x.key_vts, default_factory=x.default_factory)
+    if isinstance(x, DictVariable):  # (a dict subclass's copy keeps its class and instance attributes)
+        new = type(x)(x.items, py_type=x.py_type, key_vts=x.key_vts, default_factory=x.default_factory)
+        new.__dict__.update({"_attrs": dict(x.attrs)} if hasattr(x, "attrs") else {})
+        return new
     if isinstance(x, SetVariable):
         return x.copy()
     new = NewObjectVariable(_copied_class(x))
@@ -150,9 +152,11 @@ def deepcopy_vt(tx, x: VariableTracker, memo: dict) -> VariableTracker:
         new.items = [deepcopy_vt(tx, i, memo) for i in x.items]
         return new
     if isinstance(x, DictVariable):
-        new = memo[id(x)] = DictVariable({}, py_type=x.py_type, key_vts=x.key_vts, default_factory=x.default_factory)
+        new = memo[id(x)] = type(x)({}, py_type=x.py_type, key_vts=x.key_vts, default_factory=x.default_factory)
         for k, v in list(x.items.items()):
             new.items[k] = deepcopy_vt(tx, v, memo)
+        for k, v in list(getattr(x, "attrs", {}).items()):  # a dict subclass's instance attributes
+            new.attrs[k] = deepcopy_vt(tx, v, memo)
         return new
     if isinstance(x, SetVariable):  # of constants
         return x.copy()

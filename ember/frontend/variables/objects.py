@@ -173,6 +173,8 @@ class UserClassVariable(VariableTracker):
             made = helpers.create_module(tx, cls, args, kwargs)
             if made is not None:
                 return made
+        if helpers.is_plain_dict_subclass(cls):
+            return helpers.make_user_dict(tx, cls, list(args), kwargs)
         if cls.__new__ is not object.__new__ or not cls.__dictoffset__:
             raise Unsupported(f"creating an instance of {cls.__qualname__} (custom __new__, __slots__ or a C type)")
         obj = NewObjectVariable(cls)
@@ -489,6 +491,8 @@ class SuperVariable(VariableTracker):
                     return VariableTracker.build(tx, attr.__func__, tx.output.object_source(attr.__func__, name))
                 if name == "__init__" and isinstance(self.obj, trackers.ExceptionVariable):
                     return trackers.BoundMethodVariable(self.obj, name)  # BaseException.__init__: sets args
+                if name == "__init__" and klass is dict and isinstance(self.obj, trackers.UserDictVariable):
+                    return trackers.BoundMethodVariable(self.obj, "__dict_init__")
                 if type(attr).__name__ in ("method_descriptor", "wrapper_descriptor"):
                     return trackers.UserMethodVariable(attr, self.obj)
                 raise Unsupported(f"super().{name} ({type(attr).__name__})")
