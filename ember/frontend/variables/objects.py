@@ -98,6 +98,14 @@ def class_attr_of_instance(tx, self_vt, cls, name, self_source=None):
             return VariableTracker.build(tx, getattr(self_vt.value, name), AttrSource(self_source, name))
         if type(static).__name__ in ("method_descriptor", "wrapper_descriptor"):
             return trackers.UserMethodVariable(static, self_vt)
+        get, _ = lookup_static(type(static), "__get__")
+        if isinstance(get, types.FunctionType) and lookup_static(type(static), "__set__")[0] is None \
+                and lookup_static(type(static), "__delete__")[0] is None:
+            # a Python non-data descriptor (torch.distributions' lazy_property): the instance dict was
+            # looked at first, as Python does, so its __get__ is what Python calls now
+            desc = VariableTracker.build(tx, static, tx.output.object_source(static, f"{cls.__name__}.{name}"))
+            owner_vt = VariableTracker.build(tx, cls, tx.output.object_source(cls, cls.__name__))
+            return call_python(tx, get, [desc, self_vt, owner_vt])
         raise Unsupported(f"descriptor {cls.__name__}.{name} ({type(static).__name__})")
     if isinstance(static, (int, float, str, bool, type(None), tuple, frozenset)):
         return VariableTracker.const(static)
