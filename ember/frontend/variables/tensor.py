@@ -9,7 +9,9 @@ import torch
 from ember.frontend.errors import Unsupported
 from ember.frontend.guards import GuardKind
 from ember.frontend.sources import Source
-from ember.frontend.variables.base import ConstantVariable, VariableTracker, helpers, register_builder, trackers
+from ember.frontend.variables.base import (
+    ConstantVariable, MethodTable, VariableTracker, helpers, register_builder, trackers,
+)
 
 # Properties answered from the fake tensor's metadata (guards on the inputs make them constants).
 _META_PROPS = {
@@ -125,10 +127,86 @@ class TensorMethodVariable(VariableTracker):
             raise Unsupported("Tensor.requires_grad_() on an input inside a compiled function")
         if name in ("__bool__", "__len__"):
             raise Unsupported(f"Tensor.{name}()")
+        if name == "untyped_storage" and not args and not kwargs:
+            return UntypedStorageVariable(self.tensor)
         return tx.output.call(tx, "call_method", name, [self.tensor, *args], kwargs)
 
     def reconstruct(self, cg) -> str:
         return f"{cg.reconstruct(self.tensor)}.{self.name}"
+
+
+class UntypedStorageVariable(VariableTracker):
+    """``t.untyped_storage()``: its size is metadata (answered, under a guard); its address and
+    contents are data, so reading them stays a break. The size of an input's storage is not part of
+    the tensor guard (a view of a larger tensor passes it), so reading it guards it: the input's
+    own, or every input's for an intermediate (which inputs it views is not tracked)."""
+
+    METHODS = MethodTable()
+
+    def __init__(self, tensor: TensorVariable):
+        self.tensor = tensor
+
+    def python_type(self) -> type:
+        return torch.UntypedStorage
+
+    def describe(self) -> str:
+        return f"untyped storage of {self.tensor.describe()}"
+
+    def nbytes(self, tx) -> int:
+        t = self.tensor
+        if t.source is not None:
+            real = helpers.input_value(tx, t.source)
+            nbytes = real.untyped_storage().nbytes()
+            tx.output.guards.add(StorageSizeSource(t.source), GuardKind.CONST, nbytes)
+            return nbytes
+        for source, value, _ in tx.output.inputs:
+            if isinstance(value, torch.Tensor):
+                tx.output.guards.add(StorageSizeSource(source), GuardKind.CONST, value.untyped_storage().nbytes())
+        return int(t.fake.untyped_storage().nbytes())
+
+    def length(self, tx) -> int:
+        return self.nbytes(tx)
+
+    def getattr(self, tx, name):
+        if name == "device":
+            return VariableTracker.const(self.tensor.fake.device)
+        if name in ("is_cuda", "is_cpu"):
+            return VariableTracker.const(getattr(self.tensor.fake.untyped_storage(), name))
+        return trackers.BoundMethodVariable(self, name)
+
+    def method_missing(self, tx, name, args, kwargs):
+        raise Unsupported(f"UntypedStorage.{name}() needs the storage's data or changes it",
+                          hint="keep storage operations out of the compiled function")
+
+    @METHODS("nbytes", "size", "__len__")
+    def _nbytes(self, tx, args, kwargs):
+        return VariableTracker.const(self.nbytes(tx))
+
+    @METHODS("element_size")
+    def _element_size(self, tx, args, kwargs):
+        return VariableTracker.const(1)
+
+    def reconstruct(self, cg) -> str:
+        return f"{cg.reconstruct(self.tensor)}.untyped_storage()"
+
+
+@dataclasses.dataclass(frozen=True)
+class StorageSizeSource(Source):
+    """The byte size of the storage of the tensor found at ``parent``."""
+
+    parent: Source
+
+    def render(self, p: str) -> str:
+        return f"{p}.untyped_storage().nbytes()"
+
+    def expr(self) -> str:
+        return self.render(self.parent.expr())
+
+    def name(self) -> str:
+        return f"{self.parent.name()}.untyped_storage().nbytes()"
+
+    def base(self) -> Source:
+        return self.parent
 
 
 @dataclasses.dataclass(frozen=True)
