@@ -79,6 +79,8 @@ def _as_seq(tx, v) -> list:
 @helpers.add
 def apply_operator(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> VariableTracker:
     """``fn(a, b)`` for a binary operator function (operator.add, operator.iadd, operator.lt, ...)."""
+    if (r := helpers.numpy_operator(tx, fn, a, b)) is not None:  # an ndarray on either side
+        return r
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
         if fn in _INPLACE_TO_BINARY and not isinstance(a, TensorVariable):
             fn = _INPLACE_TO_BINARY[fn]  # `n += t` with a Python number n rebinds: n = n + t
@@ -336,6 +338,8 @@ HANDLERS: dict = BUILTIN_HANDLERS  # filled by ``@handler`` here and in object_b
 
 @helpers.add
 def call_builtin(tx, fn, args, kwargs):
+    if len(args) == 1 and not kwargs and (r := helpers.numpy_unary(tx, fn, args[0])) is not None:
+        return r
     h = HANDLERS.get(fn)
     if h is not None:
         return h(tx, fn, *args, **kwargs)

@@ -127,6 +127,8 @@ class TensorMethodVariable(VariableTracker):
             raise Unsupported("Tensor.requires_grad_() on an input inside a compiled function")
         if name in ("__bool__", "__len__"):
             raise Unsupported(f"Tensor.{name}()")
+        if name == "numpy":
+            return helpers.tensor_as_numpy(tx, self.tensor, args, kwargs)
         if name == "untyped_storage" and not args and not kwargs:
             return UntypedStorageVariable(self.tensor)
         return tx.output.call(tx, "call_method", name, [self.tensor, *args], kwargs)
