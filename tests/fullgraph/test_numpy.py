@@ -93,6 +93,12 @@ def numpy_force(x):
     return np.square(x.numpy(force=True)), np.pi * x
 
 
+@cases.case(lambda: (np.linspace(0, 1, 6, dtype=np.float32).reshape(2, 3), t(3)))
+def array_inputs(a, x):
+    # an array argument is a graph input viewing the same memory; returned, it is the same object
+    return np.sin(a) * 2, a, x + torch.from_numpy(a).sum(0), a.shape
+
+
 @pytest.mark.parametrize("c", cases, ids=cases.ids())
 def test_case(c):
     run(c)
@@ -127,3 +133,4 @@ def test_array_values_into_python_still_break():
 
     with pytest.raises(ember.CompileError):
         ember.compile(f, fullgraph=True)(torch.randn(2))
+

@@ -19,6 +19,12 @@ def list_index_0d(x, i):
     return items[i] * 2, (10, 20, 30)[i], items[i] + 1
 
 
+@cases.case(lambda: (t(4),))
+def list_index_constant_tensor(x):
+    items = [x + 1, x * 2, x - 3]
+    return items[torch.tensor(1)] * 2, ("a", "b")[torch.tensor(-1)]
+
+
 @cases.case(lambda: (t(4), torch.tensor(1, dtype=torch.int32)))
 def list_setitem_0d(x, i):
     items = [x, x + 1, x + 2]

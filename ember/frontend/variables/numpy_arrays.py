@@ -17,12 +17,14 @@ array's values into Python (``float(a.sum())``), and names ``torch._numpy`` lack
 """
 from __future__ import annotations
 
+import dataclasses
 import operator
 
 import torch
 
 from ember.frontend.errors import Unsupported
 from ember.frontend.guards import GuardKind
+from ember.frontend.sources import Source
 from ember.frontend.variables.base import (
     ConstantVariable, VariableTracker, guard, guard_id, helpers, register_builder, register_rule, trackers,
 )
@@ -116,8 +118,9 @@ def as_numpy(tensor_np_result) -> "np.ndarray":
 class NumpyArrayVariable(VariableTracker):
     """An ``np.ndarray`` made in the trace; ``tensor`` is the graph value holding its data."""
 
-    def __init__(self, tensor):
+    def __init__(self, tensor, source=None):
         self.tensor = tensor
+        self.source = source  # an array passed in: returned as that very object
 
     def python_type(self):
         return np.ndarray
@@ -179,6 +182,8 @@ class NumpyArrayVariable(VariableTracker):
         return numpy_call(tx, _wrapper("op", "getitem"), [self, key], {})
 
     def reconstruct(self, cg):
+        if self.source is not None:
+            return cg.load(self.source)
         return f"{cg.const(as_numpy, 'as_numpy')}({cg.reconstruct(self.tensor)})"
 
 
@@ -353,3 +358,34 @@ if np is not None:
     def _build_numpy_dtype(tx, value, source):
         guard(tx, source, GuardKind.CONST, value)
         return ConstantVariable(value, source)
+
+    @register_builder(np.ndarray, exact=True)
+    def _build_numpy_input(tx, value, source):
+        """An array passed in: a graph input holding ``torch.from_numpy(array)`` (the same memory)."""
+        if source is None:
+            return None
+        if value.dtype.kind not in "biufc" or any(st < 0 for st in value.strides) or value.dtype.byteorder == ">":
+            raise Unsupported(f"numpy array {source.name()} of dtype {value.dtype} or with negative strides "
+                              "(torch.from_numpy cannot view it)")
+        guard(tx, source, GuardKind.TYPE, np.ndarray)
+        tensor = tx.output.add_tensor_input(torch.from_numpy(value), FromNumpySource(source))
+        return NumpyArrayVariable(tensor, source)
+
+
+@dataclasses.dataclass(frozen=True)
+class FromNumpySource(Source):
+    """The tensor viewing the array found at ``parent``."""
+
+    parent: Source
+
+    def render(self, p: str) -> str:
+        return f"__import__('torch').from_numpy({p})"
+
+    def expr(self) -> str:
+        return self.render(self.parent.expr())
+
+    def name(self) -> str:
+        return self.parent.name()
+
+    def base(self) -> Source:
+        return self.parent

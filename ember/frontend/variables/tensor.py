@@ -60,6 +60,10 @@ class TensorVariable(VariableTracker):
         if fake.numel() != 1 or fake.dim() != 0 or fake.dtype.is_floating_point or fake.dtype.is_complex \
                 or fake.dtype is torch.bool:
             raise Unsupported(f"indexing with {self.describe()} (only a 0-d integer tensor is an index)")
+        node = self.node
+        if self.source is None and node.op == "call_function" and node.target in (torch.tensor, torch.as_tensor) \
+                and node.args and type(node.args[0]) is int:
+            return node.args[0]  # torch.tensor(2) made in the graph from a Python int: its value is that int
         real = helpers.input_value(tx, self.source) if self.source is not None else None
         if real is None:
             raise Unsupported(f"indexing with {self.describe()}, computed in the graph, needs its value",
