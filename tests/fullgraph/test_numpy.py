@@ -44,7 +44,10 @@ def ufuncs_round_trip(x):
 @cases.case(x23)
 def array_operators(x):
     a = x.numpy()
-    return a * 2 - a ** 2 / 3, -a, abs(a), a > 0, a @ a.T, 1.5 - a, a // 0.5, a % 0.7
+    b = a > 0
+    n = 2.0
+    n *= a  # a Python number times an array: rebinds n
+    return a * 2 - a ** 2 / 3, -a, abs(a), b, b & (a < 1), ~b, a @ a.T, 1.5 - a, a // 0.5, a % 0.7, n
 
 
 @cases.case(x23)

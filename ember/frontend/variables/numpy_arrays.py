@@ -219,6 +219,11 @@ def _as_arrays(vt):
     return vt
 
 
+_INPLACE = {getattr(operator, f"i{n}"): getattr(operator, n) for n in (
+    "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "lshift", "rshift")}
+_INPLACE.update({operator.iand: operator.and_, operator.ior: operator.or_, operator.ixor: operator.xor})
+
+
 @helpers.add
 def numpy_operator(tx, fn, a, b) -> "VariableTracker | None":
     """``a <op> b`` where one side is an array (None otherwise). In-place operators update an
@@ -226,11 +231,11 @@ def numpy_operator(tx, fn, a, b) -> "VariableTracker | None":
     the tensor is on the left)."""
     if not (isinstance(a, NumpyArrayVariable) or isinstance(b, NumpyArrayVariable)):
         return None
-    name = fn.__name__.strip("_")
-    if name.startswith("i") and name not in ("is_", "is_not"):
+    name = fn.__name__
+    if fn in _INPLACE:
         if isinstance(a, NumpyArrayVariable):
-            raise Unsupported(f"in-place operator {fn.__name__} on a numpy array")
-        name = name[1:]
+            raise Unsupported(f"in-place operator {name} on a numpy array")
+        name = _INPLACE[fn].__name__  # `n += array` with a Python number n rebinds: n = n + array
     if isinstance(a, trackers.TensorVariable) or isinstance(b, trackers.TensorVariable):
         raise Unsupported("mixing a numpy array and a tensor in one operation")
     return numpy_call(tx, _wrapper("op", name), [a, b], {})
@@ -338,8 +343,9 @@ def _is_numpy_function(value) -> bool:
 
 @register_rule
 def _build_numpy(tx, value, source):
-    if _is_numpy_function(value) or np is not None and (value in (np.finfo, np.iinfo, np.dtype) or (
-            isinstance(value, type) and issubclass(value, np.generic))):
+    # (identity tests only: ``in`` would call the __eq__ of whatever object is being built)
+    if _is_numpy_function(value) or np is not None and (value is np.finfo or value is np.iinfo or value is np.dtype
+                                                        or isinstance(value, type) and issubclass(value, np.generic)):
         guard_id(tx, value, source)
         return NumpyFunctionVariable(value, source)
     if value is torch.from_numpy or value is torch.as_tensor:
