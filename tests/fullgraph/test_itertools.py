@@ -96,3 +96,14 @@ def repeat_lazy_effects(a, b, c):
 @pytest.mark.parametrize("c", cases, ids=cases.ids())
 def test_case(c):
     run(c)
+
+
+def test_unconsumed_iterator_returned_is_the_itertools_object():
+    import ember
+
+    def f(x):
+        return x * 2, itertools.product([1, 2], "ab"), itertools.count(3)
+
+    out, prod, cnt = ember.compile(f, fullgraph=True)(torch.ones(2))
+    assert type(prod) is itertools.product and type(cnt) is itertools.count
+    assert list(prod) == list(itertools.product([1, 2], "ab")) and next(cnt) == 3
