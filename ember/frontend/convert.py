@@ -331,7 +331,7 @@ def _is_impure(node: fx.Node) -> bool:
     if isinstance(t, str):
         return t.endswith("_") and not t.endswith("__")
     name = getattr(t, "__name__", "")
-    if name in ("setitem", "_set_grad_enabled", "_enter_autocast", "_exit_autocast"):
+    if name in ("setitem", "_set_grad_enabled", "_enter_autocast", "_exit_autocast", "_assert_async"):
         return True
     if name in _RANDOM_OPS:  # an unused dropout still advances the generator: keep eager's random stream
         return True

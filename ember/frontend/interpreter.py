@@ -358,7 +358,7 @@ class InstructionTranslator(Tracer):
             return False
         if self.scope is not None and self.scope.stops_trace(bc.index_at(self.code, entry.target)):
             return False  # a handler around a driven loop: the exception is raised for real, in the driver
-        value = exception_value(exc)
+        value = exception_value(exc, self)
         self.raised_at.setdefault(id(value), self.inst.index)
         del self.stack[entry.depth:]
         if entry.lasti:
