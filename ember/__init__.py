@@ -11,6 +11,10 @@ AOT package imports) does not pull in the frontend. ``import ember`` itself stay
 import importlib as _importlib
 
 from ember.config import config as config  # eager: a later submodule import must not rebind ember.config
+from ember.diagnostics import logging as _logging
+
+for _name in _logging.ARTIFACTS:  # ember's loggers exist from `import ember` on, as before names loaded lazily
+    _logging.get_logger(_name)
 
 # public name -> module it is defined in
 _LAZY = {
