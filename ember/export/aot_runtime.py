@@ -6,9 +6,10 @@ so a server that calls ``aot_load`` starts in ``import torch`` plus reading one 
 1. reads ``manifest.json`` from the package (a zip) and refuses a package built for another torch,
    Triton, device kind or CPU feature set, saying which and how to fix it;
 2. loads the weights (``weights.pt``, ``torch.load(weights_only=True)``) onto the target device;
-3. ``exec``s the generated wrapper (``wrapper.py``: plain Python calling ATen ops, or launching the
-   packaged kernels) into a fresh namespace; for CUDA it also loads the Triton binaries (``kernels/``)
-   through the wrapper's own loader, without compiling anything.
+3. ``exec``s the generated wrapper (``wrapper.py``: plain Python calling ATen ops) into a fresh
+   namespace; a CUDA package's ``native/`` entries (ember's native wrapper, its Triton kernels and
+   their compiled binaries) replace it with the native wrapper, Triton finding the binaries in the
+   package's cache, so nothing is compiled.
 
 The returned ``AOTModule`` flattens the call's (args, kwargs) like the exported program, checks the
 dynamic dims' ranges and static sizes, runs the wrapper and rebuilds the output structure.
@@ -138,12 +139,42 @@ def aot_load(path: str, device: str | None = None) -> AOTModule:
         check_environment(manifest["environment"], path)
         wrapper = zf.read("wrapper.py").decode()
         weights_blob = zf.read("weights.pt")
-        kernels = {n[len("kernels/"):]: zf.read(n) for n in zf.namelist() if n.startswith("kernels/") and n[8:]}
+        native = {n[len("native/"):]: zf.read(n) for n in zf.namelist() if n.startswith("native/")}
     dev = torch.device(device or manifest["environment"]["device"])
     weights = torch.load(io.BytesIO(weights_blob), map_location=dev, weights_only=True)
-    namespace: dict = {"__name__": f"ember_aot_{manifest['name']}", "torch": torch, "KERNELS": kernels,
-                       "DEVICE": dev}
+    namespace: dict = {"__name__": f"ember_aot_{manifest['name']}", "torch": torch}
     exec(compile(wrapper, f"<ember aot package {path}: wrapper.py>", "exec"), namespace)
-    if "load_kernels" in namespace:  # CUDA packages: bind the Triton binaries (no compilation)
-        namespace["load_kernels"](kernels, dev)
+    if native and dev.type == "cuda":
+        namespace["forward"] = _load_native(native, manifest["native"], dev, namespace["forward"], path)
     return AOTModule(path, manifest, namespace, weights, dev)
+
+
+def _load_native(files: dict, record: dict, dev, fallback, path: str):
+    """ember's native wrapper with its Triton kernels: the files go to a private folder, Triton's
+    cache is pointed at the binaries they came with (so nothing is compiled), and the wrapper's
+    ``make_call`` gives the function to run. Imports ``ember.native.runtime`` (the wrapper's own
+    small runtime) and Triton; not the frontend or the code generator."""
+    import os
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="ember_aot_")  # mode 0700: the loader trusts only its own files
+    for rel, data in files.items():
+        if rel == "graph.py" or rel == "constants.pt":
+            continue
+        dest = os.path.join(folder, rel)
+        if not os.path.abspath(dest).startswith(folder + os.sep):
+            raise PackageMismatch(f"{path}: refusing the entry native/{rel} (outside the package folder)")
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        with open(dest, "wb") as f:
+            f.write(data)
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(folder, "triton_cache")  # read by Triton at each lookup
+    src = files["graph.py"].decode()
+    for original, base in record["kernel_paths"].items():
+        src = src.replace(repr(original), repr(os.path.join(folder, "kernels", base)))
+    graph_path = os.path.join(folder, "graph.py")
+    with open(graph_path, "w") as f:
+        f.write(src)
+    from ember.native.cache import load_module, sha
+    mod = load_module(graph_path, sha(src))
+    consts = torch.load(io.BytesIO(files["constants.pt"]), map_location=dev, weights_only=True)
+    return mod.make_call([consts[k] for k in record["constants"]], fallback)

@@ -85,18 +85,28 @@ def _bound(v):
     return None if f in (float("inf"), float("-inf")) else int(f)
 
 
-def aot_compile(ep: ExportedProgram, package_path: str, device: str = "cpu", *, name: str | None = None) -> str:
+def aot_compile(ep: ExportedProgram, package_path: str, device: str = "cpu", *, name: str | None = None,
+                kernels: str = "triton") -> str:
     """Write ``ep`` to ``package_path`` as an ember AOT package for ``device`` ("cpu" or "cuda").
 
     The CPU package runs the exported ATen graph through a generated Python wrapper (each op one
-    ATen call: no tracing, FX or compilation at load). CUDA packages run the same wrapper with
-    the weights on the GPU (see ``_kernels`` for the Triton binaries). Returns ``package_path``."""
+    ATen call: no tracing, FX or compilation at load). A CUDA package also carries ember's native
+    wrapper, its Triton kernels and their compiled binaries (``kernels="triton"``, the default;
+    ``kernels="aten"`` packages only the ATen wrapper); the ATen wrapper stays as the fallback the
+    native wrapper calls for inputs laid out unlike the example's. Export the model on the device
+    the package is for (the ATen graph records its tensors' devices). Returns ``package_path``."""
     if not isinstance(ep, ExportedProgram):
         raise TypeError(f"aot_compile expects a torch.export.ExportedProgram (from ember.export.export), got "
                         f"{type(ep).__name__}")
     kind = torch.device(device).type
     if kind not in ("cpu", "cuda"):
         raise ValueError(f"aot_compile: device must be 'cpu' or 'cuda', got {device!r}")
+    if kernels not in ("triton", "aten"):
+        raise ValueError(f"aot_compile: kernels must be 'triton' or 'aten', got {kernels!r}")
+    on = {t.device.type for t in [*ep.state_dict.values(), *ep.constants.values()] if isinstance(t, torch.Tensor)}
+    if on - {kind}:
+        raise ValueError(f"aot_compile: the program's weights are on {sorted(on)}, but the package is for {kind!r}; "
+                         f"export the model with its weights and example inputs on {kind!r}")
     sig = ep.graph_signature
     gm = ep.graph_module
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -141,6 +151,9 @@ def aot_compile(ep: ExportedProgram, package_path: str, device: str = "cpu", *, 
         "mutated_user_inputs": input_mutations,
     }
     wrapper = _wrapper_source(gm, label, len(weights))
+    kernel_files: dict = {}
+    if kind == "cuda" and kernels == "triton":
+        kernel_files, manifest["native"] = _native_cuda(ep)
     blob = io.BytesIO()
     torch.save(weights, blob)
     tmp = f"{package_path}.tmp{os.getpid()}"
@@ -148,15 +161,51 @@ def aot_compile(ep: ExportedProgram, package_path: str, device: str = "cpu", *, 
         zf.writestr("manifest.json", json.dumps(manifest, indent=1))
         zf.writestr("wrapper.py", wrapper)
         zf.writestr("weights.pt", blob.getvalue())
-        for rel, data in _kernels(gm, kind).items():
-            zf.writestr(f"kernels/{rel}", data)
+        for rel, data in kernel_files.items():
+            zf.writestr(rel, data)
     os.replace(tmp, package_path)  # a reader never sees a half-written package
     return package_path
 
 
-def _kernels(gm: fx.GraphModule, kind: str) -> dict:
-    """Compiled kernels to carry in the package: none yet for either device. The wrapper calls ATen
-    ops, whose kernels ship with torch itself; a package with ember's generated Triton (CUDA) or
-    C++ (CPU) kernels would put their binaries here and a ``load_kernels(kernels, device)`` function
-    in the wrapper, which ``aot_load`` calls (see aot_runtime.py)."""
-    return {}
+def _native_cuda(ep: ExportedProgram) -> tuple[dict, dict]:
+    """The CUDA package's kernels: ({zip entry: bytes}, manifest record). The build runs in a child
+    process with empty caches (``native_build.py``), so every Triton binary the wrapper needs is in
+    the Triton cache it leaves behind, which goes into the package whole."""
+    import subprocess
+    import sys
+    import tempfile
+
+    work = tempfile.mkdtemp(prefix="ember_aot_build_")
+    try:
+        torch.export.save(ep, os.path.join(work, "program.pt2"))
+        env = dict(os.environ, EMBER_CACHE_DIR=os.path.join(work, "ember_cache"),
+                   TRITON_CACHE_DIR=os.path.join(work, "triton_cache"))
+        env.pop("TRITON_INTERPRET", None)
+        res = subprocess.run([sys.executable, "-m", "ember.export.native_build", work, "cuda"], env=env,
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            tail = "\n".join(res.stderr.strip().splitlines()[-15:])
+            raise ExportError(f"aot_compile: building the Triton kernels failed:\n{tail}")
+        with open(os.path.join(work, "native.json")) as f:
+            record = json.load(f)
+        files: dict = {}
+        with open(record["wrapper"], "rb") as f:
+            files["native/graph.py"] = f.read()
+        kernel_names = {}
+        for path in record["kernels"]:
+            base = os.path.basename(path)  # kernels are named by their SHA-256, unique in a flat folder
+            kernel_names[path] = base
+            with open(path, "rb") as f:
+                files[f"native/kernels/{base}"] = f.read()
+        with open(os.path.join(work, "native_constants.pt"), "rb") as f:
+            files["native/constants.pt"] = f.read()
+        cache = os.path.join(work, "triton_cache")
+        for root, _, names in os.walk(cache):
+            for n in names:
+                full = os.path.join(root, n)
+                with open(full, "rb") as f:
+                    files["native/triton_cache/" + os.path.relpath(full, cache)] = f.read()
+        return files, {"kernel_paths": kernel_names, "constants": record["constants"], "report": record["report"]}
+    finally:
+        import shutil
+        shutil.rmtree(work, ignore_errors=True)
