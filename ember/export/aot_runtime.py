@@ -144,7 +144,7 @@ def aot_load(path: str, device: str | None = None) -> AOTModule:
     weights = torch.load(io.BytesIO(weights_blob), map_location=dev, weights_only=True)
     namespace: dict = {"__name__": f"ember_aot_{manifest['name']}", "torch": torch}
     exec(compile(wrapper, f"<ember aot package {path}: wrapper.py>", "exec"), namespace)
-    if native and dev.type == "cuda":
+    if native:
         namespace["forward"] = _load_native(native, manifest["native"], dev, namespace["forward"], path)
     return AOTModule(path, manifest, namespace, weights, dev)
 

@@ -5,7 +5,7 @@ caches of its own, so every kernel the package needs is compiled there and lands
 cache, whatever this or another process compiled before:
 
 1. load the exported program that ``package.aot_compile`` saved in WORKDIR (``program.pt2``);
-2. retrace its ATen graph with ember's decompositions (what the native backend expects);
+2. retrace its ATen graph with the decompositions the "ember" backend gives the autograd layer;
 3. compile it with ``ember.native.backend.compile_aten_graph`` (symbolic sizes stay kernel arguments);
 4. call it once on the example inputs, so Triton compiles every kernel into WORKDIR/triton_cache;
 5. write WORKDIR/native.json: the wrapper's path, its kernel files and the graph's constants.
@@ -30,7 +30,8 @@ def retrace_for_native(ep, device: str):
     from torch.export.graph_signature import InputKind
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from ember.aot.ops import default_decompositions
+    from ember.aot.ops import decomposition_table
+    from ember.native.decomp import AOT_DECOMPOSITIONS
 
     gm = ep.graph_module
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -48,7 +49,7 @@ def retrace_for_native(ep, device: str):
     with fake_mode, enable_python_dispatcher():
         fakes = [torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=device)
                  if isinstance(v, torch.Tensor) else v for v in vals]
-        traced = make_fx(gm, decomposition_table=default_decompositions())(*fakes)
+        traced = make_fx(gm, decomposition_table=decomposition_table(AOT_DECOMPOSITIONS))(*fakes)
     traced.graph._codegen = torch.fx.graph.CodeGen()
     out = next(n for n in reversed(traced.graph.nodes) if n.op == "output")
     flat = out.args[0]
@@ -64,12 +65,13 @@ def build(workdir: str, device: str) -> dict:
 
     ep = torch.export.load(os.path.join(workdir, "program.pt2"))
     gm, real = retrace_for_native(ep, device)
-    compiled = compile_aten_graph(gm, real)
+    compiled = compile_aten_graph(gm, real, force_triton=device == "cpu")  # (CPU: the interpreter, for tests)
     info = getattr(compiled, "ember_native", None) or {}
     if not info.get("wrapper"):
         raise RuntimeError(f"the native backend runs this graph as it is ({info.get('reason')}); no kernels to package")
     compiled(*real)  # Triton compiles every kernel now, into this process's (empty) cache
-    torch.cuda.synchronize()
+    if device == "cuda":
+        torch.cuda.synchronize()
     constants = {t: getattr(gm, t).detach().cpu() for t in info.get("constants", [])}
     torch.save(constants, os.path.join(workdir, "native_constants.pt"))
     record = {"wrapper": info["wrapper"], "kernels": info.get("kernels", []), "constants": list(constants),

@@ -86,13 +86,14 @@ def _bound(v):
 
 
 def aot_compile(ep: ExportedProgram, package_path: str, device: str = "cpu", *, name: str | None = None,
-                kernels: str = "triton") -> str:
+                kernels: str | None = None) -> str:
     """Write ``ep`` to ``package_path`` as an ember AOT package for ``device`` ("cpu" or "cuda").
 
     The CPU package runs the exported ATen graph through a generated Python wrapper (each op one
-    ATen call: no tracing, FX or compilation at load). A CUDA package also carries ember's native
+    ATen call: no tracing, FX or compilation at load). A CUDA package by default also carries ember's native
     wrapper, its Triton kernels and their compiled binaries (``kernels="triton"``, the default;
-    ``kernels="aten"`` packages only the ATen wrapper); the ATen wrapper stays as the fallback the
+    ``kernels="aten"`` packages only the ATen wrapper; ``kernels="triton"`` on CPU runs the kernels in
+    Triton's interpreter, for tests); the ATen wrapper stays as the fallback the
     native wrapper calls for inputs laid out unlike the example's. Export the model on the device
     the package is for (the ATen graph records its tensors' devices). Returns ``package_path``."""
     if not isinstance(ep, ExportedProgram):
@@ -101,6 +102,7 @@ def aot_compile(ep: ExportedProgram, package_path: str, device: str = "cpu", *, 
     kind = torch.device(device).type
     if kind not in ("cpu", "cuda"):
         raise ValueError(f"aot_compile: device must be 'cpu' or 'cuda', got {device!r}")
+    kernels = kernels or ("triton" if kind == "cuda" else "aten")
     if kernels not in ("triton", "aten"):
         raise ValueError(f"aot_compile: kernels must be 'triton' or 'aten', got {kernels!r}")
     on = {t.device.type for t in [*ep.state_dict.values(), *ep.constants.values()] if isinstance(t, torch.Tensor)}
@@ -152,8 +154,8 @@ def aot_compile(ep: ExportedProgram, package_path: str, device: str = "cpu", *, 
     }
     wrapper = _wrapper_source(gm, label, len(weights))
     kernel_files: dict = {}
-    if kind == "cuda" and kernels == "triton":
-        kernel_files, manifest["native"] = _native_cuda(ep)
+    if kernels == "triton":
+        kernel_files, manifest["native"] = _native_triton(ep, kind)
     blob = io.BytesIO()
     torch.save(weights, blob)
     tmp = f"{package_path}.tmp{os.getpid()}"
@@ -167,8 +169,8 @@ def aot_compile(ep: ExportedProgram, package_path: str, device: str = "cpu", *, 
     return package_path
 
 
-def _native_cuda(ep: ExportedProgram) -> tuple[dict, dict]:
-    """The CUDA package's kernels: ({zip entry: bytes}, manifest record). The build runs in a child
+def _native_triton(ep: ExportedProgram, kind: str) -> tuple[dict, dict]:
+    """The package's Triton kernels (CUDA; on CPU only under Triton's interpreter, which tests use): ({zip entry: bytes}, manifest record). The build runs in a child
     process with empty caches (``native_build.py``), so every Triton binary the wrapper needs is in
     the Triton cache it leaves behind, which goes into the package whole."""
     import subprocess
@@ -180,8 +182,9 @@ def _native_cuda(ep: ExportedProgram) -> tuple[dict, dict]:
         torch.export.save(ep, os.path.join(work, "program.pt2"))
         env = dict(os.environ, EMBER_CACHE_DIR=os.path.join(work, "ember_cache"),
                    TRITON_CACHE_DIR=os.path.join(work, "triton_cache"))
-        env.pop("TRITON_INTERPRET", None)
-        res = subprocess.run([sys.executable, "-m", "ember.export.native_build", work, "cuda"], env=env,
+        if kind == "cuda":
+            env.pop("TRITON_INTERPRET", None)
+        res = subprocess.run([sys.executable, "-m", "ember.export.native_build", work, kind], env=env,
                              capture_output=True, text=True)
         if res.returncode != 0:
             tail = "\n".join(res.stderr.strip().splitlines()[-15:])
@@ -192,7 +195,7 @@ def _native_cuda(ep: ExportedProgram) -> tuple[dict, dict]:
         with open(record["wrapper"], "rb") as f:
             files["native/graph.py"] = f.read()
         kernel_names = {}
-        for path in record["kernels"]:
+        for path in record["kernels"]:  # (interpreted kernels have no binaries: the cache stays empty)
             base = os.path.basename(path)  # kernels are named by their SHA-256, unique in a flat folder
             kernel_names[path] = base
             with open(path, "rb") as f:

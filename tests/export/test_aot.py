@@ -99,3 +99,34 @@ def test_loading_imports_only_the_runtime(package):
     assert res.returncode == 0, res.stderr
     assert "torch.Size([3, 3])" in res.stdout
     assert "heavy []" in res.stdout, res.stdout
+
+
+def test_triton_package_under_the_interpreter(tmp_path):
+    """The Triton package path (kernels built in a child process, relocated, loaded by ember's native
+    wrapper) on CPU, where Triton's interpreter runs the kernels: the CUDA path minus the binaries."""
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16))
+    ep = ee.export(m, (torch.randn(4, 8),), dynamic_shapes={"input": {0: ee.Dim("batch", max=32)}})
+    path = ee.aot_compile(ep, str(tmp_path / "tri.ember"), device="cpu", kernels="triton")
+    with zipfile.ZipFile(path) as zf:
+        names = zf.namelist()
+        graph = zf.read("native/graph.py").decode()
+    assert any(n.startswith("native/kernels/") for n in names), names
+    assert "load_kernel(" in graph
+    script = (
+        "import sys, torch\n"
+        "from ember.export import aot_load\n"
+        "torch.manual_seed(0)\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16))\n"
+        "run = aot_load(sys.argv[1])\n"
+        "for b in (3, 4, 17):\n"
+        "    x = torch.randn(b, 8)\n"
+        "    torch.testing.assert_close(run(x), m(x), rtol=1e-4, atol=1e-4)\n"
+        "print('native', type(run._run).__name__, sorted(k for k in sys.modules if k.startswith('ember_native_')))\n"
+        "heavy = sorted(k for k in sys.modules if k.startswith(('ember.frontend', 'ember.api', 'ember.aot',\n"
+        "    'ember.native.lowering', 'ember.native.scheduler', 'ember.native.triton_emit')))\n"
+        "print('heavy', heavy)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO), TRITON_INTERPRET="1")
+    res = subprocess.run([sys.executable, "-c", script, path], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "ember_native_" in res.stdout and "heavy []" in res.stdout, res.stdout
