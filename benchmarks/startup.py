@@ -218,7 +218,9 @@ def main():
     dev_name = torch.cuda.get_device_name() if a.device == "cuda" and torch.cuda.is_available() else platform.processor() or "cpu"
     result = dict(benchmark="startup", date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                   model=a.model, size=a.size, device=a.device, device_name=dev_name, torch=torch.__version__,
-                  python=platform.python_version(), iters=a.iters, rows=rows)
+                  python=platform.python_version(), iters=a.iters, rows=rows,
+                  # a shared machine's load skews every number: read them against it
+                  loadavg_1m=round(os.getloadavg()[0], 2), cpus=os.cpu_count())
     out = a.out or os.path.join(HERE, "results", f"startup-{a.device}.json")
     with open(out, "w") as f:
         json.dump(result, f, indent=1)
