@@ -34,7 +34,6 @@ CHILD = textwrap.dedent("""
         if i == 0:
             torch.cuda.synchronize()
             t3 = time.perf_counter()
-    import triton.runtime.jit as jit
     heavy = sorted(m for m in sys.modules if m.startswith(("ember.frontend", "ember.api", "ember.aot",
                    "ember.native.lowering", "ember.native.scheduler", "ember.native.triton_emit")))
     assert not heavy, heavy
