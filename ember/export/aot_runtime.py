@@ -167,7 +167,8 @@ def _load_native(files: dict, record: dict, dev, fallback, path: str):
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         with open(dest, "wb") as f:
             f.write(data)
-    os.environ["TRITON_CACHE_DIR"] = os.path.join(folder, "triton_cache")  # read by Triton at each lookup
+    from ember.config import environment
+    environment.set("TRITON_CACHE_DIR", os.path.join(folder, "triton_cache"))  # read by Triton at each lookup
     src = files["graph.py"].decode()
     for original, base in record["kernel_paths"].items():
         src = src.replace(repr(original), repr(os.path.join(folder, "kernels", base)))

@@ -1,7 +1,7 @@
 """Build the CUDA part of an AOT package: ember's Triton kernels, compiled, with their binaries.
 
-Runs in a child process (``python -m ember.export.native_build WORKDIR``) with empty ember and Triton
-caches of its own, so every kernel the package needs is compiled there and lands in that Triton
+Runs in a child process (``python -m ember.export.native_build WORKDIR DEVICE``) with empty ember and
+Triton caches of its own (in WORKDIR), so every kernel the package needs is compiled there and lands in that Triton
 cache, whatever this or another process compiled before:
 
 1. load the exported program that ``package.aot_compile`` saved in WORKDIR (``program.pt2``);
@@ -61,8 +61,10 @@ def retrace_for_native(ep, device: str):
 def build(workdir: str, device: str) -> dict:
     import torch
 
+    from ember.config import config
     from ember.native.backend import compile_aten_graph
 
+    config.cache_dir = os.path.join(workdir, "ember_cache")  # empty: every kernel is generated and built here
     ep = torch.export.load(os.path.join(workdir, "program.pt2"))
     gm, real = retrace_for_native(ep, device)
     compiled = compile_aten_graph(gm, real, force_triton=device == "cpu")  # (CPU: the interpreter, for tests)

@@ -180,10 +180,9 @@ def _native_triton(ep: ExportedProgram, kind: str) -> tuple[dict, dict]:
     work = tempfile.mkdtemp(prefix="ember_aot_build_")
     try:
         torch.export.save(ep, os.path.join(work, "program.pt2"))
-        env = dict(os.environ, EMBER_CACHE_DIR=os.path.join(work, "ember_cache"),
-                   TRITON_CACHE_DIR=os.path.join(work, "triton_cache"))
-        if kind == "cuda":
-            env.pop("TRITON_INTERPRET", None)
+        from ember.config import environment
+        extra = {"TRITON_INTERPRET": "0"} if kind == "cuda" else {}
+        env = environment.for_child(TRITON_CACHE_DIR=os.path.join(work, "triton_cache"), **extra)
         res = subprocess.run([sys.executable, "-m", "ember.export.native_build", work, kind], env=env,
                              capture_output=True, text=True)
         if res.returncode != 0:

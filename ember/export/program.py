@@ -224,6 +224,10 @@ def build_program(mod: torch.nn.Module, cap: Capture, args: tuple, kwargs: dict)
     first_user = next((n for n, inp in zip(placeholders, inputs) if inp.kind is InputKind.USER_INPUT), None)
     n_consts = sum(inp.kind is InputKind.CONSTANT_TENSOR for inp in inputs)
     lifted = _lift_constants(gm, fake_mode, first_user, n_consts)
+    for node in gm.graph.nodes:  # the frontend's "file:line in fn", in the traceback form torch prints
+        m = re.match(r"^(.*):(\d+) in (\S+)$", node.meta.get("stack_trace") or "")
+        if m:
+            node.meta["stack_trace"] = f'  File "{m.group(1)}", line {m.group(2)}, in {m.group(3)}\n'
     gm.graph.eliminate_dead_code()
     gm.recompile()
 
