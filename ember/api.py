@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 import torch
 
+from ember import control as _control  # noqa: F401 - registers the tracer rules of ember.is_compiling & co.
 from ember.backends.ember_backend import MODES
 from ember.backends.registry import backend_spec, validate_options
 from ember.distributed import with_ddp_buckets
