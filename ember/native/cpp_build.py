@@ -123,6 +123,19 @@ def _executor():
     return _POOL[0]
 
 
+def _after_fork_in_child():
+    """A forked child has none of the parent's build threads (a task queued on the inherited pool
+    would wait forever) and may have a lock a parent's thread held: start afresh."""
+    global _LOCK, _PROBE_LOCK, _COUNT_LOCK
+    _LOCK, _PROBE_LOCK, _COUNT_LOCK = threading.Lock(), threading.Lock(), threading.Lock()
+    _POOL.clear()
+    _FUTURES.clear()  # (their builds ran in the parent's threads: library() submits them again)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def submit(path: str) -> None:
     """Start loading (warm) or building (cold) the translation unit at ``path`` in a build thread and
     return at once; ``library`` waits for it. Several units build at the same time."""
@@ -182,7 +195,7 @@ def problem(base: str | None = None) -> str | None:
             why = None
             try:
                 path = write_source(translation_unit([]) + _PROBE, base)
-                lib = library(path)
+                lib = _load_or_build(path)  # (not library(): its cache is by unit, this checks the compiler)
                 lib.ember_probe.argtypes, lib.ember_probe.restype = [ctypes.c_long], ctypes.c_long
                 if lib.ember_probe(1000) != 499500:
                     why = f"the probe kernel built by {cxx} computed a wrong sum"

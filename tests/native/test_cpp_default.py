@@ -40,6 +40,9 @@ def test_no_working_compiler_falls_back_once(broken, tmp_path, monkeypatch, fres
         monkeypatch.setenv("PATH", str(tmp_path))
         monkeypatch.delenv("CXX", raising=False)
     else:
+        if HAS_CXX:  # the real compiler's check first: a later check must not trust what it built
+            assert cpp_build.problem() is None
+            cpp_build._PROBED.clear()
         fake = tmp_path / "fake-cxx"
         fake.write_text("#!/bin/sh\necho 'fake-cxx: no OpenMP here' >&2\nexit 1\n")
         fake.chmod(0o755)
@@ -195,3 +198,30 @@ def test_routed_op_runs_with_aten(native_cache, monkeypatch):
     compiled = compile_aten_graph(trace(lambda x: torch.expm1(x) * 2, [x]), [x], options={"cache_dir": native_cache})
     assert "expm1" in compiled.ember_native["reason"] and "a test's reason" in compiled.ember_native["reason"]
     compare(compiled(x), torch.expm1(x) * 2)
+
+
+@needs_cxx
+def test_forked_child_builds(native_cache):
+    """A child forked after builds ran (the breaks harness forks its workers so) has none of the
+    parent's build threads: its own builds must start new ones, not wait forever."""
+    x = torch.randn(4, 9)
+    compiled = compile_aten_graph(trace(lambda x: x.cos() * 2, [x]), [x], options={"cache_dir": native_cache})
+    compare(compiled(x), x.cos() * 2)
+    pid = os.fork()
+    if pid == 0:  # the child: a new graph, so a new unit to build
+        code = 1
+        try:
+            c = compile_aten_graph(trace(lambda x: x.sin() * 7 - 1, [x]), [x], options={"cache_dir": native_cache})
+            code = 0 if torch.allclose(c(x), x.sin() * 7 - 1) else 2
+        finally:
+            os._exit(code)
+    for _ in range(600):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        threading.Event().wait(0.1)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child's build hung")
+    assert os.waitstatus_to_exitcode(status) == 0
