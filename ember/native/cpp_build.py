@@ -52,6 +52,7 @@ BUILDS = {"count": 0, "seconds": 0.0}  # compiler runs in this process (tests, r
 _THREADS = [0]
 _POOL: list = []       # the ThreadPoolExecutor of the build threads, once started
 _PROBED: dict = {}     # compiler path -> None (works) or why it does not
+_WARNED: set = set()   # compiler paths (None: none found) the warning was given for
 _PROBE_LOCK = threading.Lock()
 _COUNT_LOCK = threading.Lock()
 log = logging.getLogger("ember.native")
@@ -206,8 +207,8 @@ def problem(base: str | None = None) -> str | None:
 
 
 def _report(cxx, why):
-    if why is not None and (cxx, "warned") not in _PROBED:
-        _PROBED[(cxx, "warned")] = True
+    if why is not None and cxx not in _WARNED:
+        _WARNED.add(cxx)
         log.warning("ember: the native backend's C++ path for CPU tensors is off in this process: %s. CPU graphs "
                     "run their ATen ops (eager's kernels) instead. Install g++ (or point $CXX at a compiler with "
                     "OpenMP), or set EMBER_NATIVE_CPU=aten to choose that path and silence this.", why)

@@ -26,6 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def fresh_probe(monkeypatch):
     """This process's compiler check forgotten (and restored after the test)."""
     monkeypatch.setattr(cpp_build, "_PROBED", {})
+    monkeypatch.setattr(cpp_build, "_WARNED", set())
 
 
 def _warnings(caplog):
