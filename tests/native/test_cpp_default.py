@@ -116,8 +116,8 @@ def test_second_process_compiles_nothing(tmp_path):
         assert r.returncode == 0, r.stderr[-3000:]
         runs.append(r.stdout.split())
     cold, warm = runs
-    assert int(cold[1]) >= 3, cold  # the check, the forward's and the backward's units
-    assert warm[1] == "0" and int(warm[3]) >= 3, warm
+    assert int(cold[1]) >= 3, cold  # the check's unit, the forward's and the backward's
+    assert warm[1] == "0" and int(warm[3]) >= 2, warm  # (LIBS: the graphs' units, loaded from disk)
 
 
 @needs_cxx
