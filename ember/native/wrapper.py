@@ -299,12 +299,14 @@ class WrapperCodegen:
             lines.insert(-3, "from ember.native.dynamic_launch import DynamicLaunch")
         for name, expr in self.globals.items():
             lines.append(f"{name} = {expr}")
-        cpp, loads = False, []
+        cpp, loads, cpp_loads = False, [], []
         for name, ek, path in sorted({(name, path): (name, ek, path)
                                       for name, ek, path in self.kernels.values()}.values(), key=lambda t: t[0]):
             if getattr(ek, "renderer", "triton") == "cpp":
+                # loaded by make_call, not at import: importing the wrapper must not wait for the
+                # unit's build (cpp_graph: it builds in the background until the first call)
                 cpp = True
-                loads.append(f"{name} = load_cpp_kernel({path!r}, {name!r}, {len(ek.args)}, {len(ek.size_args)})")
+                cpp_loads.append(f"{name} = load_cpp_kernel({path!r}, {name!r}, {len(ek.args)}, {len(ek.size_args)})")
             else:
                 loads.append(f"{name} = load_kernel({path!r}, {name!r})")
         if cpp:
@@ -316,6 +318,7 @@ class WrapperCodegen:
         # the launch sites whose kernels runtime.precompile may build before the first call
         lines.append(f"LAUNCHES = [{', '.join(self.static_launches)}]")
         lines += ["", "", "def make_call(constants, fallback):"]
+        lines += ["    " + l for l in cpp_loads]
         if consts:
             lines.append(f"    {', '.join(consts)}, = constants")
         lines.append("")
