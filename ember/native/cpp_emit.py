@@ -104,6 +104,7 @@ class CppKernelEmitter(Names):
         self.kept = [i for i in range(len(k.ranges)) if i not in k.reduced]
         self.checked = False  # the kernel may record an error (see PRELUDE's ember_fail)
         self.row_cache, self.stage_sets, self._rdeps = {}, {}, {}
+        self.row_scope = None  # while a reduction loop is built: the scope of its row (values before the loop)
 
     # -- names ---------------------------------------------------------------------------------
     def emit(self, scope, dtype, code) -> str:
@@ -151,10 +152,21 @@ class CppKernelEmitter(Names):
             return out
         if e.op not in ops.OPS:
             raise CppUnsupported(f"IR op {e.op!r} has no C++ spelling")
+        if e.op == "truediv" and self._row_invariant_divisor(e):
+            # x / d with d fixed for the row (softmax's sum): one reciprocal per row and a multiply per
+            # element, as eager's softmax kernel does (a vector division costs ~10x a multiply)
+            num = self.value(e.args[0], scope)
+            cdt = compute_dtype(e.dtype)
+            rcp = self.value(ir.op("truediv", ir.const(1.0, cdt), e.args[1]), self.row_scope)
+            return self.emit(scope, cdt, f"{num} * {rcp}")
         args = [self.value(a, scope) for a in e.args]
         if e.op in INT_DIVISIONS and not e.dtype.is_floating_point:
             self.checked = True
         return self.emit(scope, compute_dtype(e.dtype), ops.render("cpp", e, args))
+
+    def _row_invariant_divisor(self, e) -> bool:
+        return (self.row_scope is not None and e.dtype.is_floating_point and e.args[1].dtype == e.dtype
+                and self._rdep(e.args[0]) and not self._rdep(e.args[1]))
 
     def cast(self, v, src, dst, scope):
         if dst == torch.bool:
@@ -314,6 +326,7 @@ class CppKernelEmitter(Names):
         for e, (buf, s0) in self.row_cache.items():
             if s0 < stage and e in mine:  # computed by an earlier loop of this row
                 inner.cache[e] = self.emit(inner, compute_dtype(e.dtype), f"{buf}[{rlin}]")
+        self.row_scope = scope
         for n in all_nodes:
             if n in reds:
                 self._accumulate(n, self.value(k.bodies[n.name], inner), accs[n.name], inner, rvars)
@@ -322,6 +335,7 @@ class CppKernelEmitter(Names):
         for e, (buf, s0) in self.row_cache.items():
             if s0 == stage:
                 inner.lines.append(f"{buf}[{rlin}] = {self.value(e, inner)};")
+        self.row_scope = None
         simd = None
         clauses = [_SIMD_REDUCTION.get(n.reduction_type) for n in reds]
         if reds and all(clauses) and all(accs[n.name][1] != torch.bool for n in reds):
