@@ -44,6 +44,8 @@ LOW_PRECISION = (torch.float16, torch.bfloat16)
 PARALLEL_NUMEL = 1 << 15
 # rows up to this many elements keep costly values a later loop needs in a stack buffer (32 KiB of fp32)
 ROW_CACHE_NUMEL = 8192
+# Welford lanes: one AVX-512 vector of floats (two AVX2 vectors)
+WELFORD_LANES = 16
 COSTLY = ops.HEAVY | {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "sin", "cos", "truediv"}
 # integer ops that divide: by zero they record an error (eager raises)
 INT_DIVISIONS = ("truncdiv", "floordiv", "remainder", "fmod")
@@ -105,6 +107,7 @@ class CppKernelEmitter(Names):
         self.checked = False  # the kernel may record an error (see PRELUDE's ember_fail)
         self.row_cache, self.stage_sets, self._rdeps = {}, {}, {}
         self.row_scope = None  # while a reduction loop is built: the scope of its row (values before the loop)
+        self.welford: dict = {}  # sum node -> the sum of squared deviations from its mean (var_mean's pair)
 
     # -- names ---------------------------------------------------------------------------------
     def emit(self, scope, dtype, code) -> str:
@@ -235,6 +238,8 @@ class CppKernelEmitter(Names):
             for d in deps:
                 if role in ("outer", "xred"):
                     s = max(s, st[d])
+                elif self.welford.get(d) == n.name:  # one Welford pass computes both
+                    s = max(s, st[d])
                 else:
                     s = max(s, st[d] if self.k.roles[d] == "inner" else st[d] + 1)
             st[n.name] = s
@@ -318,6 +323,8 @@ class CppKernelEmitter(Names):
     def _reduce_stage(self, scope, reds, stores, all_nodes, stage=0):
         """One loop nest over the reduced ranges: accumulate ``reds``, store the inner nodes ``stores``."""
         k = self.k
+        if any(n.name in self.welford for n in reds):
+            return self._welford_stage(scope, reds, stores, all_nodes, stage)
         accs = {n.name: self._init_acc(n, scope) for n in reds}
         inner = _Scope(scope)
         rvars = list(k.reduced)
@@ -349,6 +356,132 @@ class CppKernelEmitter(Names):
             self.outer_vals[n.name] = self.cast(r, k.bodies[n.name].dtype, n.layout.dtype, scope)
             if n.name not in k.local:
                 self.store(n.name, self.outer_vals[n.name], scope)
+
+    # -- Welford: var/var_mean/layer_norm statistics in one pass ----------------------------------
+    def _welford_pairs(self) -> dict:
+        """{sum node: squares node} for the lowering's var_mean pair ``A = sum(x)``, ``B = sum((x -
+        A / n) ** 2)`` over one contiguous reduced range of static length (lower_ops._var_mean). One
+        Welford pass computes both: the mean without a large running sum (eager's own layer_norm and
+        var use Welford too), and one pass over the row less."""
+        k = self.k
+        if len(k.reduced) != 1 or not is_static(k.rnumel) or k.single or k.rnumel < 2 * WELFORD_LANES:
+            return {}
+        sums = {n.name: n for n in k.nodes if k.roles[n.name] == "red" and n.reduction_type == "sum"
+                and k.bodies[n.name].dtype in (torch.float32, torch.float64)}
+        pairs = {}
+        for b in sums.values():
+            sq = k.bodies[b.name]
+            if sq.op != "mul" or sq.args[0] != sq.args[1] or sq.args[0].op != "sub":
+                continue
+            x, mean = sq.args[0].args
+            if mean.op != "truediv" or mean.args[0].op != "load" or mean.args[1].op != "const":
+                continue
+            a = mean.args[0].attr[0]
+            if (a in sums and a not in pairs and k.bodies[a] == x and mean.args[1].attr == k.rnumel
+                    and x.dtype == sq.dtype and not self._loads_node(x, a)):
+                pairs[a] = b.name
+        return pairs
+
+    def _loads_node(self, e, name) -> bool:
+        return any(l.attr[0] == name for l in ir.loads_of(e))
+
+    def _welford_fits(self, stages) -> bool:
+        """Each stage's reductions are all Welford pairs or none (the blocked loop is all or nothing)."""
+        squares = set(self.welford.values())
+        by_stage: dict = {}
+        for n in self.k.nodes:
+            if self.k.roles[n.name] == "red":
+                by_stage.setdefault(stages[n.name], []).append(n.name in self.welford or n.name in squares)
+        return all(all(v) or not any(v) for v in by_stage.values())
+
+    def _welford_stage(self, scope, reds, stores, all_nodes, stage):
+        """The row in blocks of WELFORD_LANES: lane ``l`` keeps the running mean and squared deviations
+        of elements ``l, l + W, ...`` (equal counts, so one reciprocal per block), ``omp simd`` over the
+        lanes; the lanes merge pairwise (Chan et al.), then the tail elements update the merged result."""
+        k = self.k
+        (r,) = k.reduced
+        n_r = int(k.rnumel)
+        lanes = WELFORD_LANES
+        full = n_r // lanes * lanes
+        pairs = [(n, self.nodes[self.welford[n.name]]) for n in reds if n.name in self.welford]
+        names = {}
+        for a, b in pairs:
+            t = ctype(compute_dtype(k.bodies[a.name].dtype))
+            w = f"wf{len(names)}"
+            names[a.name] = (w, t)
+            scope.lines.append(f"{t} {w}_m[{lanes}] = {{}}, {w}_m2[{lanes}] = {{}};")
+        rvar = f"v{r}"
+        mine = self.stage_sets.get(stage, ())
+
+        def body(update):
+            inner = _Scope(scope)
+            for e, (buf, s0) in self.row_cache.items():
+                if s0 < stage and e in mine:
+                    inner.cache[e] = self.emit(inner, compute_dtype(e.dtype), f"{buf}[{rvar}]")
+            self.row_scope = scope
+            for n in all_nodes:
+                if n.name in names:
+                    x = self.value(k.bodies[n.name], inner)
+                    inner.lines += update(names[n.name], x)
+                elif n in stores:
+                    self.store(n.name, self.node_value(n.name, inner), inner)
+            for e, (buf, s0) in self.row_cache.items():
+                if s0 == stage:
+                    inner.lines.append(f"{buf}[{rvar}] = {self.value(e, inner)};")
+            self.row_scope = None
+            return inner.lines
+
+        def lane_update(wt, x):
+            w, t = wt
+            return [f"{t} {w}_x = {x} - {w}_k;", f"{t} {w}_d = {w}_x - {w}_m[vl];",
+                    f"{w}_m[vl] += {w}_d * wrc;", f"{w}_m2[vl] += {w}_d * ({w}_x - {w}_m[vl]);"]
+
+        def tail_update(wt, x):
+            w, t = wt
+            return [f"{t} {w}_x = {x} - {w}_k;", f"{t} {w}_d = {w}_x - {w}_mean;",
+                    f"{w}_mean += {w}_d / ({t})wn;", f"{w}_M2 += {w}_d * ({w}_x - {w}_mean);"]
+
+        # the row's first element shifts the data (x - k is exact near k), so the running means stay
+        # small and keep their digits: rows far from zero (1e4 + randn) get eager's accuracy
+        first = _Scope(scope)
+        first.lines.append(f"const int64_t {rvar} = 0;")
+        for a, _ in pairs:
+            w, t = names[a.name]
+            x0 = self.value(k.bodies[a.name], first)
+            first.lines.append(f"{w}_k = std::isfinite({x0}) ? {x0} : {t}(0);")
+        for w, t in names.values():
+            scope.lines.append(f"{t} {w}_k;")
+        scope.lines += ["{"] + _indent(first.lines) + ["}"]
+        t0 = names[pairs[0][0].name][1]
+        scope.lines.append(f"for (int64_t vb = 0; vb < {full}; vb += {lanes}) {{")
+        scope.lines.append(f"  const {t0} wrc = {t0}(1) / {t0}(vb / {lanes} + 1);")
+        scope.lines.append("  #pragma omp simd")
+        scope.lines.append(f"  for (int64_t vl = 0; vl < {lanes}; ++vl) {{")
+        scope.lines.append(f"    const int64_t {rvar} = vb + vl;")
+        scope.lines += _indent(body(lane_update), 2)
+        scope.lines += ["  }", "}"]
+        for w, t in names.values():
+            scope.lines.append(f"{t} {w}_mean, {w}_M2;")
+            scope.lines.append(f"e_welford_lanes<{t}, {lanes}>({w}_m, {w}_m2, {full // lanes}, {w}_mean, {w}_M2);")
+        if full < n_r:
+            scope.lines.append(f"int64_t wn = {full};")
+            scope.lines.append(f"for (int64_t {rvar} = {full}; {rvar} < {n_r}; ++{rvar}) {{")
+            scope.lines.append("  ++wn;")
+            scope.lines += _indent(body(tail_update))
+            scope.lines.append("}")
+        for a, b in pairs:
+            w, t = names[a.name]
+            # (an infinite element makes the mean NaN, as eager's Welford does: var_mean([1, inf]) = (nan, nan))
+            scope.lines.append(f"{w}_mean += {w}_k;")
+            # readers of the mean (A / n, the lowering's spelling) get Welford's mean itself
+            for e in ir.walk([k.bodies[b.name]]):
+                if e.op == "truediv" and e.args[0].op == "load" and e.args[0].attr[0] == a.name:
+                    scope.cache[e] = f"{w}_mean"
+            self.outer_vals[a.name] = self.cast(f"({w}_mean * {t}({n_r}))", k.bodies[a.name].dtype, a.layout.dtype, scope)
+            self.outer_vals[b.name] = self.cast(f"{w}_M2", k.bodies[b.name].dtype, b.layout.dtype, scope)
+            for n in (a, b):
+                if n.name not in k.local:
+                    self.store(n.name, self.outer_vals[n.name], scope)
 
     def _init_acc(self, n, scope):
         rt = n.reduction_type
@@ -391,7 +524,11 @@ class CppKernelEmitter(Names):
                 if n.name not in k.local:
                     self.store(n.name, v, xs)
         else:
+            self.welford = self._welford_pairs()
             stages = self.stages()
+            if not self._welford_fits(stages):
+                self.welford = {}
+                stages = self.stages()
             nstages = max(list(stages.values()) + [0]) + 1
             plan = {}
             for s in range(nstages):
@@ -400,7 +537,8 @@ class CppKernelEmitter(Names):
                           and n.name not in k.local]
                 if reds or stores:
                     plan[s] = (reds, stores)
-            self._plan_row_cache({s: r + st for s, (r, st) in plan.items()}, xs)
+            squares = set(self.welford.values())  # (their bodies are not computed: Welford's update is)
+            self._plan_row_cache({s: [n for n in r if n.name not in squares] + st for s, (r, st) in plan.items()}, xs)
             for s in range(-1, nstages):
                 if s in plan:
                     self._reduce_stage(xs, plan[s][0], plan[s][1], k.nodes, s)

@@ -134,6 +134,21 @@ static inline double e_tanh(double x) { return std::tanh(x); }
 // NaN-propagating max/min as OpenMP reductions, so `omp simd` vectorizes them too
 #pragma omp declare reduction(e_max : float, double, int64_t, int32_t, int16_t, int8_t, uint8_t : omp_out = e_maximum(omp_out, omp_in)) initializer(omp_priv = omp_orig)
 #pragma omp declare reduction(e_min : float, double, int64_t, int32_t, int16_t, int8_t, uint8_t : omp_out = e_minimum(omp_out, omp_in)) initializer(omp_priv = omp_orig)
+// Welford lanes (cpp_emit._welford_stage): W running (mean, M2) pairs of `count` elements each,
+// merged pairwise (Chan et al.: equal counts, so the mean moves half the difference)
+template <class T, int W> static inline void e_welford_lanes(T* m, T* m2, int64_t count, T& mean, T& M2) {
+  T c = T(count);
+  for (int w = W / 2; w >= 1; w /= 2) {
+    for (int l = 0; l < w; ++l) {
+      T d = m[l + w] - m[l];
+      m[l] += d * T(0.5);
+      m2[l] += m2[l + w] + d * d * c * T(0.5);
+    }
+    c *= T(2);
+  }
+  mean = m[0];
+  M2 = m2[0];
+}
 // int64 index math with Python's semantics (index expressions are usually non-negative)
 static inline int64_t e_idiv(int64_t a, int64_t b) { int64_t q = a / b; return ((a % b) != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
 static inline int64_t e_imod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
