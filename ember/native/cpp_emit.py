@@ -44,6 +44,8 @@ LOW_PRECISION = (torch.float16, torch.bfloat16)
 PARALLEL_NUMEL = 1 << 15
 # rows up to this many elements keep costly values a later loop needs in a stack buffer (32 KiB of fp32)
 ROW_CACHE_NUMEL = 8192
+# column reductions: kept points reduced side by side per block (accumulators on the stack)
+COLUMN_BLOCK = 256
 # Welford lanes: one AVX-512 vector of floats (two AVX2 vectors)
 WELFORD_LANES = 16
 COSTLY = ops.HEAVY | {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "sin", "cos", "truediv"}
@@ -515,6 +517,97 @@ class CppKernelEmitter(Names):
     # -- the kernel ----------------------------------------------------------------------------
     def generate(self) -> CppKernel:
         k = self.k
+        body = self._column_body() if self._columns_fit() else self._row_body()
+        params = []
+        for b in self.args:
+            dt = self.layouts[b].dtype
+            if dt not in STORAGE:
+                raise CppUnsupported(f"buffer {b} of dtype {dt}")
+            const = "" if self.ptr[b].startswith("out_") else "const "
+            params.append(f"{const}{STORAGE[dt]}* __restrict__ {self.ptr[b]}")
+        params += [f"int64_t {self.size_names[s]}" for s in self.size_names]
+        src = [f'extern "C" void KERNEL_NAME({", ".join(params)}) {{'] + _indent(body) + ["}"]
+        from ember.native.triton_emit import provenance
+        return CppKernel("\n".join(src) + "\n", "red" if k.is_reduction else "poi", list(self.args), k.xnumel,
+                         k.rnumel, provenance(k).replace("# ", "// "), size_args=list(self.size_names),
+                         checked=self.checked)
+
+    # -- column reductions: the reduced ranges outside the contiguous one (a bias gradient) ------
+    def _columns_fit(self) -> bool:
+        """A one-stage reduction whose innermost range is kept (sum over the rows of a matrix): its
+        rows are walked in order and the kept points of a block are reduced side by side, vectorized,
+        instead of one strided pass per kept point."""
+        k = self.k
+        last = len(k.ranges) - 1
+        if not k.is_reduction or k.single or last in k.reduced or not k.ranges:
+            return False
+        n = k.ranges[last]
+        if is_static(n) and n < 16:
+            return False
+        stages = self.stages()
+        for node in k.nodes:
+            role = k.roles[node.name]
+            if stages[node.name] != 0 or role not in ("inner", "red", "outer"):
+                return False
+            if role == "red" and node.reduction_type not in ("sum", "prod", "max", "min", "any", "all"):
+                return False
+        return any(k.roles[node.name] == "red" for node in k.nodes)
+
+    def _column_body(self) -> list:
+        k = self.k
+        last = len(k.ranges) - 1
+        outer = [i for i in self.kept if i != last]
+        n = self.index_str(k.ranges[last])
+        b = COLUMN_BLOCK
+        top = _Scope()
+        blk = _Scope(top)
+        reds = [node for node in k.nodes if k.roles[node.name] == "red"]
+        accs = {}
+        for node in reds:
+            name, cdt = self._init_acc(node, _Scope())
+            t = "bool" if cdt is None else ctype(cdt)
+            init = "false" if node.reduction_type == "any" else "true" if node.reduction_type == "all" else \
+                _identity(node.reduction_type, cdt)
+            blk.lines.append(f"{t} {name}[{b}];")
+            blk.lines.append(f"for (int64_t vi = 0; vi < {b}; ++vi) {name}[vi] = {init};")
+            accs[node.name] = name
+        inner = _Scope(blk)
+        inner.lines.append(f"const int64_t v{last} = vb + vi;")
+        for node in k.nodes:
+            if node.name in accs:
+                v = self.value(k.bodies[node.name], inner)
+                a = f"{accs[node.name]}[vi]"
+                inner.lines.append(f"{a} = {_combine(node.reduction_type, a, v)};")
+            elif k.roles[node.name] == "inner" and node.name not in k.local:
+                self.store(node.name, self.node_value(node.name, inner), inner)
+        simd = ["#pragma omp simd", "for (int64_t vi = 0; vi < vn; ++vi) {"] + _indent(inner.lines) + ["}"]
+        blk.lines += self._loops(list(k.reduced), simd)
+        epi = _Scope(blk)
+        epi.lines.append(f"const int64_t v{last} = vb + vi;")
+        for node in k.nodes:
+            role = k.roles[node.name]
+            if role == "inner":
+                continue
+            if role == "red":
+                v = f"{accs[node.name]}[vi]"
+            else:
+                v = self.value(k.bodies[node.name], epi)
+            self.outer_vals[node.name] = self.cast(v, k.bodies[node.name].dtype, node.layout.dtype, epi)
+            if node.name not in k.local:
+                self.store(node.name, self.outer_vals[node.name], epi)
+        blk.lines += ["for (int64_t vi = 0; vi < vn; ++vi) {"] + _indent(epi.lines) + ["}"]
+        block = [f"for (int64_t vb = 0; vb < {n}; vb += {b}) {{", f"  const int64_t vn = std::min<int64_t>({b}, {n} - vb);"]
+        block += _indent(blk.lines) + ["}"]
+        numel = self.index_str(k.numel)
+        collapse = len(outer) + 1
+        clause = f" collapse({collapse})" if collapse > 1 else ""
+        pragma = (f"#pragma omp parallel for{clause} num_threads(ember_threads) if(({numel}) >= {PARALLEL_NUMEL})", 0)
+        if outer:
+            return top.lines + self._loops(outer, block, pragma)
+        return top.lines + [pragma[0]] + block
+
+    def _row_body(self) -> list:
+        k = self.k
         top = _Scope()   # function level: cross-x accumulators (single), final scalars
         xs = _Scope(top)  # one kept point
         xaccs = []
@@ -569,19 +662,7 @@ class CppKernelEmitter(Names):
                 if n.name not in k.local:
                     self.store(n.name, self.outer_vals[n.name], fin)
         body += top.lines + fin.lines
-        params = []
-        for b in self.args:
-            dt = self.layouts[b].dtype
-            if dt not in STORAGE:
-                raise CppUnsupported(f"buffer {b} of dtype {dt}")
-            const = "" if self.ptr[b].startswith("out_") else "const "
-            params.append(f"{const}{STORAGE[dt]}* __restrict__ {self.ptr[b]}")
-        params += [f"int64_t {self.size_names[s]}" for s in self.size_names]
-        src = [f'extern "C" void KERNEL_NAME({", ".join(params)}) {{'] + _indent(body) + ["}"]
-        from ember.native.triton_emit import provenance
-        return CppKernel("\n".join(src) + "\n", "red" if k.is_reduction else "poi", list(self.args), k.xnumel,
-                         k.rnumel, provenance(k).replace("# ", "// "), size_args=list(self.size_names),
-                         checked=self.checked)
+        return body
 
 
 _SIMD_REDUCTION = {"sum": "+", "prod": "*", "max": "e_max", "min": "e_min"}

@@ -173,3 +173,39 @@ def test_pool_is_off_for_small_buffers(native_cache):
     assert cpu_pool.pooled((8192, 1024), (1024, 1), torch.float32, "cpu")
     assert not cpu_pool.pooled((8192, 1024), (1024, 1), torch.float32, "meta")
     del ptr
+
+
+COLUMN_CASES = {
+    "sum_rows": (lambda x: x.sum(0), [(33, 300)]),
+    "bias_grad_and_pointwise": (lambda x, g: ((g * torch.sigmoid(x)), (g * torch.sigmoid(x)).sum(0)), [(17, 1000), (17, 1000)]),
+    "middle_dim": (lambda x: x.amax(1) + 1, [(3, 9, 70)]),
+    "two_reduced": (lambda x: x.sum((0, 1)), [(4, 5, 19)]),
+    "min_prod": (lambda x: (x.amin(0), (x * 0.1 + 1).prod(0)), [(6, 257)]),
+}
+
+
+@pytest.mark.parametrize("name", list(COLUMN_CASES))
+def test_column_reductions(name, native_cache, monkeypatch):
+    """Reductions over rows (the innermost range kept): blocks of columns reduced side by side."""
+    from ember.native import cpp_build
+    sources = []
+    real = cpp_build.write_source
+    monkeypatch.setattr(cpp_build, "write_source", lambda text, base=None: sources.append(text) or real(text, base))
+    fn, shapes = COLUMN_CASES[name]
+    torch.manual_seed(0)
+    run_cpp(fn, [torch.randn(s) for s in shapes], native_cache, atol=1e-5, rtol=1e-5)
+    assert "vb += 256" in sources[-1]
+
+
+def test_column_reductions_special_values(native_cache):
+    x = torch.randn(9, 40)
+    x[3, 0] = float("nan")
+    x[:, 1] = float("-inf")
+    x[2, 2] = float("inf")
+    run_cpp(lambda x: (x.amax(0), x.amin(0), x.sum(0), (x > 0).any(0), (x > -10).all(0)), [x], native_cache)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.int32])
+def test_column_reductions_dtypes(dtype, native_cache):
+    x = (torch.randn(21, 45) * 10).to(dtype)
+    run_cpp(lambda x: (x.sum(0), x.amax(0)), [x], native_cache)
