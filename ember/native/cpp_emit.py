@@ -11,7 +11,14 @@ gcc vectorizes at ``-O3``:
 * a reduction kernel runs, per kept point, one loop nest over the reduced ranges per "stage" (a
   reduction reading an earlier reduction of the kernel, softmax's sum reading its max, runs in a later
   loop, as in Triton's looped reductions), with scalar accumulators; sums (the common case) carry an
-  ``omp simd reduction`` so they vectorize without ``-ffast-math`` (which would break NaN/Inf);
+  ``omp simd reduction`` so they vectorize without ``-ffast-math`` (which would break NaN/Inf); a
+  division by a value fixed for the row (softmax's sum) is one reciprocal per row;
+* var_mean's pair of sums (the lowering's two-pass spelling, lower_ops._var_mean) becomes one Welford
+  pass over the row (``_welford_stage``): 16 lanes of running (mean, M2) merged pairwise, the data
+  shifted by the row's first element, eager's accuracy for rows far from zero;
+* a one-stage reduction whose innermost range is kept (a bias gradient: a sum over rows) walks the rows
+  in order and reduces a block of columns side by side (``_column_body``), vectorized and contiguous,
+  the blocks shared by the threads;
 * a single-program kernel (``Kernel.single``) also reduces across the kept points (``xred``) and
   computes scalars from those (``final``), without threads.
 
@@ -558,7 +565,10 @@ class CppKernelEmitter(Names):
         last = len(k.ranges) - 1
         outer = [i for i in self.kept if i != last]
         n = self.index_str(k.ranges[last])
-        b = COLUMN_BLOCK
+        # blocks of up to COLUMN_BLOCK columns, at least 8 of them where the columns allow (the blocks
+        # are what threads share: 256 columns in one block would leave one thread working)
+        b = COLUMN_BLOCK if not is_static(k.ranges[last]) else \
+            max(16, min(COLUMN_BLOCK, 1 << max(0, (int(k.ranges[last]) // 8).bit_length() - 1)))
         top = _Scope()
         blk = _Scope(top)
         reds = [node for node in k.nodes if k.roles[node.name] == "red"]
