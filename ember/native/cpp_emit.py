@@ -574,10 +574,11 @@ class CppKernelEmitter(Names):
         reds = [node for node in k.nodes if k.roles[node.name] == "red"]
         accs = {}
         for node in reds:
-            name, cdt = self._init_acc(node, _Scope())
-            t = "bool" if cdt is None else ctype(cdt)
-            init = "false" if node.reduction_type == "any" else "true" if node.reduction_type == "all" else \
-                _identity(node.reduction_type, cdt)
+            rt, cdt = node.reduction_type, compute_dtype(k.bodies[node.name].dtype)
+            name = f"acc{self.tmp}"
+            self.tmp += 1
+            t = "bool" if rt in ("any", "all") else ctype(cdt)
+            init = {"any": "false", "all": "true"}.get(rt) or _identity(rt, cdt)
             blk.lines.append(f"{t} {name}[{b}];")
             blk.lines.append(f"for (int64_t vi = 0; vi < {b}; ++vi) {name}[vi] = {init};")
             accs[node.name] = name
