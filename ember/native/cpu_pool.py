@@ -7,7 +7,9 @@ same). A ``BufferPool`` is one allocation site of the wrapper: it keeps the stor
 buffers it handed out, and hands one out again only when nothing else holds it any more (its use
 count is the pool's own reference alone: no tensor, view, autograd record or storage object of the
 caller's refers to it). A buffer the caller still holds is never reused, so results are never
-overwritten; memory kept is at most ``KEEP`` buffers of the site's size.
+overwritten; memory kept is at most ``KEEP`` buffers of the site's size. Only graph results are
+pooled (wrapper._alloc): an intermediate dies inside the call, and keeping it would hold memory eager
+returns between calls.
 """
 from __future__ import annotations
 

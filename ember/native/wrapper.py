@@ -235,8 +235,9 @@ class WrapperCodegen:
                                     f"{render_const(tuple(lay.strides))}, {old}.storage_offset())")
             self.body.append(f"{buf} = {src}; del {old}  # reuse")
             return
-        if self.pool_large and cpu_pool.pooled(lay.sizes, lay.strides, lay.dtype, lay.device):
-            # a large CPU buffer: its storage is reused across calls once the caller lets go (cpu_pool)
+        if self.pool_large and buf in self.sched.outputs and cpu_pool.pooled(lay.sizes, lay.strides, lay.dtype, lay.device):
+            # a large CPU result: its storage is reused across calls once the caller lets go (cpu_pool);
+            # intermediates are not pooled, so no memory beyond the results is held between calls
             pool = f"pool{len(self.pools)}"
             self.pools.append(f"{pool} = BufferPool({render_const(tuple(lay.sizes))}, "
                               f"{render_const(tuple(lay.strides))}, {lay.dtype})")
