@@ -47,7 +47,8 @@ STORAGE = {torch.float32: "float", torch.float64: "double", torch.float16: "_Flo
            torch.int64: "int64_t", torch.int32: "int32_t", torch.int16: "int16_t", torch.int8: "int8_t",
            torch.uint8: "uint8_t", torch.bool: "bool"}
 LOW_PRECISION = (torch.float16, torch.bfloat16)
-# kernels with fewer points than this run on one thread: a parallel region costs a few microseconds
+# points per thread of a kernel's parallel region (kernels under two of these run on one thread: a
+# parallel region costs a few microseconds, and far more when the machine is oversubscribed)
 PARALLEL_NUMEL = 1 << 15
 # rows up to this many elements keep costly values a later loop needs in a stack buffer (32 KiB of fp32)
 ROW_CACHE_NUMEL = 8192
@@ -274,7 +275,7 @@ class CppKernelEmitter(Names):
         collapse = nkept - 1 if pointwise and nkept > 1 else nkept
         numel = self.index_str(self.k.numel)
         clause = f" collapse({collapse})" if collapse > 1 else ""
-        return (f"#pragma omp parallel for{clause} num_threads(ember_threads) if(({numel}) >= {PARALLEL_NUMEL})", 0)
+        return (_parallel_for(clause, numel), 0)
 
     # -- row buffers: a costly value a later loop needs again is kept, not recomputed -------------
     def _stage_exprs(self, nodes) -> set:
@@ -612,7 +613,7 @@ class CppKernelEmitter(Names):
         numel = self.index_str(k.numel)
         collapse = len(outer) + 1
         clause = f" collapse({collapse})" if collapse > 1 else ""
-        pragma = (f"#pragma omp parallel for{clause} num_threads(ember_threads) if(({numel}) >= {PARALLEL_NUMEL})", 0)
+        pragma = (_parallel_for(clause, numel), 0)
         if outer:
             return top.lines + self._loops(outer, block, pragma)
         return top.lines + [pragma[0]] + block
@@ -674,6 +675,13 @@ class CppKernelEmitter(Names):
                     self.store(n.name, self.outer_vals[n.name], fin)
         body += top.lines + fin.lines
         return body
+
+
+def _parallel_for(clause, numel) -> str:
+    """OpenMP over the outer loops with at most one thread per PARALLEL_NUMEL points (ATen's grain:
+    eager runs an op of 32K elements on one thread, and so do we), none below two grains."""
+    return (f"#pragma omp parallel for{clause} num_threads(e_threads({numel}, {PARALLEL_NUMEL})) "
+            f"if(({numel}) >= {2 * PARALLEL_NUMEL})")
 
 
 _SIMD_REDUCTION = {"sum": "+", "prod": "*", "max": "e_max", "min": "e_min"}

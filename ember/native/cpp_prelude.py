@@ -12,6 +12,11 @@ PRELUDE = r"""
 
 static int ember_threads = 1;
 extern "C" void ember_set_num_threads(int n) { ember_threads = n > 0 ? n : 1; }
+// threads for a parallel region over `numel` points: one per `grain` points, at most torch's count
+static inline int e_threads(int64_t numel, int64_t grain) {
+  int64_t n = numel / grain;
+  return n < 1 ? 1 : (n < ember_threads ? int(n) : ember_threads);
+}
 // Where eager raises (an index out of range, an integer division by zero) a kernel records the
 // error here and the wrapper raises it after the call (cpp_build.check): never a silent result.
 static int ember_error = 0;
