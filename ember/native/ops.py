@@ -294,7 +294,7 @@ REGISTRY: list[Op] = [
     Op("sin", 1, F, _r("tl.sin({0})", "std::sin({0})"), aten=(aten.sin,)),
     Op("cos", 1, F, _r("tl.cos({0})", "std::cos({0})"), aten=(aten.cos,)),
     Op("tan", 1, F, _r("tan({0})", "std::tan({0})"), heavy=True, aten=(aten.tan,)),
-    Op("tanh", 1, F, _r("tanh({0})", "std::tanh({0})"), heavy=True, aten=(aten.tanh,)),
+    Op("tanh", 1, F, _r("tanh({0})", "e_tanh({0})"), heavy=True, aten=(aten.tanh,)),
     Op("sigmoid", 1, F, _r("tl.sigmoid({0})", "e_sigmoid({0})"), aten=(aten.sigmoid,)),
     Op("erf", 1, F, _r("tl.math.erf({0})", "e_erf({0})"), render_lowp=_tl("erf_rational({0})"), heavy=True, aten=(aten.erf,)),
     Op("atan", 1, F, _r("atan({0})", "std::atan({0})"), heavy=True, aten=(aten.atan,)),

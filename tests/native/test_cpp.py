@@ -216,12 +216,13 @@ SPECIAL = [float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 88.72, 88.73, 8
            -104.0, -110.0, 1e-8, -1e-8]
 
 
-@pytest.mark.parametrize("fn,rtol,atol", [(torch.exp, 3e-7, 0.0), (torch.erf, 0.0, 5e-7), (torch.sigmoid, 5e-7, 0.0)],
-                         ids=["exp", "erf", "sigmoid"])
+@pytest.mark.parametrize("fn,rtol,atol", [(torch.exp, 3e-7, 0.0), (torch.erf, 0.0, 5e-7), (torch.sigmoid, 5e-7, 0.0),
+                                         (torch.tanh, 5e-7, 0.0)], ids=["exp", "erf", "sigmoid", "tanh"])
 def test_vectorized_math_accuracy(fn, rtol, atol, native_cache):
-    """PRELUDE's float exp/erf (vectorizable, not glibc's): a few ulps of eager over the whole range,
+    """PRELUDE's float exp/erf/tanh (vectorizable, not glibc's): a few ulps of eager over the whole range,
     subnormal results, overflow to inf, NaN and +-inf included."""
-    x = torch.cat([torch.linspace(-110, 90, 20011), torch.linspace(-5, 5, 4001), torch.tensor(SPECIAL)])
+    x = torch.cat([torch.linspace(-110, 90, 20011), torch.linspace(-5, 5, 4001), torch.linspace(-0.7, 0.7, 4001),
+                   torch.tensor(SPECIAL + [0.625, -0.625, 0.62499, 1e-30, -1e-38, 1e30])])
     run_cpp(fn, [x], native_cache, atol=max(atol, 1e-44), rtol=rtol)
 
 
