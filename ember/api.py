@@ -14,6 +14,7 @@ from ember.backends.registry import backend_spec, validate_options
 from ember.diagnostics.explain import EntryReport, ExplainReport, graph_report
 from ember.frontend.bytecode import CO_ASYNC_GENERATOR, CO_COROUTINE, CO_GENERATOR, CO_ITERABLE_COROUTINE, check_python_version
 from ember.frontend.cache import FrameCache
+from ember.frontend.resume import is_resume_bookkeeping, user_names
 
 _MODES = tuple(MODES)  # the default backend's mode table (backends/ember_backend.py)
 
@@ -124,10 +125,12 @@ def explain(fn, *, backend="eager"):
             seen.add(id(cache))
             if cache.fallback_reason is not None:
                 report.fallbacks.append((cache.root.name, cache.fallback_reason))
-            report.recompile_reasons += [f"{cache.root.name}: {r}" for r in cache.recompile_reasons]
+            report.recompile_reasons += [f"{cache.root.name}: {user_names(r)}" for r in cache.recompile_reasons]
             for entry in reversed(cache.entries):
-                guards = [f"{g.source.name() if g.source is not None else 'global state'}: {g.kind.name}"
-                          for g in entry.guards]
+                # a resume function's guards read its restored values: shown by the user's names
+                guards = [f"{user_names(g.source.name()) if g.source is not None else 'global state'}: {g.kind.name}"
+                          for g in entry.guards
+                          if g.source is None or not is_resume_bookkeeping(g.source.name())]
                 report.entries.append(EntryReport(cache.root.name, guards, list(entry.breaks)))
                 if entry.graph is not None:
                     owner[id(entry.graph)] = cache.root.name
