@@ -19,13 +19,13 @@ default settings and a warning says so. The code generator's settings are ``Nati
 from __future__ import annotations
 
 import functools
-import warnings
 
 import torch
 
 from ember.backends import inductor_options
 from ember.backends.registry import register_alias, register_backend
 from ember.diagnostics.logging import notice_once
+from ember.diagnostics.userframe import warn_user
 
 # mode -> (CUDA graphs, autotuning)
 MODES = {
@@ -94,8 +94,8 @@ def ember_default(gm, example_inputs, mode=None, options=None):
     if (cudagraphs or autotune) and not _on_cuda(gm, example_inputs):
         # correct results, just not the mode's extra speed: say so instead of pretending
         what = " and ".join(w for w, on in (("CUDA graphs", cudagraphs), ("kernel autotuning", autotune)) if on)
-        warnings.warn(f"ember: mode={mode!r} has no effect on CPU tensors ({what} need CUDA tensors); "
-                      "the graph compiles with the default settings", stacklevel=2)
+        warn_user(f"ember: mode={mode!r} has no effect on CPU tensors ({what} need CUDA tensors); "
+                  "the graph compiles with the default settings")
         cudagraphs = autotune = False
     tr = inductor_options.translate(options)  # torch.compile's inductor option names (validated)
     if not _on_cuda(gm, example_inputs):

@@ -51,8 +51,10 @@ class ConfigProxy(types.ModuleType):
         return value
 
     def __setattr__(self, name, value):
-        setattr(self._ember_real, name, value)  # torch checks the name, as without ember
-        self._ember_on_set(self._ember_prefix + name, value)
+        real = self._ember_real
+        old = getattr(real, name, _MISSING)
+        setattr(real, name, value)  # torch checks the name, as without ember
+        self._ember_on_set(self._ember_prefix + name, value, (real, name, old))
 
     def __dir__(self):
         return dir(self._ember_real)
@@ -89,6 +91,7 @@ class Session:
         self.saved_config: dict = {}     # ember.config field -> value before the script changed it
         self.saved_attrs: list = []      # (object, name, old value or _MISSING)
         self.saved_modules: dict = {}    # sys.modules name -> old entry
+        self.saved_torch: dict = {}      # torch config settings the script changed -> (config, name, old)
         self.stance = None
         self.finder = AfterImport({DYNAMO: self._dynamo_imported, INDUCTOR_CONFIG: self._inductor_config_imported})
 
@@ -118,6 +121,8 @@ class Session:
                 setattr(obj, name, old)
         for name, old in self.saved_modules.items():
             sys.modules[name] = old
+        for real, name, old in reversed(list(self.saved_torch.values())):
+            setattr(real, name, old)
         for field, old in self.saved_config.items():
             setattr(config, field, old)
         if self.stance is not None:
@@ -153,7 +158,14 @@ class Session:
         return proxy
 
     # -- translating ------------------------------------------------------------------------------
-    def _dynamo_config_set(self, name: str, value) -> None:
+    def _remember(self, undo) -> None:
+        """The value torch's config had before the script first set it (put back at the end)."""
+        real, name, old = undo
+        if old is not _MISSING:
+            self.saved_torch.setdefault((id(real), name), undo)
+
+    def _dynamo_config_set(self, name: str, value, undo) -> None:
+        self._remember(undo)
         knob = tables.DYNAMO_CONFIG.get(name)
         where = f"torch._dynamo.config.{name} = {value!r}"
         if knob is None:
@@ -175,7 +187,8 @@ class Session:
         else:
             notice_once(("dynamo-config", name), f"{where}: accepted; {knob.note}")
 
-    def _inductor_config_set(self, name: str, value) -> None:
+    def _inductor_config_set(self, name: str, value, undo) -> None:
+        self._remember(undo)
         if name in inductor_options.MEANINGS:
             inductor_options.GLOBAL[name] = bool(value)  # read by the ember backend at each graph compile
         else:

@@ -301,10 +301,12 @@ _LIMIT_ADVICE = (
     (re.compile(r"\.shape\[\d+\] changed|shape relation|\.dim\(\) changed"),
      " or mark the changing dimension dynamic (torch._dynamo.mark_dynamic / ember.mark_dynamic), or compile "
      "with dynamic=True"),
+    (re.compile(r"^(?P<name>[A-Za-z_]\w*) changed: -?\d+ -> -?\d+$"),
+     ": the int argument {name} changed value and is compiled as a constant (dynamic=False or "
+     "ember.config.automatic_dynamic off); with dynamic=None (the default) or True it becomes symbolic"),
     (re.compile(r"^(?P<name>.+) changed: -?\d+ -> -?\d+$"),
-     ": {name} is an int whose value is part of the compiled code, so each value compiles again; pass it as "
-     "an argument of the compiled function (with dynamic=None or True it then becomes symbolic), or make it "
-     "a tensor"),
+     ": {name} is an int attribute, part of the compiled code, so each value compiles again; pass it to the "
+     "compiled function as an argument instead (then it can become symbolic), or make it a tensor"),
 )
 
 
