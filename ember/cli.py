@@ -12,6 +12,7 @@ import argparse
 import os
 import runpy
 import sys
+import traceback
 
 
 def _backends() -> int:
@@ -65,6 +66,13 @@ def _run(script: str | None, args: list[str]) -> int:
     except SystemExit as exc:  # keep the script's own exit status
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
+    except Exception as exc:  # noqa: BLE001 - the script's own error, shown as `python script.py` shows it
+        tb = exc.__traceback__
+        path = os.path.abspath(script)
+        while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != path:
+            tb = tb.tb_next  # ember run's own frames (this function, runpy) are not the script's
+        traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
+        return 1
     finally:
         if config.run_stats:
             Session.write_stats(config.run_stats)

@@ -69,3 +69,12 @@ def test_run_without_a_script_or_with_a_missing_one_says_so(tmp_path):
     res = _ember("run", "nope.py", cwd=tmp_path)
     assert res.returncode == 2
     assert res.stderr.strip().startswith("ember run: nope.py: no such file") and "Traceback" not in res.stderr
+
+
+def test_a_failing_script_shows_its_own_traceback_only(tmp_path):
+    (tmp_path / "fails.py").write_text("def g(x):\n    raise ValueError('bad input')\n\n\ng(1)\n")
+    res = _ember("run", "fails.py", cwd=tmp_path)
+    assert res.returncode == 1
+    lines = res.stderr.strip().splitlines()
+    assert lines[0] == "Traceback (most recent call last):" and lines[-1] == "ValueError: bad input"
+    assert "cli.py" not in res.stderr and "runpy" not in res.stderr
