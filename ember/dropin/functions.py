@@ -89,7 +89,7 @@ DYNAMO = {
 }
 
 
-def compiler_routes(compile_fn) -> dict:
+def compiler_routes() -> dict:
     """``torch.compiler`` name -> ember's (``compile`` itself is set on ``torch``)."""
     return {
         "set_stance": ember.set_stance, "disable": disable, "reset": ember.reset,

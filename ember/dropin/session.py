@@ -98,7 +98,7 @@ class Session:
     # -- installing ------------------------------------------------------------------------------
     def __enter__(self):
         self._set(torch, "compile", functions.wraps_compile(self))
-        for name, fn in functions.compiler_routes(None).items():
+        for name, fn in functions.compiler_routes().items():
             self._set(torch.compiler, name, fn)
         inductor_options.accept_unknown = True
         self.finder.install()
