@@ -120,7 +120,10 @@ class Session:
             else:
                 setattr(obj, name, old)
         for name, old in self.saved_modules.items():
-            sys.modules[name] = old
+            if old is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = old
         for real, name, old in reversed(list(self.saved_torch.values())):
             setattr(real, name, old)
         for field, old in self.saved_config.items():
