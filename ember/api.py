@@ -199,8 +199,12 @@ class OptimizedModule(torch.nn.Module):
     def state_dict(self, *args, **kwargs):
         return self._orig_mod.state_dict(*args, **kwargs)
 
-    def load_state_dict(self, *args, **kwargs):
-        return self._orig_mod.load_state_dict(*args, **kwargs)
+    def load_state_dict(self, state_dict, *args, **kwargs):
+        # a checkpoint saved from torch.compile's wrapper has every key under "_orig_mod."
+        prefix = "_orig_mod."
+        if state_dict and all(isinstance(k, str) and k.startswith(prefix) for k in state_dict):
+            state_dict = type(state_dict)((k[len(prefix):], v) for k, v in state_dict.items())
+        return self._orig_mod.load_state_dict(state_dict, *args, **kwargs)
 
     def train(self, mode: bool = True):
         self._orig_mod.train(mode)

@@ -271,3 +271,10 @@ def test_the_documented_tables_name_exactly_what_is_routed():
         assert hasattr(torch.compiler, name), f"torch.compiler has no {name}: nothing to route"
     for name in functions.DYNAMO:
         assert hasattr(torch._dynamo, name), f"torch._dynamo has no {name}: nothing to route"
+
+
+def test_a_torch_compile_checkpoint_loads_into_an_ember_compiled_module():
+    src, dst = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    saved = {f"_orig_mod.{k}": v for k, v in src.state_dict().items()}  # what torch.compile's wrapper saves
+    ember.compile(dst).load_state_dict(saved)
+    assert torch.equal(dst.weight, src.weight) and torch.equal(dst.bias, src.bias)
