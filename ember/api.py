@@ -11,6 +11,7 @@ import torch
 
 from ember.backends.ember_backend import MODES
 from ember.backends.registry import backend_spec, validate_options
+from ember.distributed import with_ddp_buckets
 from ember.diagnostics.explain import EntryReport, ExplainReport, graph_report
 from ember.frontend.bytecode import CO_ASYNC_GENERATOR, CO_COROUTINE, CO_GENERATOR, CO_ITERABLE_COROUTINE, check_python_version
 from ember.frontend.cache import FrameCache
@@ -97,7 +98,8 @@ def make_compiler(backend, mode: str | None, options: dict) -> Callable:
         prewarm()
     compiler = functools.partial(spec.fn, **bound)
     compiler.ember_backend_name = spec.name  # the name a BackendCompilerFailed message gives
-    return compiler
+    # graphs compiled inside a DistributedDataParallel forward: split at its buckets first (ember/distributed)
+    return with_ddp_buckets(compiler)
 
 
 def explain(fn, *, backend="eager"):
@@ -112,7 +114,7 @@ def explain(fn, *, backend="eager"):
 
         def recording(gm, example_inputs):
             report.graphs.append(graph_report(gm))
-            graph_ids.append(id(gm))
+            graph_ids.append(getattr(gm, "meta", {}).get("ember_split", {}).get("parent", id(gm)))  # a DDP bucket's part: its graph's
             return inner(gm, example_inputs)
 
         compiled = compile(fn, backend=recording)
@@ -171,7 +173,7 @@ class OptimizedModule(torch.nn.Module):
     def __init__(self, mod: torch.nn.Module, cache_args: dict):
         super().__init__()
         self._orig_mod = mod  # registered as a submodule: parameters are shared
-        self._ember_cache = FrameCache(mod, **cache_args)
+        self._ember_cache = FrameCache.create(mod, **cache_args)
 
     def __call__(self, *args, **kwargs):
         return self._ember_cache(*args, **kwargs)

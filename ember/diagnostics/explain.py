@@ -15,6 +15,7 @@ class GraphReport:
     op_count: int
     ops: list          # op names in graph order
     code: str          # the FX graph's readable code
+    split: str = ""    # a part of a split graph (the DDP bucketing pass): which part, and why
 
 
 @dataclass
@@ -35,6 +36,11 @@ class ExplainReport:
     @property
     def graph_count(self) -> int:
         return len(self.graphs)
+
+    @property
+    def split_graph_count(self) -> int:
+        """Graphs that are parts of a graph split at DDP's buckets."""
+        return sum(1 for g in self.graphs if g.split)
 
     @property
     def break_reasons(self) -> list:
@@ -62,7 +68,8 @@ class ExplainReport:
             lines.append("Run eagerly as a whole:")
             lines += [f"  {name}: {why}" for name, why in self.fallbacks]
         for i, g in enumerate(self.graphs, 1):
-            lines.append(f"Graph {i} ({g.function}): {g.op_count} op(s): {', '.join(g.ops) or '-'}")
+            split = f", {g.split}" if g.split else ""
+            lines.append(f"Graph {i} ({g.function}{split}): {g.op_count} op(s): {', '.join(g.ops) or '-'}")
         for e in self.entries:
             lines.append(f"Guards of {e.function} ({len(e.guards)}):")
             lines += [f"  {ln}" for ln in e.guards]
@@ -75,7 +82,15 @@ class ExplainReport:
 def graph_report(gm) -> GraphReport:
     """The report of one captured graph (its function is filled in once the caches are walked)."""
     ops = [_op_name(n) for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
-    return GraphReport("", len(ops), ops, gm.code)
+    return GraphReport("", len(ops), ops, gm.code, _split_note(getattr(gm, "meta", {}).get("ember_split")))
+
+
+def _split_note(info) -> str:
+    """'DDP bucket 2 of 3: 4 parameters, 1.2 KB' for a part made by the ddp_buckets pass."""
+    if not info:
+        return ""
+    return (f"DDP bucket {info['index'] + 1} of {info['count']}: {len(info['params'])} parameter(s), "
+            f"{info['param_bytes']} bytes (bucket_bytes_cap {info['bucket_bytes_cap']})")
 
 
 def _op_name(node) -> str:

@@ -94,6 +94,17 @@ class BreakContext:
         found = [c for c in self._resumes.values() if isinstance(c, FrameCache)]
         return found + [c for c in self._callees.values() if isinstance(c, FrameCache)]
 
+    def own_cache(self, key, target):
+        """A FrameCache for ``target`` with this callable's settings, kept (and listed by ``caches``)
+        under ``key``: a wrapper module's compiled forward (cache.WrapperModuleCache)."""
+        hit = self._callees.get(key)
+        if hit is None:
+            with self._lock:
+                hit = self._callees.get(key)
+                if hit is None:
+                    hit = self._callees[key] = self._make_cache(target)
+        return hit
+
     def compiled_callee(self, obj):
         """The callee of a call that broke inside: compiled on its own (functions, methods, modules)."""
         if isinstance(obj, types.MethodType) and isinstance(obj.__func__, types.FunctionType):
@@ -175,7 +186,7 @@ def break_call(frame, fn, start: int, exc: Unsupported, ctx: BreakContext, trace
     fn_break = ctx.break_fn(fn, start, exc.frame_index, nulls, tuple(names))
     wrap_at = None
     inst = R.bc.decode(frame.code)[exc.frame_index]
-    if exc.inner_depth > 1 and inst.opname in ("CALL", "CALL_FUNCTION_EX") and start == R.region_start(frame.code, exc.frame_index):
+    if (exc.inner_depth > 1 or exc.compile_callee) and inst.opname in ("CALL", "CALL_FUNCTION_EX") and start == R.region_start(frame.code, exc.frame_index):
         wrap_at = _callable_position(frame.stack, inst)
     values = {**{n: frame.locals[n] for n in names if n not in cells}, **cells}
     return BreakCall(fn, fn_break, list(frame.stack), values, wrap_at, ctx, contexts)

@@ -15,6 +15,7 @@ import contextlib
 import inspect
 import re
 import threading
+import types
 import warnings
 import weakref
 from typing import Any, Callable
@@ -30,6 +31,7 @@ from ember.frontend.codegen import MISS
 from ember.frontend.convert import CacheEntry, RootSpec, compile_entry
 from ember.frontend.dynamic import FrameShapeState
 from ember.frontend import stance as _stance
+from ember.frontend import trace_rules
 from ember.frontend.breaks import BreakContext
 from ember.frontend.codegen import build_entry
 from ember.frontend.errors import CompileError, Unsupported
@@ -72,8 +74,16 @@ class FrameCache:
         self._lock = threading.RLock()  # held by the thread compiling this callable (see the docstring)
         # resume functions and callees compiled at this callable's graph breaks: same settings
         self.break_context = BreakContext(
-            lambda fn: FrameCache(fn, backend, False, recompile_limit, guard_filter_fn, backend_for, dynamic))
+            lambda fn: FrameCache.create(fn, backend, False, recompile_limit, guard_filter_fn, backend_for, dynamic))
         ALL_CACHES.add(self)
+
+    @staticmethod
+    def create(target, *args, **kwargs) -> "FrameCache":
+        """The cache for ``target``: a ``WrapperModuleCache`` for a wrapper module of
+        ``trace_rules.WRAPPER_MODULES`` (DistributedDataParallel), else a FrameCache."""
+        if isinstance(target, torch.nn.Module) and trace_rules.wrapped_module_attr(target) is not None:
+            return WrapperModuleCache(target, *args, **kwargs)
+        return FrameCache(target, *args, **kwargs)
 
     # the hot path -------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -293,6 +303,54 @@ class FrameCache:
 
             reasons.append(explain_failure(entry.guards, evaluate) or "unknown guard failure")
         return reasons[0] if reasons else "no entries"
+
+
+class WrapperModuleCache(FrameCache):
+    """The cache of a wrapper module (DistributedDataParallel, an FSDP2 module): its call runs as
+    plain Python, and while it runs, what it wraps runs compiled by a FrameCache of its own (made
+    through ``break_context``, so ``ember.explain`` finds it).
+
+    - DDP: calls of the wrapped module go through nn.Module's own slot for a compiled call,
+      ``_compiled_call_impl`` (what ``nn.Module.compile()`` sets), set only for the duration of the
+      wrapper's call and cleared while the compiled call runs: an eager fallback of the inner cache
+      calls the module again, which must then take the plain path;
+    - FSDP2: the module's hooks (all-gather, reshard) run natively around its forward, which is
+      compiled: an instance attribute ``forward`` for the duration of the call."""
+
+    def __call__(self, *args, **kwargs):
+        wrapper = self.root.self_obj
+        attr = trace_rules.wrapped_module_attr(wrapper)
+        if not attr:
+            return self._call_with_forward_compiled(wrapper, args, kwargs)
+        inner = getattr(wrapper, attr)
+        if "_compiled_call_impl" in inner.__dict__:  # compiled by the user (inner.compile()), or re-entered
+            return wrapper(*args, **kwargs)
+        compiled = self.break_context.compiled_callee(inner)
+        if compiled is inner:  # ember.disable'd and the like: nothing to compile
+            return wrapper(*args, **kwargs)
+
+        def call_compiled(*a, **k):
+            del inner._compiled_call_impl
+            try:
+                return compiled(*a, **k)
+            finally:
+                inner._compiled_call_impl = call_compiled
+
+        inner._compiled_call_impl = call_compiled
+        try:
+            return wrapper(*args, **kwargs)
+        finally:
+            inner.__dict__.pop("_compiled_call_impl", None)
+
+    def _call_with_forward_compiled(self, module, args, kwargs):
+        if "forward" in module.__dict__:  # the user's own instance forward, or re-entered
+            return module(*args, **kwargs)
+        compiled = self.break_context.own_cache(module, types.MethodType(type(module).forward, module))
+        module.forward = compiled
+        try:
+            return module(*args, **kwargs)
+        finally:
+            module.__dict__.pop("forward", None)
 
 
 # what to suggest when the recompile limit is hit, by what changed (the miss reason's wording:

@@ -123,7 +123,7 @@ def compile_entry(root: RootSpec, args: tuple, kwargs: dict, backend: Callable,
                                           f"running {root.name} eagerly")
             raise exc from None
         kind = "loop" if resume.enclosing_loop(fn.__code__, exc.frame_index) else (
-            "call" if exc.inner_depth > 1 else "instruction")
+            "call" if exc.inner_depth > 1 or exc.compile_callee else "instruction")
         if kind == "call":  # reported where the compiled frame made the call; the callee gets its own
             inner = exc.location or "?"
             record = BreakRecord(f"a call that breaks inside ({exc.reason}, at {inner}); the callee is compiled "

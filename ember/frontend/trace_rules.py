@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import sys
 import types
 
 import torch
@@ -93,6 +94,30 @@ METHOD_RULES = {
 NATIVE_CALLEES = {
     torch.autograd.Function.apply.__func__: True,
 }
+
+
+# Wrapper modules whose forward is distributed-training machinery (DDP's reducer bookkeeping, buffer
+# broadcasts, hooks on the autograd graph): class -> the attribute holding the module they wrap. A
+# call of one runs its forward as plain Python and compiles the wrapped module on its own, as
+# torch.compile does (it skips DDP's forward and compiles the wrapped module's frame).
+# The empty name: the module's own forward is compiled and its hooks run natively (FSDP2's
+# fully_shard, whose forward hooks all-gather the parameters before and free them after).
+# Classes are named by (module, class): a module not imported yet has no instances, and importing
+# torch.distributed.fsdp costs as much as ember's own import.
+WRAPPER_MODULES = {
+    ("torch.nn.parallel.distributed", "DistributedDataParallel"): "module",
+    ("torch.distributed.fsdp", "FSDPModule"): "",
+}
+
+
+def wrapped_module_attr(module) -> str | None:
+    """The attribute holding the module that ``module`` (a wrapper of WRAPPER_MODULES) wraps ("" for
+    its own forward), else None."""
+    for (mod_name, cls_name), attr in WRAPPER_MODULES.items():
+        cls = getattr(sys.modules.get(mod_name), cls_name, None)
+        if cls is not None and isinstance(module, cls):
+            return attr
+    return None
 
 
 def python_behind(value):

@@ -10,6 +10,7 @@ import types
 
 import torch
 
+from ember.frontend import trace_rules
 from ember.frontend.errors import Unsupported
 from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ModuleSlotSource
@@ -22,6 +23,10 @@ _CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict, to
                torch.nn.ParameterDict)
 _DICTS = (torch.nn.ModuleDict, torch.nn.ParameterDict)
 _DICT_ONLY = frozenset({"items", "keys", "values", "__contains__"})  # a list-like container has none of these
+
+
+def source_name(source) -> str:
+    return source.name() if source is not None else "module"
 
 
 class NNModuleVariable(VariableTracker):
@@ -66,6 +71,13 @@ class NNModuleVariable(VariableTracker):
 
     def call(self, tx, args, kwargs):
         m = self.module
+        inner = trace_rules.wrapped_module_attr(m)
+        if inner is not None:  # a break: the callee runs its forward natively, compiling m.<inner> (cache.py)
+            what = f"the module it wraps ({source_name(self.source)}.{inner})" if inner else "its forward"
+            exc = Unsupported(f"{type(m).__name__}'s call runs as plain Python (distributed-training machinery); "
+                              f"{what} is compiled on its own")
+            exc.compile_callee = True
+            raise exc
         if m._forward_hooks or m._forward_pre_hooks:
             return self._call_with_hooks(tx, args, kwargs)
         return self._call_forward(tx, args, kwargs)
