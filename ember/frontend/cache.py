@@ -16,7 +16,6 @@ import inspect
 import re
 import threading
 import types
-import warnings
 import weakref
 from typing import Any, Callable
 
