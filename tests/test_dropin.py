@@ -105,14 +105,14 @@ def test_automatic_dynamic_shapes_off_and_assume_static_by_default_off():
     import torch._dynamo
 
     def compiles(**knobs):
-        before = counters.snapshot()
+        before = counters.compiled_snapshot()
         with Session():
             for k, v in knobs.items():
                 setattr(torch._dynamo.config, k, v)
             f = torch.compile(lambda x: x + 1, backend="eager")
             for n in (2, 3, 4):
                 f(torch.ones(n))
-        return (counters.snapshot() - before)["graphs_compiled"]
+        return (counters.compiled_snapshot() - before)["graphs_compiled"]
 
     assert compiles() == 2
     assert compiles(automatic_dynamic_shapes=False) == 3
@@ -122,11 +122,11 @@ def test_automatic_dynamic_shapes_off_and_assume_static_by_default_off():
 def test_dynamo_disable_knob_runs_compiled_functions_as_python():
     import torch._dynamo
 
-    before = counters.snapshot()
+    before = counters.compiled_snapshot()
     with Session():
         torch._dynamo.config.disable = True
         assert torch.compile(lambda x: x * 3)(torch.ones(1)).tolist() == [3.0]
-    assert (counters.snapshot() - before)["graphs_compiled"] == 0
+    assert (counters.compiled_snapshot() - before)["graphs_compiled"] == 0
     assert ember.compile(lambda x: x * 3)(torch.ones(1)).tolist() == [3.0]  # stance put back
 
 

@@ -203,7 +203,7 @@ class Session:
     def write_stats(path: str) -> None:
         """The compile counters as JSON (``ember.config.run_stats``; tests read it)."""
         with open(path, "w") as f:
-            json.dump(dict(counters.snapshot()), f, indent=1, sort_keys=True)
+            json.dump({**counters.compiled_snapshot(), **counters.snapshot()}, f, indent=1, sort_keys=True)
 
 
 _MISSING = object()

@@ -241,7 +241,7 @@ class FrameCache:
                               f"misses run eagerly. Last reason: {reason}. Raise ember.config.recompile_limit "
                               f"(EMBER_RECOMPILE_LIMIT){limit_advice(reason)}.")
                 return None
-            counters.bump("recompiles")
+            counters.bump_compiled("recompiles")
             self.recompile_reasons.append(reason)
             elog.artifact("recompiles", f"recompiling {self.root.name}: {reason}")
         try:
@@ -261,9 +261,9 @@ class FrameCache:
             counters.bump("backend_failures")
             return entry
         self.compile_count += 1
-        counters.bump("frames_compiled")
+        counters.bump_compiled("frames_compiled")
         if entry.graph is not None:
-            counters.bump("graphs_compiled")
+            counters.bump_compiled("graphs_compiled")
         self._publish(entry, forced)
         return entry
 

@@ -23,7 +23,7 @@ def main(paths: list[str]) -> int:
 
     for path in paths:
         ember.reset()
-        before = counters.snapshot()
+        before = counters.snapshot() + counters.compiled_snapshot()
         out = io.StringIO()
         cwd, argv, syspath = os.getcwd(), list(sys.argv), list(sys.path)
         os.chdir(os.path.dirname(os.path.abspath(path)))
@@ -35,7 +35,7 @@ def main(paths: list[str]) -> int:
         finally:
             os.chdir(cwd)
             sys.argv, sys.path[:] = argv, syspath
-        moved = {k: v for k, v in (counters.snapshot() - before).items() if v}
+        moved = {k: v for k, v in (counters.snapshot() + counters.compiled_snapshot() - before).items() if v}
         sys.__stdout__.write(json.dumps({"script": os.path.basename(path), "rc": rc, "stdout": out.getvalue(),
                                          "counters": moved}) + "\n")
         sys.__stdout__.flush()
