@@ -17,7 +17,7 @@ from ember.diagnostics.explain import EntryReport, ExplainReport, graph_report
 from ember.frontend.bytecode import CO_ASYNC_GENERATOR, CO_COROUTINE, CO_GENERATOR, CO_ITERABLE_COROUTINE, check_python_version
 from ember.frontend.cache import FrameCache
 from ember.frontend.bytecode import decode
-from ember.frontend.resume import resume_info
+from ember.frontend.resume import is_resume_bookkeeping, resume_info, user_names
 
 _MODES = tuple(MODES)  # the default backend's mode table (backends/ember_backend.py)
 
@@ -135,15 +135,17 @@ def explain(fn, *, backend="eager"):
             seen.add(id(cache))
             if cache.fallback_reason is not None:
                 report.fallbacks.append((cache.root.name, cache.fallback_reason))
-            report.recompile_reasons += [f"{cache.root.name}: {r}" for r in cache.recompile_reasons]
+            report.recompile_reasons += [f"{cache.root.name}: {user_names(r)}" for r in cache.recompile_reasons]
             info = resume_info(cache.target)
             loop = None
             if info is not None and info.scope is not None:  # a segment of a loop that runs as Python
                 loop = (f"{info.fn.__qualname__}: {info.scope.describe()} "
                         f"({info.code.co_filename}:{decode(info.code)[info.scope.loops[0].heads[0]].lineno})")
             for entry in reversed(cache.entries):
-                guards = [f"{g.source.name() if g.source is not None else 'global state'}: {g.kind.name}"
-                          for g in entry.guards]
+                # a resume function's guards read its restored values: shown by the user's names
+                guards = [f"{user_names(g.source.name()) if g.source is not None else 'global state'}: {g.kind.name}"
+                          for g in entry.guards
+                          if g.source is None or not is_resume_bookkeeping(g.source.name())]
                 report.entries.append(EntryReport(cache.root.name, guards, list(entry.breaks)))
                 if entry.graph is not None:
                     owner[id(entry.graph)] = cache.root.name
@@ -217,8 +219,12 @@ class OptimizedModule(torch.nn.Module):
     def state_dict(self, *args, **kwargs):
         return self._orig_mod.state_dict(*args, **kwargs)
 
-    def load_state_dict(self, *args, **kwargs):
-        return self._orig_mod.load_state_dict(*args, **kwargs)
+    def load_state_dict(self, state_dict, *args, **kwargs):
+        # a checkpoint saved from torch.compile's wrapper has every key under "_orig_mod."
+        prefix = "_orig_mod."
+        if state_dict and all(isinstance(k, str) and k.startswith(prefix) for k in state_dict):
+            state_dict = type(state_dict)((k[len(prefix):], v) for k, v in state_dict.items())
+        return self._orig_mod.load_state_dict(state_dict, *args, **kwargs)
 
     def train(self, mode: bool = True):
         self._orig_mod.train(mode)

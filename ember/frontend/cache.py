@@ -16,7 +16,6 @@ import inspect
 import re
 import threading
 import types
-import warnings
 import weakref
 from typing import Any, Callable
 
@@ -25,6 +24,7 @@ import torch
 from ember.config import config
 from ember.diagnostics import counters
 from ember.diagnostics import logging as elog
+from ember.diagnostics.userframe import warn_user
 from ember.locks import COMPILE_LOCK
 from ember.frontend.codegen import MISS
 from ember.frontend.convert import CacheEntry, RootSpec, compile_entry
@@ -35,6 +35,7 @@ from ember.frontend.breaks import BreakContext
 from ember.frontend.codegen import build_entry
 from ember.frontend.errors import CompileError, Unsupported
 from ember.frontend.guards import explain_failure
+from ember.frontend.resume import user_names
 
 # the entry list of a forced backend that has none yet: always this object, so that `_miss` can
 # tell by identity whether another thread has published entries since this call looked
@@ -231,15 +232,16 @@ class FrameCache:
         failed = list(self.failed.get(forced, _NO_ENTRIES))
         limit = self.recompile_limit if self.recompile_limit is not None else config.recompile_limit
         if entries or failed:
-            reason = self.explain_miss(args, kwargs, [*entries, *failed])
+            reason = user_names(self.explain_miss(args, kwargs, [*entries, *failed]))
             if len(entries) + len(failed) >= limit:
                 counters.eager_fallback("recompile_limit", f"{self.root.name}: {reason}")
                 if not self._limit_warned:
                     self._limit_warned = True
-                    warnings.warn(f"ember: {self.root.name} hit the recompile limit ({limit}); further cache "
-                                  f"misses run eagerly. Last reason: {reason}. Raise ember.config.recompile_limit "
-                                  "(EMBER_RECOMPILE_LIMIT) or mark the changing dimension dynamic.", stacklevel=4)
+                    warn_user(f"ember: {self.root.name} hit the recompile limit ({limit}); further cache "
+                              f"misses run eagerly. Last reason: {reason}. Raise ember.config.recompile_limit "
+                              f"(EMBER_RECOMPILE_LIMIT){limit_advice(reason)}.")
                 return None
+            counters.bump_compiled("recompiles")
             self.recompile_reasons.append(reason)
             elog.artifact("recompiles", f"recompiling {self.root.name}: {reason}")
         try:
@@ -252,13 +254,16 @@ class FrameCache:
             self.fallback_reason = str(exc)
             msg = f"ember: running {self.root.name} eagerly: {exc}"
             counters.eager_fallback("frame", msg)
-            warnings.warn(msg, stacklevel=4)
+            warn_user(msg)
             return None
         if entry.failure is not None:
             self._publish_failed(entry, forced)
             counters.bump("backend_failures")
             return entry
         self.compile_count += 1
+        counters.bump_compiled("frames_compiled")
+        if entry.graph is not None:
+            counters.bump_compiled("graphs_compiled")
         self._publish(entry, forced)
         return entry
 
@@ -274,7 +279,7 @@ class FrameCache:
             msg = (f"ember: {failure.headline}\nRunning the calls this graph would serve eagerly "
                    f"(ember.config.suppress_errors is on). {failure.advice}")
             elog.artifact("graph_breaks", msg)
-            warnings.warn(msg, stacklevel=5)  # the user's call (through __call__ and _miss)
+            warn_user(msg)
         return self._eager(args, kwargs)
 
     def explain_miss(self, args, kwargs, entries=None) -> str:
@@ -345,6 +350,29 @@ class WrapperModuleCache(FrameCache):
             return module(*args, **kwargs)
         finally:
             module.__dict__.pop("forward", None)
+
+
+# what to suggest when the recompile limit is hit, by what changed (the miss reason's wording:
+# guards.explain_failure): only a changing tensor size is helped by marking a dimension dynamic
+_LIMIT_ADVICE = (
+    (re.compile(r"\.shape\[\d+\] changed|shape relation|\.dim\(\) changed"),
+     " or mark the changing dimension dynamic (torch._dynamo.mark_dynamic / ember.mark_dynamic), or compile "
+     "with dynamic=True"),
+    (re.compile(r"^(?P<name>[A-Za-z_]\w*) changed: -?\d+ -> -?\d+$"),
+     ": the int argument {name} changed value and is compiled as a constant (dynamic=False or "
+     "ember.config.automatic_dynamic off); with dynamic=None (the default) or True it becomes symbolic"),
+    (re.compile(r"^(?P<name>.+) changed: -?\d+ -> -?\d+$"),
+     ": {name} is an int attribute, part of the compiled code, so each value compiles again; pass it to the "
+     "compiled function as an argument instead (then it can become symbolic), or make it a tensor"),
+)
+
+
+def limit_advice(reason: str) -> str:
+    for pattern, advice in _LIMIT_ADVICE:
+        m = pattern.search(reason)
+        if m:
+            return advice.format(**m.groupdict())
+    return ""
 
 
 @contextlib.contextmanager

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import builtins
 import dis
+import re
 import types
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -31,6 +32,26 @@ from ember.frontend import bytecode as bc, loops as L
 STACK_ARG = "__ember_stack"
 LOOP_PREFIX = "__loop_"  # the name of a loop segment's function
 LOCALS_ARG = "__ember_locals"
+
+# a resume function's guards and miss reasons name the values it restores through its two arguments;
+# people read them as the user's names (explain, recompile messages)
+_RESTORED = re.compile(rf"{LOCALS_ARG}\[(?:'([^']*)'|\"([^\"]*)\")\]|{STACK_ARG}\[(\d+)\]")
+
+
+def user_names(text: str) -> str:
+    """``text`` with ``__ember_locals['x']`` written ``x`` and ``__ember_stack[0]`` written
+    ``<stack value 0 at the break>``."""
+    def sub(m):
+        if m.group(3) is not None:
+            return f"<stack value {m.group(3)} at the break>"
+        return m.group(1) if m.group(1) is not None else m.group(2)
+    return _RESTORED.sub(sub, text)
+
+
+def is_resume_bookkeeping(name: str) -> bool:
+    """A guard on the argument containers themselves (their type, length, keys): true by construction
+    of the call the break makes, so not worth showing to a user."""
+    return name in (STACK_ARG, LOCALS_ARG)
 
 _UNCONDITIONAL = {"JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP", "JUMP_NO_INTERRUPT"}
 _TERMINAL = {"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE"}
