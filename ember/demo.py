@@ -13,6 +13,7 @@ do not match or ember raises.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -33,7 +34,8 @@ def _timed_first_call(fn, ids, device):
     return out, time.perf_counter() - t0
 
 
-def _median_ms(fn, ids, device, iters: int) -> float:
+def _round_ms(fn, ids, device, iters: int) -> float:
+    """Median ms per call over ``iters`` calls (after 3 untimed ones)."""
     for _ in range(3):
         fn(ids)
     _sync(device)
@@ -44,6 +46,27 @@ def _median_ms(fn, ids, device, iters: int) -> float:
         _sync(device)
         times.append((time.perf_counter_ns() - t0) / 1e6)
     return statistics.median(times)
+
+
+def _timed_rounds(variants: dict, ids, device, iters: int, rounds: int) -> dict:
+    """Per variant, the median of ``rounds`` round medians and their spread (min, max). The variants
+    alternate inside every round (order flipped each round) so that a slow moment of a shared machine
+    falls on both, not on whichever happened to run then."""
+    per = {name: [] for name in variants}
+    names = list(variants)
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            per[name].append(_round_ms(variants[name], ids, device, iters))
+    return {name: (statistics.median(ms), min(ms), max(ms)) for name, ms in per.items()}
+
+
+def _backend_line(device: torch.device, before, after) -> str:
+    """Which code ran the compiled graphs, from the native backend's own counts."""
+    ran = {k.split(".", 1)[1]: after[k] - before[k] for k in after if k.startswith("native_graphs.")}
+    ran = {k: n for k, n in ran.items() if n}
+    names = {"cpp": "generated C++ kernels", "triton": "generated Triton kernels", "aten": "ATen graph (eager's kernels)"}
+    what = ", ".join(f"{names.get(k, k)}: {n} graph(s)" for k, n in sorted(ran.items())) or "nothing compiled"
+    return f"backend: ember (native) on {device.type}; {what}"
 
 
 def build_model(device: torch.device, use_cache: bool):
@@ -109,13 +132,14 @@ def _count_graphs(model, ids) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m ember.demo", description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--iters", type=int, default=20, help="timed calls per variant")
+    p.add_argument("--iters", type=int, default=10, help="timed calls per variant in each round")
+    p.add_argument("--rounds", type=int, default=7, help="timing rounds (eager and ember alternate in each)")
     p.add_argument("--use-cache", action="store_true", help="return the KV cache too (harder to capture)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads, fixed for both variants (default: all cores, at most 8)")
     args = p.parse_args(argv)
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads or min(8, os.cpu_count() or 1))
     device = torch.device(args.device)
     tol = dict(rtol=1e-3, atol=1e-3) if device.type == "cuda" else dict(rtol=1e-4, atol=1e-4)
     model, ids = build_model(device, args.use_cache)
@@ -127,12 +151,13 @@ def main(argv: list[str] | None = None) -> int:
 
     eager = _logits(model)
     ref, _ = _timed_first_call(eager, ids, device)
-    rows = [("eager", None, _median_ms(eager, ids, device, args.iters))]
 
     try:
         import ember
+        from ember.diagnostics import counters
 
         print(f"ember {ember.__version__}")
+        compiled_before = counters.compiled_snapshot()
         compiled = ember.compile(model)
         step = _logits(compiled)
         out, first = _timed_first_call(step, ids, device)
@@ -153,23 +178,27 @@ def main(argv: list[str] | None = None) -> int:
             ok = False
             print(f"{name}: logits DO NOT match eager (max abs diff {diff:.3g})\n{exc}")
 
+    print(_backend_line(device, compiled_before, counters.compiled_snapshot()))
     for line in _describe_cache(compiled):
         print(line)
     print(_count_graphs(model, ids))
 
     try:
-        rows.append(("ember", first, _median_ms(step, ids, device, args.iters)))
+        timed = _timed_rounds({"eager": eager, "ember": step}, ids, device, args.iters, args.rounds)
     except Exception as exc:
         print("\nFAIL: ember raised on a repeated call:", file=sys.stderr)
         traceback.print_exc()
         print(f"\nRESULT: FAIL ({type(exc).__name__}: {exc})")
         return 1
 
-    base = rows[0][2]
-    print(f"\n{'variant':<14} {'first call s':>12} {'median ms/call':>15} {'vs eager':>9}")
-    for name, first_s, ms in rows:
+    base = timed["eager"][0]
+    print(f"\n{args.rounds} rounds of {args.iters} calls, eager and ember alternating, "
+          f"{torch.get_num_threads()} CPU threads")
+    print(f"{'variant':<10} {'first call s':>12} {'median ms/call':>15} {'spread (min-max)':>18} {'vs eager':>9}")
+    for name, first_s in (("eager", None), ("ember", first)):
+        ms, lo, hi = timed[name]
         first_txt = "-" if first_s is None else f"{first_s:.2f}"
-        print(f"{name:<14} {first_txt:>12} {ms:>15.3f} {base / ms:>8.2f}x")
+        print(f"{name:<10} {first_txt:>12} {ms:>15.3f} {f'{lo:.3f}-{hi:.3f}':>18} {base / ms:>8.2f}x")
 
     print("\nRESULT:", "PASS" if ok else "FAIL (outputs differ from eager)")
     return 0 if ok else 1

@@ -48,7 +48,8 @@ def fallbacks() -> int:
     return COUNTERS["eager_fallbacks"]
 
 
-# What was compiled: frames_compiled, graphs_compiled, recompiles (read by `ember run`'s stats and the
+# What was compiled: frames_compiled, graphs_compiled, recompiles, and how the native backend runs
+# each graph it is given, native_graphs.<triton|cpp|aten> (read by `ember run`'s stats and the
 # tests of tests/run). Kept apart from COUNTERS, whose every key is an event a test may want to see none of.
 COMPILES: collections.Counter = collections.Counter()
 

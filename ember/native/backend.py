@@ -165,6 +165,7 @@ def _as_is(gm, reason, fallback: bool = False):
     where running the ATen graph is the documented behaviour)."""
     if fallback:
         counters.eager_fallback("native_unsupported", reason)
+    counters.bump_compiled("native_graphs.aten")
     fn = gm.forward
 
     def run(*args):
@@ -179,6 +180,7 @@ def _compile(gm, example_inputs, opts, renderer="triton"):
     base = opts.cache_dir
     key = cache.graph_key(gm, example_inputs, dict(opts.cache_key(), renderer=renderer))
     info = cache.lookup_graph(key, base) if use_cache else None
+    counters.bump_compiled(f"native_graphs.{renderer}")  # (a C++ build that fails later counts a fallback too)
     if renderer == "cpp":  # (its units build in the background; the wrapper loads at the first call)
         from ember.native import cpp_graph
         return cpp_graph.deferred(gm, example_inputs, opts, key, info, t0)
