@@ -10,6 +10,7 @@ from typing import Any, Callable
 import torch
 
 from ember.backends.ember_backend import MODES
+from ember.backends.regional import compiler_key, with_regions
 from ember.backends.registry import backend_spec, validate_options
 from ember.distributed import with_ddp_buckets
 from ember.diagnostics.explain import EntryReport, ExplainReport, graph_report
@@ -39,7 +40,10 @@ def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: 
     if guard_filter_fn is not None and not callable(guard_filter_fn):
         raise TypeError("options['guard_filter_fn'] must be a callable taking the list of guard entries "
                         "and returning one bool per entry")
-    backend_fn = make_compiler(backend, mode, options)
+    regional = options.pop("regional", None)  # a frontend option too: ember/backends/regional.py
+    if regional is not None and type(regional) is not bool:
+        raise TypeError(f"options['regional'] must be True or False, got {type(regional).__name__} {regional!r}")
+    backend_fn = make_compiler(backend, mode, options, regional)
     if disable:
         return model
     cache_args = dict(backend=backend_fn, fullgraph=fullgraph, guard_filter_fn=guard_filter_fn, dynamic=dynamic,
@@ -78,7 +82,7 @@ def _check_arguments(fullgraph, dynamic, mode, options, disable) -> None:
         raise RuntimeError("Either mode or options can be specified, but both can't be specified at the same time.")
 
 
-def make_compiler(backend, mode: str | None, options: dict) -> Callable:
+def make_compiler(backend, mode: str | None, options: dict, regional: bool | None = None) -> Callable:
     """The backend as ``fn(gm, example_inputs)``, with its mode and validated options bound (passed
     as torch.compile passes them: ``mode=`` and ``options=`` keywords, only when given)."""
     spec = backend_spec(backend)
@@ -97,6 +101,9 @@ def make_compiler(backend, mode: str | None, options: dict) -> Callable:
         prewarm()
     compiler = functools.partial(spec.fn, **bound)
     compiler.ember_backend_name = spec.name  # the name a BackendCompilerFailed message gives
+    # repeated blocks compiled once (backends/regional.py; only ember's stateless backends take part)
+    compiler = with_regions(compiler, compiler_key(spec.name if isinstance(backend, str) else "", mode, options),
+                            regional)
     # graphs compiled inside a DistributedDataParallel forward: split at its buckets first (ember/distributed)
     return with_ddp_buckets(compiler)
 

@@ -57,6 +57,7 @@ class Config:
     native_cpu: str = field(default="aten", metadata={"doc": "native backend on CPU tensors: 'aten' runs the captured ATen graph (eager's kernels), 'cpp' generates fused C++/OpenMP kernels built with the system compiler (experimental)", "check": _check_native_cpu})
     emulate_precision_casts: bool = field(default=False, metadata={"doc": "native backend: round fp16/bf16 casts inside fused kernels as eager rounds each op's result (off: computed in fp32 until stored, like torch.compile; closer to exact, faster)"})
     compile_threads: int = field(default=0, metadata={"doc": "native backend: Triton kernel builds at once, in worker processes, before a graph's first call (0: one per CPU core, up to 16; 1: no workers, each kernel built at its first launch)", "min": 0})
+    regional_compile: bool = field(default=True, metadata={"doc": "compile each distinct repeated block of a graph (the layers of a ModuleList) once and share the compiled code, with weights as inputs, across its calls and across graphs (ember/backends/regional.py); off: each graph compiles whole. Per compile: options={'regional': False}"})
     aot_cache: bool = field(default=True, metadata={"doc": "keep traced forward/backward graphs on disk (under cache_dir), so a later process skips analysis and tracing"})
     cache_dir: str = field(default=os.path.join(os.path.expanduser("~"), ".cache", "ember"), metadata={"doc": "on-disk cache for compiled artifacts", "check": _check_nonempty})
 
