@@ -26,6 +26,7 @@ def main() -> None:
     ap.add_argument("--backend", default="ember")
     ap.add_argument("--off", action="store_true", help="regional compilation off")
     ap.add_argument("--train", action="store_true", help="time forward+backward")
+    ap.add_argument("--steady", type=int, default=5, help="calls timed after the first")
     a = ap.parse_args()
     torch.manual_seed(0)
     m = Tiny(a.layers, dim=64)
@@ -37,11 +38,11 @@ def main() -> None:
         out.sum().backward()
     cold = time.perf_counter() - t0
     t0 = time.perf_counter()
-    for _ in range(20):
+    for _ in range(a.steady):
         out = c(idx)
         if a.train:
             out.sum().backward()
-    steady = (time.perf_counter() - t0) / 20
+    steady = (time.perf_counter() - t0) / a.steady
     print(f"layers={a.layers} backend={a.backend} regional={'off' if a.off else 'on'} "
           f"{'train' if a.train else 'infer'} cold={cold:.3f}s steady={steady * 1e3:.2f}ms")
 

@@ -15,7 +15,7 @@ from ember.backends.registry import backend_spec, validate_options
 from ember.distributed import with_ddp_buckets
 from ember.diagnostics.explain import EntryReport, ExplainReport, graph_report
 from ember.frontend.bytecode import CO_ASYNC_GENERATOR, CO_COROUTINE, CO_GENERATOR, CO_ITERABLE_COROUTINE, check_python_version
-from ember.frontend.cache import FrameCache
+from ember.locks import COMPILE_LOCK
 
 _MODES = tuple(MODES)  # the default backend's mode table (backends/ember_backend.py)
 
@@ -127,7 +127,7 @@ def explain(fn, *, backend="eager"):
         report.out = compiled(*args, **kwargs)
         seen: set = set()
 
-        def visit(cache: FrameCache) -> None:
+        def visit(cache) -> None:
             if id(cache) in seen:
                 return
             seen.add(id(cache))
@@ -151,16 +151,32 @@ def explain(fn, *, backend="eager"):
     return run
 
 
+def _make_cache(d: dict, module: bool):
+    """The guarded cache of a compiled function or module (``d``: its ``__dict__``), made at its first
+    use: the frontend it belongs to loads then, not at ``import ember`` or decoration."""
+    with COMPILE_LOCK:
+        if d["_ember_cache_obj"] is None:
+            from ember.frontend.cache import FrameCache  # the frontend: loaded at the first call
+            target, cache_args = d["_ember_cache_args"]
+            d["_ember_cache_obj"] = (FrameCache.create if module else FrameCache)(target, **cache_args)
+        return d["_ember_cache_obj"]
+
+
 class EmberFunction:
     """A compiled function: calls go through the guarded cache."""
 
     def __init__(self, fn, cache_args: dict):
-        self._ember_cache = FrameCache(fn, **cache_args)
+        self._ember_cache_obj = None
+        self._ember_cache_args = (fn, cache_args)
         functools.update_wrapper(self, fn)
         self._orig_fn = fn
 
+    @property
+    def _ember_cache(self):
+        return self._ember_cache_obj or _make_cache(self.__dict__, False)
+
     def __call__(self, *args, **kwargs):
-        return self._ember_cache(*args, **kwargs)
+        return (self._ember_cache_obj or _make_cache(self.__dict__, False))(*args, **kwargs)
 
     def __get__(self, obj, objtype=None):
         if obj is None:
@@ -177,13 +193,20 @@ class OptimizedModule(torch.nn.Module):
     def __init__(self, mod: torch.nn.Module, cache_args: dict):
         super().__init__()
         self._orig_mod = mod  # registered as a submodule: parameters are shared
-        self._ember_cache = FrameCache.create(mod, **cache_args)
+        self.__dict__["_ember_cache_obj"] = None
+        self.__dict__["_ember_cache_args"] = (mod, cache_args)
+
+    @property
+    def _ember_cache(self):
+        d = self.__dict__
+        return d["_ember_cache_obj"] or _make_cache(d, True)
 
     def __call__(self, *args, **kwargs):
-        return self._ember_cache(*args, **kwargs)
+        d = self.__dict__
+        return (d["_ember_cache_obj"] or _make_cache(d, True))(*args, **kwargs)
 
     def forward(self, *args, **kwargs):
-        return self._ember_cache(*args, **kwargs)
+        return self(*args, **kwargs)
 
     def __getattr__(self, name):
         if name == "_orig_mod":
@@ -194,7 +217,7 @@ class OptimizedModule(torch.nn.Module):
             return getattr(self._modules["_orig_mod"], name)
 
     def __setattr__(self, name, value):
-        if name in ("_orig_mod", "_ember_cache") or "_orig_mod" not in self.__dict__.get("_modules", {}):
+        if name in ("_orig_mod",) or "_orig_mod" not in self.__dict__.get("_modules", {}):
             return super().__setattr__(name, value)
         setattr(self._orig_mod, name, value)
 
