@@ -1,53 +1,42 @@
 """ember: a pure-Python implementation of the torch.compile system.
 
 ``model = ember.compile(model)`` captures tensor work from Python bytecode into guarded torch.fx
-graphs and hands them to a backend. The rest of this namespace mirrors ``torch.compiler``.
+graphs and hands them to a backend. The rest of this namespace mirrors ``torch.compiler``;
+``ember.export`` mirrors ``torch.export``.
 
-``import ember`` loads only what ``ember.compile`` needs to check its arguments and wrap a function
-(``ember.api``, ``ember.config``, the backend registry): the frontend, the autograd layer and the
-code generators load at the first call of a compiled function. The other names of this namespace
-load their module at first use (``_LAZY``, through the module-level ``__getattr__``).
+Names load on first use (PEP 562), so ``import ember.export.aot_runtime`` (what a server loading an
+AOT package imports) does not pull in the frontend. ``import ember`` itself stays cheap; the first
+``ember.compile`` imports the rest.
 """
-from __future__ import annotations
+import importlib as _importlib
 
-import importlib
+from ember.config import config as config  # eager: a later submodule import must not rebind ember.config
+from ember.diagnostics import logging as _logging
 
-from ember.api import EmberFunction as EmberFunction
-from ember.api import OptimizedModule as OptimizedModule
-from ember.api import compile as compile
-from ember.api import explain as explain
-from ember.backends.registry import list_backends as list_backends
-from ember.backends.registry import register_backend as register_backend
-from ember.config import config as config
-from ember import testing as testing
+for _name in _logging.ARTIFACTS:  # ember's loggers exist from `import ember` on, as before names loaded lazily
+    _logging.get_logger(_name)
+
+# public name -> module it is defined in
+_LAZY = {
+    "EmberFunction": "ember.api", "OptimizedModule": "ember.api", "compile": "ember.api", "explain": "ember.api",
+    "list_backends": "ember.backends.registry", "register_backend": "ember.backends.registry",
+    "allow_in_graph": "ember.control", "disable": "ember.control", "is_compiling": "ember.control",
+    "is_exporting": "ember.control", "reset": "ember.control", "set_stance": "ember.control",
+    "substitute_in_graph": "ember.control",
+    "ConstraintViolation": "ember.frontend.dynamic", "mark_dynamic": "ember.frontend.dynamic",
+    "maybe_mark_dynamic": "ember.frontend.dynamic", "mark_static": "ember.frontend.dynamic",
+    "BackendCompilerFailed": "ember.frontend.errors", "CompileError": "ember.frontend.errors",
+    "Unsupported": "ember.frontend.errors",
+    "GuardFilterEntry": "ember.frontend.guard_filter",
+    "keep_tensor_guards_unsafe": "ember.frontend.guard_filter",
+    "skip_all_guards_unsafe": "ember.frontend.guard_filter",
+    "skip_guard_on_all_nn_modules_unsafe": "ember.frontend.guard_filter",
+    "skip_guard_on_globals_unsafe": "ember.frontend.guard_filter",
+    "skip_guard_on_inbuilt_nn_modules_unsafe": "ember.frontend.guard_filter",
+}
+_SUBMODULES = ("testing", "export")
 
 __version__ = "0.1.0"
-
-# public name -> the module that defines it, imported when the name is first read
-_LAZY = {
-    **dict.fromkeys(("allow_in_graph", "disable", "is_compiling", "is_exporting", "reset", "set_stance",
-                     "substitute_in_graph"), "ember.control"),
-    **dict.fromkeys(("ConstraintViolation", "mark_dynamic", "mark_static", "maybe_mark_dynamic"),
-                    "ember.frontend.dynamic"),
-    **dict.fromkeys(("BackendCompilerFailed", "CompileError", "Unsupported"), "ember.frontend.errors"),
-    **dict.fromkeys(("GuardFilterEntry", "keep_tensor_guards_unsafe", "skip_all_guards_unsafe",
-                     "skip_guard_on_all_nn_modules_unsafe", "skip_guard_on_globals_unsafe",
-                     "skip_guard_on_inbuilt_nn_modules_unsafe"), "ember.frontend.guard_filter"),
-}
-
-
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value  # later reads skip this function
-        return value
-    raise AttributeError(f"module 'ember' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
-
 
 __all__ = [
     "compile", "EmberFunction", "OptimizedModule", "list_backends", "register_backend", "config",
@@ -55,5 +44,20 @@ __all__ = [
     "GuardFilterEntry", "keep_tensor_guards_unsafe", "skip_all_guards_unsafe", "skip_guard_on_all_nn_modules_unsafe",
     "skip_guard_on_globals_unsafe", "skip_guard_on_inbuilt_nn_modules_unsafe",
     "mark_dynamic", "maybe_mark_dynamic", "mark_static", "ConstraintViolation",
-    "CompileError", "BackendCompilerFailed", "Unsupported", "testing", "__version__",
+    "CompileError", "BackendCompilerFailed", "Unsupported", "testing", "export", "__version__",
 ]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(_importlib.import_module(_LAZY[name]), name)
+    elif name in _SUBMODULES:
+        value = _importlib.import_module(f"ember.{name}")
+    else:
+        raise AttributeError(f"module 'ember' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))

@@ -119,9 +119,15 @@ def explain(fn, *, backend="eager"):
         inner = make_compiler(backend, None, {})
 
         def recording(gm, example_inputs):
-            report.graphs.append(graph_report(gm))
+            g = graph_report(gm)
+            report.graphs.append(g)
             graph_ids.append(getattr(gm, "meta", {}).get("ember_split", {}).get("parent", id(gm)))  # a DDP bucket's part: its graph's
-            return inner(gm, example_inputs)
+            compiled_graph = inner(gm, example_inputs)
+
+            def counted(*a):  # how often each graph ran: a loop body's graphs run once per iteration
+                g.calls += 1
+                return compiled_graph(*a)
+            return counted
 
         compiled = compile(fn, backend=recording)
         report.out = compiled(*args, **kwargs)
@@ -134,18 +140,30 @@ def explain(fn, *, backend="eager"):
             if cache.fallback_reason is not None:
                 report.fallbacks.append((cache.root.name, cache.fallback_reason))
             report.recompile_reasons += [f"{cache.root.name}: {r}" for r in cache.recompile_reasons]
+            info = resume_info(cache.target)
+            loop = None
+            if info is not None and info.scope is not None:  # a segment of a loop that runs as Python
+                loop = (f"{info.fn.__qualname__}: {info.scope.describe()} "
+                        f"({info.code.co_filename}:{decode(info.code)[info.scope.loops[0].heads[0]].lineno})")
             for entry in reversed(cache.entries):
                 guards = [f"{g.source.name() if g.source is not None else 'global state'}: {g.kind.name}"
                           for g in entry.guards]
                 report.entries.append(EntryReport(cache.root.name, guards, list(entry.breaks)))
                 if entry.graph is not None:
                     owner[id(entry.graph)] = cache.root.name
+                    if loop is not None:
+                        loop_of[id(entry.graph)] = loop
             for sub in cache.break_context.caches():
                 visit(sub)
 
+        loop_of: dict = {}
+        from ember.frontend.bytecode import decode  # the frontend is loaded by now: the call above traced
+        from ember.frontend.resume import resume_info
         visit(compiled._ember_cache)
-        for g, gid in zip(report.graphs, graph_ids):
+        for i, (g, gid) in enumerate(zip(report.graphs, graph_ids), 1):
             g.function = owner.get(gid, "?")
+            if gid in loop_of:
+                report.loops.setdefault(loop_of[gid], []).append(i)
         return report
 
     return run
@@ -156,6 +174,7 @@ def _make_cache(d: dict, module: bool):
     use: the frontend it belongs to loads then, not at ``import ember`` or decoration."""
     with COMPILE_LOCK:
         if d["_ember_cache_obj"] is None:
+            from ember import control  # noqa: F401  (registers the tracer rules of ember.is_compiling & co.)
             from ember.frontend.cache import FrameCache  # the frontend: loaded at the first call
             target, cache_args = d["_ember_cache_args"]
             d["_ember_cache_obj"] = (FrameCache.create if module else FrameCache)(target, **cache_args)

@@ -16,6 +16,7 @@ class GraphReport:
     ops: list          # op names in graph order
     code: str          # the FX graph's readable code
     split: str = ""    # a part of a split graph (the DDP bucketing pass): which part, and why
+    calls: int = 0     # how often it ran during the explained call
 
 
 @dataclass
@@ -31,6 +32,9 @@ class ExplainReport:
     entries: list = field(default_factory=list)
     recompile_reasons: list = field(default_factory=list)
     fallbacks: list = field(default_factory=list)  # callables run eagerly as a whole, with the reason
+    # loops that run as Python with their body compiled: "fn: for loop at line N (file:line)" -> the
+    # numbers (1-based) of the graphs their body runs in each iteration
+    loops: dict = field(default_factory=dict)
     out: Any = None
 
     @property
@@ -67,6 +71,11 @@ class ExplainReport:
         if self.fallbacks:
             lines.append("Run eagerly as a whole:")
             lines += [f"  {name}: {why}" for name, why in self.fallbacks]
+        if self.loops:
+            lines.append("Loops that run as Python, their body compiled (graphs run in each iteration):")
+            for loop, numbers in self.loops.items():
+                runs = ", ".join(f"graph {n} ran {self.graphs[n - 1].calls}x" for n in numbers)
+                lines.append(f"  {loop}: {runs}")
         for i, g in enumerate(self.graphs, 1):
             split = f", {g.split}" if g.split else ""
             lines.append(f"Graph {i} ({g.function}{split}): {g.op_count} op(s): {', '.join(g.ops) or '-'}")

@@ -118,6 +118,15 @@ class FrameShapeState:
             dims.pop(d, None)
         return dims
 
+    def scalar_changed(self, name: str, value) -> bool:
+        """Has this Python number (read by a loop body that runs as compiled segments) had another
+        value at an earlier compile? Recorded on the way."""
+        scalars = self.__dict__.setdefault("scalars", {})
+        before = scalars.get(name, value)
+        changed = before is None or before != value or type(before) is not type(value)
+        scalars[name] = None if changed else value
+        return changed
+
     def int_dynamic(self, name: str, value: int) -> bool:
         before = self.ints.get(name, value)
         changed = before is None or before != value

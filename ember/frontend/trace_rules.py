@@ -125,6 +125,13 @@ def python_behind(value):
     function it compiled on the ScriptFunction, and tracing that gives the same tensor ops."""
     if isinstance(value, torch.jit.ScriptFunction):
         return getattr(value, "_torchdynamo_inline", None)
+    if getattr(value, "__qualname__", None) == "wrap_dunder_call_ctx_manager.<locals>.inner" and \
+            getattr(value, "__module__", None) == "torch._dynamo.external_utils":
+        # torch._dynamo.dont_skip_tracing(fn) (e.g. the _guards_fn of ExportedProgram.module()): a
+        # Dynamo config patch around fn, which concerns Dynamo only; trace fn itself
+        cells = dict(zip(value.__code__.co_freevars, (c.cell_contents for c in value.__closure__ or ())))
+        if type(cells.get("self")).__name__ == "DynamoConfigPatchProxy":
+            return cells.get("func")
     return None
 
 
