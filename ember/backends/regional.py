@@ -31,6 +31,7 @@ Off: ``ember.config.regional_compile = False`` (``EMBER_REGIONAL_COMPILE=0``), o
 """
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import threading
@@ -39,7 +40,6 @@ import torch
 import torch.fx as fx
 
 from ember.config import config
-from ember.diagnostics import counters
 from ember.diagnostics import logging as elog
 from ember.locks import COMPILE_LOCK
 
@@ -53,6 +53,21 @@ _TRUSTED_MODULES = ("torch", "_operator", "operator", "builtins", "math")
 # describes everything the compiled callable depends on)
 _SHARED: dict = {}
 _lock = threading.Lock()
+# what the pass did, process-wide: "compiles" (parts and graphs the backend compiled under a key),
+# "reuses" (those that took a callable compiled before), "splits" (graphs split into parts). Kept
+# apart from diagnostics.counters, whose events are failures and fallbacks.
+STATS: collections.Counter = collections.Counter()
+
+
+def _bump(name: str) -> None:
+    with _lock:
+        STATS[name] += 1
+
+
+def stats() -> collections.Counter:
+    """A copy of ``STATS``; ``stats() - before`` is what happened since ``before``."""
+    with _lock:
+        return collections.Counter(STATS)
 
 
 class NotShareable(Exception):
@@ -180,12 +195,12 @@ def shared_compile(gm: fx.GraphModule, args: list, compiler, key: tuple):
     with _lock:
         hit = _SHARED.get(k)
     if hit is not None:
-        counters.bump("regional.reuses")
+        _bump("reuses")
         return hit
     compiled = compiler(gm, args)
     if compiled is None:
         compiled = gm.forward
-    counters.bump("regional.compiles")
+    _bump("compiles")
     with _lock:
         _SHARED.setdefault(k, compiled)
     return compiled
@@ -257,7 +272,7 @@ def split_regions(gm: fx.GraphModule, example_inputs, compiler, key: tuple):
                                         region=index in region_parts)
         setattr(split, name, SharedPart(part, compiler, key))
     split.meta["ember_split"] = dict(pass_name=PASS_NAME, count=len(names), parent=id(gm))
-    counters.bump("regional.splits")
+    _bump("splits")
     elog.artifact("graph_code", f"{PASS_NAME}: graph split into {len(names)} parts, {len(region_parts)} of them "
                                 f"calls of {len(set(_structure_names(runs)))} repeated block kind(s) "
                                 f"({len(regions)} calls)\n{split.code}")

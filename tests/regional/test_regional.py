@@ -1,7 +1,7 @@
 """Regional compilation (ember/backends/regional.py): repeated blocks compile once, results exact.
 
-The counters say how much was compiled: ``regional.compiles`` (parts the backend compiled),
-``regional.reuses`` (parts that took a callable compiled before), ``regional.splits`` (graphs split).
+``regional.stats()`` says how much was compiled: ``compiles`` (parts the backend compiled),
+``reuses`` (parts that took a callable compiled before), ``splits`` (graphs split).
 """
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import torch.nn as nn
 
 import ember
 from ember.backends import regional
-from ember.diagnostics import counters
 
 from .models import Block, Tiny
 
@@ -36,7 +35,7 @@ def _run(model, idx, train=True):
 
 
 def _compiled_run(model, idx, train=True, **kw):
-    before = counters.snapshot()
+    before = regional.stats()
     c = ember.compile(model, **kw)
     out = c(idx)
     grads = None
@@ -44,7 +43,7 @@ def _compiled_run(model, idx, train=True, **kw):
         out.sum().backward()
         grads = [p.grad.clone() if p.grad is not None else None for p in model.parameters()]
         model.zero_grad(set_to_none=True)
-    return out.detach(), grads, counters.snapshot() - before
+    return out.detach(), grads, regional.stats() - before
 
 
 def _close(a, b):
@@ -61,9 +60,9 @@ def test_identical_layers_compile_one_block_and_match_eager(backend):
     for g, r in zip(grads, ref_grads):
         _close(g, r)
     # parts: the glue before the layers, one layer (compiled once, reused by the other three), the glue after
-    assert seen["regional.splits"] == 1
-    assert seen["regional.compiles"] == 3
-    assert seen["regional.reuses"] == 3
+    assert seen["splits"] == 1
+    assert seen["compiles"] == 3
+    assert seen["reuses"] == 3
 
 
 def test_12_and_24_layers_compile_the_same_number_of_parts():
@@ -75,7 +74,7 @@ def test_12_and_24_layers_compile_the_same_number_of_parts():
         ref, _ = _run(m, idx, train=False)
         out, _, seen = _compiled_run(m, idx, train=False, backend="aot_eager")
         _close(out, ref)
-        counts.append((seen["regional.compiles"], seen["regional.reuses"]))
+        counts.append((seen["compiles"], seen["reuses"]))
     assert counts == [(3, 11), (3, 23)]
 
 
@@ -94,9 +93,9 @@ def test_layers_that_differ_get_their_own_entries():
     for g, r in zip(grads, ref_grads):
         _close(g, r)
     # each repeated kind: compiled once, reused once; the one-offs stay with the glue after them
-    assert seen["regional.reuses"] == 3
+    assert seen["reuses"] == 3
     keys = set(regional._SHARED)
-    assert seen["regional.compiles"] == len(keys)
+    assert seen["compiles"] == len(keys)
 
 
 def test_dropout_probability_is_part_of_the_key():
@@ -105,7 +104,7 @@ def test_dropout_probability_is_part_of_the_key():
     ref, _ = _run(m, idx, train=False)
     out, _, seen = _compiled_run(m, idx, train=False, backend="eager")
     _close(out, ref)
-    assert seen["regional.reuses"] == 2  # p=0.0 twice, p=0.5 twice: two blocks compiled
+    assert seen["reuses"] == 2  # p=0.0 twice, p=0.5 twice: two blocks compiled
 
 
 def test_opt_out_compiles_the_graph_whole():
@@ -114,7 +113,7 @@ def test_opt_out_compiles_the_graph_whole():
     ref, ref_grads = _run(m, idx)
     out, grads, seen = _compiled_run(m, idx, backend="aot_eager", options={"regional": False})
     _close(out, ref)
-    assert seen["regional.splits"] == 0 and seen["regional.compiles"] == 0
+    assert seen["splits"] == 0 and seen["compiles"] == 0
     saved = ember.config.regional_compile
     ember.config.regional_compile = False
     try:
@@ -122,7 +121,7 @@ def test_opt_out_compiles_the_graph_whole():
     finally:
         ember.config.regional_compile = saved
     _close(out, ref)
-    assert seen["regional.splits"] == 0 and seen["regional.compiles"] == 0
+    assert seen["splits"] == 0 and seen["compiles"] == 0
 
 
 def test_regional_option_must_be_a_bool():
@@ -134,15 +133,15 @@ def test_compiling_each_layer_shares_one_compiled_block():
     m = Tiny(layers=4)
     idx = torch.randint(0, 64, (2, 8))
     ref, ref_grads = _run(m, idx)
-    before = counters.snapshot()
+    before = regional.stats()
     for i, layer in enumerate(m.layers):
         m.layers[i] = ember.compile(layer, backend="aot_eager")
     out, grads = _run(m, idx)
-    seen = counters.snapshot() - before
+    seen = regional.stats() - before
     _close(out, ref)
     for g, r in zip(grads, ref_grads):
         _close(g, r)
-    assert seen["regional.compiles"] == 1 and seen["regional.reuses"] == 3
+    assert seen["compiles"] == 1 and seen["reuses"] == 3
 
 
 class NormBlock(nn.Module):
@@ -162,9 +161,9 @@ def test_buffers_mutated_inside_a_shared_block_are_updated_per_instance():
     comp.load_state_dict(eager.state_dict())
     x = torch.randn(4, 8)
     ref = eager(x)
-    before = counters.snapshot()
+    before = regional.stats()
     out = ember.compile(comp, backend="aot_eager")(x)
-    seen = counters.snapshot() - before
+    seen = regional.stats() - before
     _close(out, ref)
     for a, b in zip(eager.modules(), comp.modules()):
         if isinstance(a, nn.BatchNorm1d):
@@ -173,4 +172,4 @@ def test_buffers_mutated_inside_a_shared_block_are_updated_per_instance():
             assert int(b.num_batches_tracked) == int(a.num_batches_tracked)
     # the first block reads the graph's input (a leaf needing no gradient), the others an
     # intermediate: two keys, the third block reuses the second's
-    assert seen["regional.reuses"] == 1
+    assert seen["reuses"] == 1
