@@ -48,6 +48,11 @@ MIN_REGION_OPS = 4  # a smaller repeated call (one Linear) is cheaper to fuse wi
 SHAREABLE = {"ember": {None, "default", "max-autotune-no-cudagraphs"}, "eager": {None}, "aot_eager": {None}}
 _PLAIN = (type(None), bool, int, float, complex, str, torch.dtype, torch.device, torch.layout, torch.memory_format)
 _TRUSTED_MODULES = ("torch", "_operator", "operator", "builtins", "math")
+# graph nodes that change global state for the nodes after them (grad mode, autocast): a part
+# boundary between the change and its users would lose it (each part's backend traces under the
+# state it starts in), so a graph holding one is compiled whole
+_STATE_CHANGES = (torch._C._set_grad_enabled, torch.amp.autocast_mode._enter_autocast,
+                  torch.amp.autocast_mode._exit_autocast)
 
 # key -> compiled callable, shared by every graph of the process (ember.reset() leaves it: a key
 # describes everything the compiled callable depends on)
@@ -239,6 +244,8 @@ def split_regions(gm: fx.GraphModule, example_inputs, compiler, key: tuple):
     """The split GraphModule whose repeated blocks are compiled once, or None (nothing repeats)."""
     if any(not isinstance(a, torch.Tensor) for a in example_inputs):
         return None  # symbolic sizes: the parts would need their own size inputs; left whole
+    if any(n.op == "call_function" and n.target in _STATE_CHANGES for n in gm.graph.nodes):
+        return None
     region_of = plan_regions(gm)
     if not region_of:
         return None

@@ -173,3 +173,28 @@ def test_buffers_mutated_inside_a_shared_block_are_updated_per_instance():
     # the first block reads the graph's input (a leaf needing no gradient), the others an
     # intermediate: two keys, the third block reuses the second's
     assert seen["reuses"] == 1
+
+
+class NoGradTiny(Tiny):
+    def forward(self, idx):
+        x = self.emb(idx)
+        for i, layer in enumerate(self.layers):
+            if i == 1:
+                with torch.no_grad():
+                    x = layer(x)
+            else:
+                x = layer(x)
+        return self.head(self.ln(x))
+
+
+def test_a_graph_that_switches_grad_mode_is_compiled_whole():
+    m = NoGradTiny(layers=3)
+    idx = torch.randint(0, 64, (2, 8))
+    ref, ref_grads = _run(m, idx)
+    out, grads, seen = _compiled_run(m, idx, backend="aot_eager")
+    _close(out, ref)
+    for g, r in zip(grads, ref_grads):
+        assert (g is None) == (r is None)
+        if g is not None:
+            _close(g, r)
+    assert seen["splits"] == 0
