@@ -54,7 +54,7 @@ class Config:
     suppress_errors: bool = field(default=False, metadata={"doc": "a backend that fails to compile a graph: warn once and run the calls that graph would serve eagerly, instead of raising ember.BackendCompilerFailed (the suppress_errors switch of torch.compile)"})
     optimize_ddp: bool = field(default=True, metadata={"doc": "graphs compiled inside a DistributedDataParallel forward are split at DDP's gradient-bucket boundaries (ember/distributed), so each bucket's all-reduce starts while the rest of the backward runs (the optimize_ddp switch of torch.compile)"})
     native_force_triton: bool = field(default=False, metadata={"doc": "run the native backend's Triton kernels on CPU tensors too (needs TRITON_INTERPRET=1 before triton is imported; for tests)"})
-    native_cpu: str = field(default="aten", metadata={"doc": "native backend on CPU tensors: 'aten' runs the captured ATen graph (eager's kernels), 'cpp' generates fused C++/OpenMP kernels built with the system compiler (experimental)", "check": _check_native_cpu})
+    native_cpu: str = field(default="cpp", metadata={"doc": "native backend on CPU tensors: 'cpp' generates fused C++/OpenMP kernels built with the system compiler (without a working one: a warning, once, and 'aten'), 'aten' runs the captured ATen graph (eager's kernels)", "check": _check_native_cpu})
     emulate_precision_casts: bool = field(default=False, metadata={"doc": "native backend: round fp16/bf16 casts inside fused kernels as eager rounds each op's result (off: computed in fp32 until stored, like torch.compile; closer to exact, faster)"})
     compile_threads: int = field(default=0, metadata={"doc": "native backend: Triton kernel builds at once, in worker processes, before a graph's first call (0: one per CPU core, up to 16; 1: no workers, each kernel built at its first launch)", "min": 0})
     regional_compile: bool = field(default=True, metadata={"doc": "compile each distinct repeated block of a graph (the layers of a ModuleList) once and share the compiled code, with weights as inputs, across its calls and across graphs (ember/backends/regional.py); off: each graph compiles whole. Per compile: options={'regional': False}"})
@@ -184,8 +184,8 @@ class Environment:
                             "directory is unsafe: ember/native/triton_cache.py)",
         "TRITON_DUMP_DIR": "Triton's IR dump directory (checked like TRITON_CACHE_DIR when dumps are on)",
         "TRITON_OVERRIDE_DIR": "Triton's kernel override directory (checked like TRITON_CACHE_DIR when overrides are on)",
-        "CXX": "the C++ compiler that builds the native backend's CPU kernels (native_cpu='cpp'; default: "
-               "c++, then g++, on PATH)",
+        "CXX": "the C++ compiler that builds the native backend's CPU kernels (native_cpu='cpp', the default; "
+               "unset: c++, then g++, on PATH)",
     }
 
     def get(self, name: str) -> str | None:

@@ -1,7 +1,8 @@
 """The default backend, ``ember`` (alias ``inductor``, so code written for torch.compile runs
 unchanged): ember's autograd layer (ember/aot) traces each graph to ATen with its backward, and the
-native code generator (ember/native) turns the ATen graphs into fused Triton kernels on CUDA (CPU
-tensors run the ATen graph as it is).
+native code generator (ember/native) turns the ATen graphs into fused Triton kernels on CUDA and
+fused C++ kernels on CPU tensors (``native_cpu='aten'``, or no working C++ compiler: the ATen graph
+as it is).
 
 Modes, as torch.compile names them (``MODES``):
 
@@ -78,6 +79,11 @@ def _cpu_backend():
     return _native["cpu"]
 
 
+def _no_cpp_compiler() -> bool:
+    from ember.native import cpp_build
+    return cpp_build.problem() is not None
+
+
 def _on_cuda(gm, example_inputs) -> bool:
     if any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs):
         return True
@@ -96,8 +102,9 @@ def ember_default(gm, example_inputs, mode=None, options=None):
         cudagraphs = autotune = False
     if not _on_cuda(gm, example_inputs):
         from ember.config import config
-        # forced Triton: the kernels run in the interpreter (tests); native_cpu='cpp': C++ kernels
-        if not config.native_force_triton and config.native_cpu != "cpp":
+        # forced Triton: the kernels run in the interpreter (tests); native_cpu='cpp' (the default):
+        # C++ kernels, unless no working compiler is found (checked once; a warning says it once)
+        if not config.native_force_triton and (config.native_cpu != "cpp" or _no_cpp_compiler()):
             return _cpu_backend()(gm, example_inputs)
     return _native_backend(cudagraphs, autotune)(gm, example_inputs)
 
