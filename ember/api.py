@@ -9,15 +9,13 @@ from typing import Any, Callable
 
 import torch
 
-from ember import control as _control  # noqa: F401 - registers the tracer rules of ember.is_compiling & co.
 from ember.backends.ember_backend import MODES
+from ember.backends.regional import compiler_key, with_regions
 from ember.backends.registry import backend_spec, validate_options
 from ember.distributed import with_ddp_buckets
 from ember.diagnostics.explain import EntryReport, ExplainReport, graph_report
 from ember.frontend.bytecode import CO_ASYNC_GENERATOR, CO_COROUTINE, CO_GENERATOR, CO_ITERABLE_COROUTINE, check_python_version
-from ember.frontend.cache import FrameCache
-from ember.frontend.bytecode import decode
-from ember.frontend.resume import is_resume_bookkeeping, resume_info, user_names
+from ember.locks import COMPILE_LOCK
 
 _MODES = tuple(MODES)  # the default backend's mode table (backends/ember_backend.py)
 
@@ -42,7 +40,10 @@ def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: 
     if guard_filter_fn is not None and not callable(guard_filter_fn):
         raise TypeError("options['guard_filter_fn'] must be a callable taking the list of guard entries "
                         "and returning one bool per entry")
-    backend_fn = make_compiler(backend, mode, options)
+    regional = options.pop("regional", None)  # a frontend option too: ember/backends/regional.py
+    if regional is not None and type(regional) is not bool:
+        raise TypeError(f"options['regional'] must be True or False, got {type(regional).__name__} {regional!r}")
+    backend_fn = make_compiler(backend, mode, options, regional)
     if disable:
         return model
     cache_args = dict(backend=backend_fn, fullgraph=fullgraph, guard_filter_fn=guard_filter_fn, dynamic=dynamic,
@@ -81,7 +82,7 @@ def _check_arguments(fullgraph, dynamic, mode, options, disable) -> None:
         raise RuntimeError("Either mode or options can be specified, but both can't be specified at the same time.")
 
 
-def make_compiler(backend, mode: str | None, options: dict) -> Callable:
+def make_compiler(backend, mode: str | None, options: dict, regional: bool | None = None) -> Callable:
     """The backend as ``fn(gm, example_inputs)``, with its mode and validated options bound (passed
     as torch.compile passes them: ``mode=`` and ``options=`` keywords, only when given)."""
     spec = backend_spec(backend)
@@ -100,6 +101,9 @@ def make_compiler(backend, mode: str | None, options: dict) -> Callable:
         prewarm()
     compiler = functools.partial(spec.fn, **bound)
     compiler.ember_backend_name = spec.name  # the name a BackendCompilerFailed message gives
+    # repeated blocks compiled once (backends/regional.py; only ember's stateless backends take part)
+    compiler = with_regions(compiler, compiler_key(spec.name if isinstance(backend, str) else "", mode, options),
+                            regional)
     # graphs compiled inside a DistributedDataParallel forward: split at its buckets first (ember/distributed)
     return with_ddp_buckets(compiler)
 
@@ -129,7 +133,7 @@ def explain(fn, *, backend="eager"):
         report.out = compiled(*args, **kwargs)
         seen: set = set()
 
-        def visit(cache: FrameCache) -> None:
+        def visit(cache) -> None:
             if id(cache) in seen:
                 return
             seen.add(id(cache))
@@ -155,6 +159,8 @@ def explain(fn, *, backend="eager"):
                 visit(sub)
 
         loop_of: dict = {}
+        from ember.frontend.bytecode import decode  # the frontend is loaded by now: the call above traced
+        from ember.frontend.resume import is_resume_bookkeeping, resume_info, user_names
         visit(compiled._ember_cache)
         for i, (g, gid) in enumerate(zip(report.graphs, graph_ids), 1):
             g.function = owner.get(gid, "?")
@@ -165,16 +171,33 @@ def explain(fn, *, backend="eager"):
     return run
 
 
+def _make_cache(d: dict, module: bool):
+    """The guarded cache of a compiled function or module (``d``: its ``__dict__``), made at its first
+    use: the frontend it belongs to loads then, not at ``import ember`` or decoration."""
+    with COMPILE_LOCK:
+        if d["_ember_cache_obj"] is None:
+            from ember import control  # noqa: F401  (registers the tracer rules of ember.is_compiling & co.)
+            from ember.frontend.cache import FrameCache  # the frontend: loaded at the first call
+            target, cache_args = d["_ember_cache_args"]
+            d["_ember_cache_obj"] = (FrameCache.create if module else FrameCache)(target, **cache_args)
+        return d["_ember_cache_obj"]
+
+
 class EmberFunction:
     """A compiled function: calls go through the guarded cache."""
 
     def __init__(self, fn, cache_args: dict):
-        self._ember_cache = FrameCache(fn, **cache_args)
+        self._ember_cache_obj = None
+        self._ember_cache_args = (fn, cache_args)
         functools.update_wrapper(self, fn)
         self._orig_fn = fn
 
+    @property
+    def _ember_cache(self):
+        return self._ember_cache_obj or _make_cache(self.__dict__, False)
+
     def __call__(self, *args, **kwargs):
-        return self._ember_cache(*args, **kwargs)
+        return (self._ember_cache_obj or _make_cache(self.__dict__, False))(*args, **kwargs)
 
     def __get__(self, obj, objtype=None):
         if obj is None:
@@ -191,13 +214,20 @@ class OptimizedModule(torch.nn.Module):
     def __init__(self, mod: torch.nn.Module, cache_args: dict):
         super().__init__()
         self._orig_mod = mod  # registered as a submodule: parameters are shared
-        self._ember_cache = FrameCache.create(mod, **cache_args)
+        self.__dict__["_ember_cache_obj"] = None
+        self.__dict__["_ember_cache_args"] = (mod, cache_args)
+
+    @property
+    def _ember_cache(self):
+        d = self.__dict__
+        return d["_ember_cache_obj"] or _make_cache(d, True)
 
     def __call__(self, *args, **kwargs):
-        return self._ember_cache(*args, **kwargs)
+        d = self.__dict__
+        return (d["_ember_cache_obj"] or _make_cache(d, True))(*args, **kwargs)
 
     def forward(self, *args, **kwargs):
-        return self._ember_cache(*args, **kwargs)
+        return self(*args, **kwargs)
 
     def __getattr__(self, name):
         if name == "_orig_mod":
@@ -208,7 +238,7 @@ class OptimizedModule(torch.nn.Module):
             return getattr(self._modules["_orig_mod"], name)
 
     def __setattr__(self, name, value):
-        if name in ("_orig_mod", "_ember_cache") or "_orig_mod" not in self.__dict__.get("_modules", {}):
+        if name in ("_orig_mod",) or "_orig_mod" not in self.__dict__.get("_modules", {}):
             return super().__setattr__(name, value)
         setattr(self._orig_mod, name, value)
 

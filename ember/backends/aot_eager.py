@@ -6,8 +6,18 @@ before a real code generator is involved: any difference from eager is the layer
 """
 from __future__ import annotations
 
-from ember.aot import aot_autograd, run_graph_eagerly
+import functools
+
 from ember.backends.registry import register_backend
 
-aot_eager = register_backend(aot_autograd(fw_compiler=run_graph_eagerly), name="aot_eager", tags=("debug",),
-                             options={})
+
+@functools.lru_cache(maxsize=1)
+def _compiler():
+    # the autograd layer loads at the first compile, not at ``import ember`` (ember/__init__.py)
+    from ember.aot import aot_autograd, run_graph_eagerly
+    return aot_autograd(fw_compiler=run_graph_eagerly)
+
+
+@register_backend(name="aot_eager", tags=("debug",), options={})
+def aot_eager(gm, example_inputs):
+    return _compiler()(gm, example_inputs)

@@ -6,6 +6,7 @@ class), loading parameters as ``m._parameters['w']`` at run time: the cheap path
 """
 from __future__ import annotations
 
+import itertools
 import types
 
 import torch
@@ -47,6 +48,25 @@ def _is_ignorable_hook(fn) -> bool:
 
 def source_name(source) -> str:
     return source.name() if source is not None else "module"
+
+
+_CALL_SERIAL = itertools.count()
+
+
+def _tag_module_call(graph, before, module, source) -> None:
+    """Mark the nodes this module call added (those after ``before``) with the call, outermost
+    first in ``node.meta["ember_module_calls"]``: the regional pass (ember/backends/regional.py)
+    finds repeated blocks by it. The call's nodes are a contiguous run: the graph only grows at its
+    end while the call is traced (placeholders, inserted at the front, are skipped)."""
+    if before is not None and getattr(before, "_erased", False):
+        return  # cannot tell where the call began: leave it unmarked (no regional compile for it)
+    call = (next(_CALL_SERIAL), type(module).__qualname__, source_name(source))
+    node = before.next if before is not None else next(iter(graph.nodes), None)
+    root = getattr(graph, "_root", None)
+    while node is not None and node is not root:
+        if node.op != "placeholder":
+            node.meta.setdefault("ember_module_calls", []).insert(0, call)
+        node = node.next
 
 
 class NNModuleVariable(VariableTracker):
@@ -98,9 +118,14 @@ class NNModuleVariable(VariableTracker):
                               f"{what} is compiled on its own")
             exc.compile_callee = True
             raise exc
+        graph = tx.output.graph
+        before = next(iter(reversed(graph.nodes)), None)
         if m._forward_hooks or m._forward_pre_hooks:
-            return self._call_with_hooks(tx, args, kwargs)
-        return self._call_forward(tx, args, kwargs)
+            out = self._call_with_hooks(tx, args, kwargs)
+        else:
+            out = self._call_forward(tx, args, kwargs)
+        _tag_module_call(graph, before, m, self.source)
+        return out
 
     def _call_with_hooks(self, tx, args, kwargs):
         """nn.Module.__call__'s hook protocol: pre-hooks may replace the args, hooks the output."""

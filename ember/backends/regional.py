@@ -1,0 +1,311 @@
+"""Regional compilation: compile each distinct repeated block of a graph once, and share it.
+
+Why: a transformer is a ``ModuleList`` of identical layers, and the frontend inlines every
+``self.layers[i](x)`` into one graph, so the backend (ATen tracing, partitioning, code generation)
+would do the same work once per layer. Here the backend's work scales with the number of *distinct*
+blocks instead: a 24-layer model compiles its layer once, as a 12-layer one does.
+
+How (graph-level regional compilation, a pass in front of a registered backend):
+
+* the frontend marks the nodes each ``nn.Module`` call added (``node.meta["ember_module_calls"]``,
+  outermost call first; ``frontend/variables/modules.py``);
+* a module call is a *region* when another call of the graph has the same structure (ops, constants,
+  input descriptions; parameters are graph inputs already, so weights are inputs of the region) and
+  it has at least ``MIN_REGION_OPS`` ops; each node goes to its outermost region;
+* the graph is split there (``torch.fx`` ``split_module``, as the DDP pass splits at buckets): the
+  regions and the glue between them become parts, called in order by the split GraphModule;
+* a part is compiled at its first call, with that call's real inputs, under a key (``part_key``) of its
+  structure, the description of every input (type, sizes, strides, offset, dtype, device,
+  requires_grad, leaf/view status, which inputs share storage), the global state that tracing reads,
+  and the backend with its mode; a part whose key was compiled before, in this graph or any other
+  (``ember.compile(layer)`` on each layer), reuses that compiled callable: one trace, one forward and
+  backward graph, one set of kernels for every identical layer. A layer that differs (shapes, a
+  dropout probability, an int attribute, other submodules) has another key and its own compile.
+
+Each part runs as its own autograd node, exactly as the whole graph would (each compiled part is
+the backend's autograd-aware callable); what is lost is fusion across a block boundary, and a few
+microseconds of Python per part and call. Only ember's own backends that keep no per-graph state
+take part (``SHAREABLE``); CUDA-graph modes, user callables and DDP-split graphs are left alone.
+Off: ``ember.config.regional_compile = False`` (``EMBER_REGIONAL_COMPILE=0``), or
+``ember.compile(..., options={"regional": False})``.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import hashlib
+import threading
+
+import torch
+import torch.fx as fx
+
+from ember.config import config
+from ember.diagnostics import logging as elog
+from ember.locks import COMPILE_LOCK
+
+PASS_NAME = "regional"
+MIN_REGION_OPS = 4  # a smaller repeated call (one Linear) is cheaper to fuse with its neighbours than to share
+SHAREABLE = {"ember": {None, "default", "max-autotune-no-cudagraphs"}, "eager": {None}, "aot_eager": {None}}
+_PLAIN = (type(None), bool, int, float, complex, str, torch.dtype, torch.device, torch.layout, torch.memory_format)
+_TRUSTED_MODULES = ("torch", "_operator", "operator", "builtins", "math")
+# graph nodes that change global state for the nodes after them (grad mode, autocast): a part
+# boundary between the change and its users would lose it (each part's backend traces under the
+# state it starts in), so a graph holding one is compiled whole
+_STATE_CHANGES = (torch._C._set_grad_enabled, torch.amp.autocast_mode._enter_autocast,
+                  torch.amp.autocast_mode._exit_autocast)
+
+# key -> compiled callable, shared by every graph of the process (ember.reset() leaves it: a key
+# describes everything the compiled callable depends on)
+_SHARED: dict = {}
+_lock = threading.Lock()
+# what the pass did, process-wide: "compiles" (parts and graphs the backend compiled under a key),
+# "reuses" (those that took a callable compiled before), "splits" (graphs split into parts). Kept
+# apart from diagnostics.counters, whose events are failures and fallbacks.
+STATS: collections.Counter = collections.Counter()
+
+
+def _bump(name: str) -> None:
+    with _lock:
+        STATS[name] += 1
+
+
+def stats() -> collections.Counter:
+    """A copy of ``STATS``; ``stats() - before`` is what happened since ``before``."""
+    with _lock:
+        return collections.Counter(STATS)
+
+
+class NotShareable(Exception):
+    """Something the key cannot describe: the graph or part is compiled on its own."""
+
+
+def compiler_key(backend_name: str, mode, options) -> tuple | None:
+    """What identifies a compiler for sharing, or None when its compiled callables must not be shared."""
+    if backend_name not in SHAREABLE or mode not in SHAREABLE[backend_name] or options:
+        return None
+    return (backend_name, mode)
+
+
+def with_regions(compiler, key: tuple | None, enabled: bool | None):
+    """``compiler`` with the regional pass in front (``enabled``: the compile's option; None: the config)."""
+    if key is None or enabled is False:
+        return compiler
+
+    @functools.wraps(compiler)
+    def backend(gm, example_inputs):
+        if not (config.regional_compile if enabled is None else enabled) or _in_ddp():
+            return compiler(gm, example_inputs)
+        split = split_regions(gm, example_inputs, compiler, key)
+        if split is not None:
+            return split
+        return shared_compile(gm, list(example_inputs), compiler, key)  # ember.compile(layer) per layer
+
+    for attr in ("ember_backend_name", "prewarm"):
+        if hasattr(compiler, attr):
+            setattr(backend, attr, getattr(compiler, attr))
+    return backend
+
+
+def _in_ddp() -> bool:
+    ddp_cls = getattr(torch.nn.parallel, "DistributedDataParallel", None)
+    return getattr(ddp_cls, "_active_ddp_module", None) is not None
+
+
+# ------------------------------------------------------------------------------------- structure
+
+def _target_name(target) -> str:
+    if isinstance(target, str):  # call_method
+        return target
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return str(target)
+    mod = getattr(target, "__module__", None) or ""
+    if mod.split(".")[0] not in _TRUSTED_MODULES:
+        raise NotShareable(f"the graph calls {mod}.{getattr(target, '__qualname__', target)}")
+    return f"{mod}.{getattr(target, '__qualname__', getattr(target, '__name__', repr(target)))}"
+
+
+def _arg(a, index: dict) -> str:
+    if isinstance(a, fx.Node):
+        return f"%{index[a]}" if a in index else f"$in{index.setdefault(('ext', a), len(index))}"
+    if isinstance(a, (tuple, list)):
+        return f"{type(a).__name__}({','.join(_arg(x, index) for x in a)})"
+    if isinstance(a, dict):
+        return "{" + ",".join(f"{k!r}:{_arg(v, index)}" for k, v in a.items()) + "}"
+    if isinstance(a, slice):
+        return f"slice({_arg(a.start, index)},{_arg(a.stop, index)},{_arg(a.step, index)})"
+    if a is Ellipsis:
+        return "..."
+    if type(a) in _PLAIN or isinstance(a, torch.dtype):
+        return f"{type(a).__name__}:{a!r}"
+    raise NotShareable(f"a constant of type {type(a).__name__}")
+
+
+def _meta(node: fx.Node) -> str:
+    v = node.meta.get("example_value", node.meta.get("val"))
+    if isinstance(v, torch.Tensor):
+        if any(not isinstance(s, int) for s in (*v.shape, *v.stride())):
+            raise NotShareable("a symbolic size")
+        return f"{tuple(v.shape)}{v.stride()}:{v.dtype}:{v.device}:rg{int(v.requires_grad)}"
+    return type(v).__name__
+
+
+def structure(nodes) -> str:
+    """The ops of ``nodes`` with values named by position: equal for two calls of identical blocks."""
+    index: dict = {}
+    lines = []
+    for i, n in enumerate(nodes):
+        if n.op in ("get_attr", "call_module"):
+            raise NotShareable(f"a {n.op} node")
+        target = _target_name(n.target) if n.op in ("call_function", "call_method") else n.op
+        ext_before = {k for k in index if isinstance(k, tuple)}
+        line = f"{n.op} {target}({_arg(n.args, index)};{_arg(n.kwargs, index)})"
+        fresh = sorted((index[k], k) for k in index if isinstance(k, tuple) and k not in ext_before)
+        for i_in, k in fresh:  # describe inputs from outside where first used
+            line += f" $in{i_in}={_meta(k[1])}"
+        index[n] = i
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def part_key(gm: fx.GraphModule, args: list, key: tuple) -> str:
+    """The sharing key of compiling ``gm`` for ``args`` now; raises NotShareable."""
+    from ember.aot.cache import NotCacheable, _describe_tensor, _describe_value, _global_state
+
+    if torch._C._are_functorch_transforms_active():
+        raise NotShareable("a functorch transform is active")
+    h = hashlib.sha256(repr(key).encode())
+    h.update(structure([n for n in gm.graph.nodes]).encode())
+    storages: dict = {}
+    devices = set()
+    try:
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                h.update(_describe_tensor(a, storages).encode())
+                devices.add(str(a.device))
+            else:
+                h.update(_describe_value(a).encode())
+            h.update(b"|")
+    except NotCacheable as exc:
+        raise NotShareable(str(exc)) from None
+    h.update(repr(_global_state(devices)).encode())
+    return h.hexdigest()
+
+
+def shared_compile(gm: fx.GraphModule, args: list, compiler, key: tuple):
+    """``compiler(gm, args)``, or the callable compiled before for a graph of the same key."""
+    try:
+        k = part_key(gm, args, key)
+    except NotShareable:
+        return compiler(gm, args)
+    with _lock:
+        hit = _SHARED.get(k)
+    if hit is not None:
+        _bump("reuses")
+        return hit
+    compiled = compiler(gm, args)
+    if compiled is None:
+        compiled = gm.forward
+    _bump("compiles")
+    with _lock:
+        _SHARED.setdefault(k, compiled)
+    return compiled
+
+
+# ------------------------------------------------------------------------------------------ split
+
+def plan_regions(gm: fx.GraphModule) -> dict:
+    """node -> region (a module call repeated in the graph), for the nodes inside one."""
+    members: dict = {}  # call -> its nodes, in graph order
+    for n in gm.graph.nodes:
+        for call in n.meta.get("ember_module_calls", ()):
+            members.setdefault(call, []).append(n)
+    shape_of: dict = {}
+    seen: dict = {}
+    for call, nodes in members.items():
+        if sum(n.op != "output" for n in nodes) < MIN_REGION_OPS:
+            continue
+        try:
+            s = structure(nodes)
+        except NotShareable:
+            continue
+        shape_of[call] = s
+        seen[s] = seen.get(s, 0) + 1
+    repeated = {call for call, s in shape_of.items() if seen[s] > 1}
+    region_of = {}
+    for n in gm.graph.nodes:
+        for call in n.meta.get("ember_module_calls", ()):  # outermost first
+            if call in repeated:
+                region_of[n] = call
+                break
+    return region_of
+
+
+def split_regions(gm: fx.GraphModule, example_inputs, compiler, key: tuple):
+    """The split GraphModule whose repeated blocks are compiled once, or None (nothing repeats)."""
+    if any(not isinstance(a, torch.Tensor) for a in example_inputs):
+        return None  # symbolic sizes: the parts would need their own size inputs; left whole
+    if any(n.op == "call_function" and n.target in _STATE_CHANGES for n in gm.graph.nodes):
+        return None
+    region_of = plan_regions(gm)
+    if not region_of:
+        return None
+    part_of: dict = {}
+    parts = 0
+    current = object()
+    for n in gm.graph.nodes:
+        if n.op in ("placeholder", "output"):
+            continue
+        r = region_of.get(n, ("glue",))
+        if r != current or r == ("glue",) and parts == 0:
+            parts += 1
+            current = r
+        part_of[n] = parts - 1
+    regions = {region_of[n] for n in region_of}
+    runs = {}
+    for n, p in part_of.items():
+        if n in region_of:
+            runs.setdefault(region_of[n], set()).add(p)
+    if any(len(ps) > 1 for ps in runs.values()):
+        return None  # a call's nodes are not one run: cannot happen as the frontend marks them; stay safe
+    from torch.fx.passes.split_module import split_module
+
+    split = split_module(gm, gm, lambda node: part_of[node], keep_original_order=True)
+    region_parts = {p for r, ps in runs.items() for p in ps}
+    names = sorted((n for n, _ in split.named_children()), key=lambda s: int(s.rsplit("_", 1)[1]))
+    for name in names:
+        index = int(name.rsplit("_", 1)[1])
+        part = getattr(split, name)
+        part.meta["ember_split"] = dict(pass_name=PASS_NAME, index=index, count=len(names), parent=id(gm),
+                                        region=index in region_parts)
+        setattr(split, name, SharedPart(part, compiler, key))
+    split.meta["ember_split"] = dict(pass_name=PASS_NAME, count=len(names), parent=id(gm))
+    _bump("splits")
+    elog.artifact("graph_code", f"{PASS_NAME}: graph split into {len(names)} parts, {len(region_parts)} of them "
+                                f"calls of {len(set(_structure_names(runs)))} repeated block kind(s) "
+                                f"({len(regions)} calls)\n{split.code}")
+    return split
+
+
+def _structure_names(runs) -> list:
+    return [call[1] for call in runs]
+
+
+class SharedPart(torch.nn.Module):
+    """One part of a split graph: compiled at its first call with that call's inputs, or the
+    callable of an identical part compiled before."""
+
+    def __init__(self, gm: fx.GraphModule, compiler, key: tuple):
+        super().__init__()
+        self.gm = gm
+        self.compiler = compiler
+        self.key = key
+        self.fn = None
+
+    def forward(self, *args):
+        fn = self.fn
+        if fn is None:
+            with COMPILE_LOCK:  # another thread may have compiled it meanwhile
+                if self.fn is None:
+                    self.fn = shared_compile(self.gm, list(args), self.compiler, self.key)
+                fn = self.fn
+        return fn(*args)
