@@ -6,6 +6,7 @@ graphs and hands them to a backend. The rest of this namespace mirrors ``torch.c
 from ember.api import EmberFunction as EmberFunction
 from ember.api import OptimizedModule as OptimizedModule
 from ember.api import compile as compile
+from ember.api import compile_module_ as compile_module_
 from ember.api import explain as explain
 from ember.backends.registry import list_backends as list_backends
 from ember.backends.registry import register_backend as register_backend
@@ -35,7 +36,7 @@ from ember import testing as testing
 __version__ = "0.1.0"
 
 __all__ = [
-    "compile", "EmberFunction", "OptimizedModule", "list_backends", "register_backend", "config",
+    "compile", "compile_module_", "EmberFunction", "OptimizedModule", "list_backends", "register_backend", "config",
     "explain", "set_stance", "disable", "reset", "allow_in_graph", "substitute_in_graph", "is_compiling", "is_exporting",
     "GuardFilterEntry", "keep_tensor_guards_unsafe", "skip_all_guards_unsafe", "skip_guard_on_all_nn_modules_unsafe",
     "skip_guard_on_globals_unsafe", "skip_guard_on_inbuilt_nn_modules_unsafe",

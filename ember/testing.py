@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from ember.frontend.cache import FrameCache
+
 
 class CompileCounter:
     """A backend that counts graphs (``frame_count``) and their ops, and runs them eagerly."""
@@ -25,9 +27,12 @@ class CompileCounter:
 
 
 def cache_of(compiled):
-    """The FrameCache behind ``ember.compile(...)``'s result: ``.entries``, ``.recompile_reasons``,
-    ``.compile_count``."""
+    """The FrameCache behind ``ember.compile(...)``'s result, or of a module compiled in place by
+    ``ember.compile_module_``: ``.entries``, ``.recompile_reasons``, ``.compile_count``."""
     cache = getattr(compiled, "_ember_cache", None)
+    if cache is None and isinstance(compiled, torch.nn.Module):  # compiled in place (ember.compile_module_)
+        cache = compiled.__dict__.get("_compiled_call_impl")
+        cache = cache if isinstance(cache, FrameCache) else None
     if cache is None:
         raise TypeError(f"{compiled!r} is not an ember-compiled function or module")
     return cache
