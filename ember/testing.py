@@ -1,6 +1,8 @@
 """Helpers for tests: a counting backend and access to a compiled object's cache."""
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from ember.frontend.cache import FrameCache
@@ -24,6 +26,36 @@ class CompileCounter:
         self.frame_count = 0
         self.op_count = 0
         self.graphs.clear()
+
+
+class CompileCounterWithBackend(CompileCounter):
+    """A backend that compiles each graph with ``backend`` (a name, with its ``mode``/``options``, or a
+    callable) and counts, besides the graphs, the calls of the compiled graphs (``call_count``): a
+    program can show that its calls ran compiled code (the TorchServe example reports it per response)."""
+
+    def __init__(self, backend="ember", *, mode=None, options=None):
+        super().__init__()
+        from ember.api import make_compiler  # the api layer imports this module's neighbours, not this one
+
+        self.backend = make_compiler(backend, mode, dict(options or {}))
+        self.backend_name = getattr(self.backend, "ember_backend_name", str(backend))
+        self.call_count = 0
+        self._lock = threading.Lock()  # calls may come from several threads
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs):
+        compiled = self.backend(gm, example_inputs)
+        super().__call__(gm, example_inputs)
+        compiled = compiled if compiled is not None else gm.forward
+
+        def run(*args):
+            with self._lock:
+                self.call_count += 1
+            return compiled(*args)
+        return run
+
+    def clear(self):
+        super().clear()
+        self.call_count = 0
 
 
 def cache_of(compiled):
