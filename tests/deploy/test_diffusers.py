@@ -92,6 +92,22 @@ def test_in_place_native_backend_images_recompile_and_save(reference, tmp_path):
     np.testing.assert_allclose(generate(pipe, 32), reference[32], atol=1e-5)
 
 
+@pytest.mark.slow
+def test_automatic_dynamic_resolution(reference):
+    """The default (dynamic=None): the second resolution recompiles once with symbolic sizes, and a
+    third needs no compile. Slow: tracing the UNet with symbolic sizes takes ~10 s (sympy)."""
+    pipe = tiny_pipeline()
+    ember.compile_module_(pipe.unet, backend="ember")
+    np.testing.assert_allclose(generate(pipe, 32), reference[32], atol=1e-4)
+    np.testing.assert_allclose(generate(pipe, 48), reference[48], atol=1e-4)
+    images = generate(pipe, 64)
+    eager = tiny_pipeline()
+    np.testing.assert_allclose(images, generate(eager, 64), atol=1e-4)
+    cache = cache_of(pipe.unet)
+    assert cache.compile_count == 2, cache.recompile_reasons
+    assert _graphs_and_breaks(cache) == (2, [])
+
+
 def test_assigned_wrapper_openvino_backend(reference):
     pytest.importorskip("openvino")
     pipe = tiny_pipeline()
@@ -99,3 +115,21 @@ def test_assigned_wrapper_openvino_backend(reference):
     np.testing.assert_allclose(generate(pipe, 32), reference[32], atol=1e-4)
     assert _graphs_and_breaks(cache_of(pipe.unet)) == (1, [])
 
+
+
+def test_gpu_suite_sd15_workload_code_path():
+    """benchmarks/gpu_suite.py's sd15_unet row (the H100 one uses the full-size SD-1.5 UNet in fp16):
+    its quick form builds the tiny UNet and one denoising step, here uncompiled and through ember's
+    eager backend (the suite's --quick --device cpu run compiles it with each compiler)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import gpu_suite
+
+    build, inputs, _ = gpu_suite.make("sd15_unet", "cpu", quick=True)
+    expected = build(lambda f: f)(*inputs)
+    counter = CompileCounter()
+    got = build(lambda f: ember.compile(f, backend=counter))(*inputs)
+    assert expected.shape == inputs[0].shape
+    torch.testing.assert_close(got, expected)
+    assert counter.frame_count == 1
