@@ -13,6 +13,7 @@ skips without them. Run it with
 """
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -33,6 +34,10 @@ def _missing() -> str | None:
     for tool in ("java", "torchserve", "torch-model-archiver", "curl"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed (see examples/torchserve/run.sh)"
+    version = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
+    major = re.search(r'version "(\d+)', version)
+    if major is None or int(major.group(1)) < 17:
+        return f"TorchServe 0.12 needs Java 17; found: {version.strip().splitlines()[:1]}"
     for module in ("ts", "requests"):
         try:
             __import__(module)
