@@ -95,7 +95,7 @@ def test_in_place_native_backend_images_recompile_and_save(reference, tmp_path):
 @pytest.mark.slow
 def test_automatic_dynamic_resolution(reference):
     """The default (dynamic=None): the second resolution recompiles once with symbolic sizes, and a
-    third needs no compile. Slow: tracing the UNet with symbolic sizes takes ~10 s (sympy)."""
+    third needs no compile. Slow: tracing the UNet with symbolic sizes takes several times longer (sympy)."""
     pipe = tiny_pipeline()
     ember.compile_module_(pipe.unet, backend="ember")
     np.testing.assert_allclose(generate(pipe, 32), reference[32], atol=1e-4)
