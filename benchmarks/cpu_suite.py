@@ -20,7 +20,9 @@ torch.compile a fresh ``TORCHINDUCTOR_CACHE_DIR`` (temp dirs); a second process 
 ``torch-warm``) then reuses them, so its first call is the warm compile. Compile time = wrapping +
 first call, with the compiler's top-level import timed apart (``import_s``). Python's bytecode cache
 is warmed once first, as on an installed system. Steady time: rounds of N calls (N picked so a round
-takes about ``--round-s``), median of ``--rounds`` rounds, with min, max and spread. Correctness: every
+takes about ``--round-s``), median of ``--rounds`` rounds, with min, max and spread. Each compiled process
+also times an eager twin in rounds alternating with its own (``paired_speedup``: the median ratio of
+neighbouring rounds), which a shared machine's changing load skews far less than two processes. Correctness: every
 process runs eager on the same inputs first and records the relative error (max |out - eager| / max
 |eager|; training rows: the first step's loss and every parameter's gradient, against an identical
 eager twin) with a tolerance for fp32. Memory-bound rows also record GB/s against a plain copy of the
@@ -254,6 +256,14 @@ def measure(wl: str, compiler: str, quick: bool, threads: int, timing: bool, rou
     if timing:
         times, iters = time_rounds(lambda: step(*inputs), rounds, round_s)
         rec.update(round_stats(times), iters=iters)
+        if compiler != "eager":  # eager again, rounds interleaved with this compiler's (see paired_rounds)
+            torch.manual_seed(0)
+            twin_build, twin_inputs, _ = make(wl, quick)
+            twin = twin_build(lambda f: f)
+            e_times, c_times = paired_rounds(lambda: twin(*twin_inputs), lambda: step(*inputs), rounds, round_s)
+            rec.update(paired_eager_ms=round(statistics.median(e_times), 4), paired_ms=round(statistics.median(c_times), 4),
+                       paired_speedup=round(statistics.median(e / c for e, c in zip(e_times, c_times)), 3))
+            del twin, twin_inputs
         if nbytes:
             rec["bytes"] = nbytes
             rec["GBps"] = round(nbytes / (rec["ms"] * 1e-3) / 1e9, 2)
@@ -279,6 +289,22 @@ def time_rounds(fn, rounds: int, round_s: float) -> tuple[list, int]:
             fn()
         times.append((time.perf_counter() - t) * 1e3 / iters)
     return times, iters
+
+
+def paired_rounds(eager, compiled, rounds: int, round_s: float) -> tuple[list, list]:
+    """Rounds of eager and of the compiled step, alternating in one process: on a shared machine whose
+    load changes from minute to minute, the ratio of neighbouring rounds is a fairer speedup than
+    that of two processes timed minutes apart (the recorded ms stay the separate processes')."""
+    _, n_e = time_rounds(eager, 1, round_s / 2)
+    _, n_c = time_rounds(compiled, 1, round_s / 2)
+    e_times, c_times = [], []
+    for _ in range(rounds):
+        for fn, n, out in ((eager, n_e, e_times), (compiled, n_c, c_times)):
+            t = time.perf_counter()
+            for _ in range(n):
+                fn()
+            out.append((time.perf_counter() - t) * 1e3 / n)
+    return e_times, c_times
 
 
 def round_stats(times: list) -> dict:
@@ -391,6 +417,7 @@ def summarize(results: list, workloads) -> tuple[list, dict]:
                         f"{c}_import_s": r.get("import_s"), f"{c}_rel_err": r.get("rel_err"), f"{c}_GBps": r.get("GBps")})
             if row["eager_ms"] and r.get("ms"):
                 row[f"{c}_speedup"] = round(row["eager_ms"] / r["ms"], 3)
+            row[f"{c}_paired_speedup"] = r.get("paired_speedup")
             if row["copy_GBps"] and r.get("GBps"):
                 row[f"{c}_pct_copy"] = round(100 * r["GBps"] / row["copy_GBps"], 1)
             row[f"{c}_check"] = _check(r, w)
@@ -398,6 +425,8 @@ def summarize(results: list, workloads) -> tuple[list, dict]:
         rows.append(row)
     both = [r for r in rows if r.get("ember_speedup") and r.get("torch_speedup")]
     geomean = dict(ember=_geo(r.get("ember_speedup") for r in rows), torch=_geo(r.get("torch_speedup") for r in rows),
+                   ember_paired=_geo(r.get("ember_paired_speedup") for r in rows),
+                   torch_paired=_geo(r.get("torch_paired_speedup") for r in rows),
                    ember_common=_geo(r["ember_speedup"] for r in both), torch_common=_geo(r["torch_speedup"] for r in both),
                    common_workloads=len(both))
     if geomean["ember_common"] and geomean["torch_common"]:
@@ -447,6 +476,8 @@ def markdown(rows, geomean, threads) -> str:
             if r[f"{c}_ms"] is None:
                 return r[f"{c}_status"]
             sp = f", {r[f'{c}_speedup']:.2f}x" if r.get(f"{c}_speedup") else ""
+            if r.get(f"{c}_paired_speedup"):
+                sp += f", paired {r[f'{c}_paired_speedup']:.2f}x"
             return f"{r[f'{c}_ms']:.4g} (±{r[f'{c}_spread_pct']:.0f}%{sp})"
         eager = "—" if r["eager_ms"] is None else f"{r['eager_ms']:.4g} (±{r['eager_spread_pct']:.0f}%)"
         gbps = "—"
@@ -461,7 +492,9 @@ def markdown(rows, geomean, threads) -> str:
                      f"{_f(r['ember_rel_err'], '{:.2g}')} | {check} |")
     lines += ["", f"Geomean speedup over eager ({threads} thread(s)): ember {_f(geomean['ember'], '{:.3f}')}x, "
               f"torch.compile {_f(geomean['torch'], '{:.3f}')}x; on the {geomean['common_workloads']} rows both ran: "
-              f"ember {_f(geomean['ember_common'], '{:.3f}')}x, torch.compile {_f(geomean['torch_common'], '{:.3f}')}x."]
+              f"ember {_f(geomean['ember_common'], '{:.3f}')}x, torch.compile {_f(geomean['torch_common'], '{:.3f}')}x; "
+              f"paired (eager rounds interleaved in each process): ember {_f(geomean.get('ember_paired'), '{:.3f}')}x, "
+              f"torch.compile {_f(geomean.get('torch_paired'), '{:.3f}')}x."]
     met = []  # the issue's targets: rows meeting each, of the rows this run has the numbers for
     for key, what in TARGET_WORDS.items():
         vals = [r["targets"][key] for r in rows if key in r["targets"]]

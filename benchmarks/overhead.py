@@ -173,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="torch intra-op threads (default: 1 on CPU, so the time is overhead, not "
                         "thread contention; 0 keeps torch's default)")
     p.add_argument("--timeout", type=float, default=600, help="seconds allowed per variant process")
-    p.add_argument("--out", default=None, help="JSON path (default results/overhead-<device>.json)")
+    p.add_argument("--out", default=None, help="JSON path (default results/overhead-<device>.json; with --quick "
+                                               "results/quick/overhead-<device>.json, gitignored)")
     p.add_argument("--one", nargs=2, metavar=("WORKLOAD", "VARIANT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
@@ -205,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
                   method="own process per variant; median over repeats of mean us per call "
                          "(perf_counter_ns; CUDA synchronised per repeat)",
                   results=results)
-    out = args.out or os.path.join(HERE, "results", f"overhead-{label}.json")
+    # a --quick run is a smoke test, never the committed numbers: it goes to the gitignored quick/ folder
+    out = args.out or os.path.join(HERE, "results", *(["quick"] if args.quick else []), f"overhead-{label}.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         json.dump(report, f, indent=2)

@@ -1,37 +1,41 @@
 """ember: a pure-Python implementation of the torch.compile system.
 
 ``model = ember.compile(model)`` captures tensor work from Python bytecode into guarded torch.fx
-graphs and hands them to a backend. The rest of this namespace mirrors ``torch.compiler``.
+graphs and hands them to a backend. The rest of this namespace mirrors ``torch.compiler``;
+``ember.export`` mirrors ``torch.export``.
+
+Names load on first use (PEP 562), so ``import ember.export.aot_runtime`` (what a server loading an
+AOT package imports) does not pull in the frontend. ``import ember`` itself stays cheap; the first
+``ember.compile`` imports the rest.
 """
-from ember.api import EmberFunction as EmberFunction
-from ember.api import OptimizedModule as OptimizedModule
-from ember.api import compile as compile
-from ember.api import compile_module_ as compile_module_
-from ember.api import explain as explain
-from ember.backends.registry import list_backends as list_backends
-from ember.backends.registry import register_backend as register_backend
-from ember.config import config as config
-from ember.control import allow_in_graph as allow_in_graph
-from ember.control import disable as disable
-from ember.control import is_compiling as is_compiling
-from ember.control import is_exporting as is_exporting
-from ember.control import reset as reset
-from ember.control import set_stance as set_stance
-from ember.control import substitute_in_graph as substitute_in_graph
-from ember.frontend.dynamic import ConstraintViolation as ConstraintViolation
-from ember.frontend.dynamic import mark_dynamic as mark_dynamic
-from ember.frontend.dynamic import mark_static as mark_static
-from ember.frontend.dynamic import maybe_mark_dynamic as maybe_mark_dynamic
-from ember.frontend.errors import BackendCompilerFailed as BackendCompilerFailed
-from ember.frontend.errors import CompileError as CompileError
-from ember.frontend.errors import Unsupported as Unsupported
-from ember.frontend.guard_filter import GuardFilterEntry as GuardFilterEntry
-from ember.frontend.guard_filter import keep_tensor_guards_unsafe as keep_tensor_guards_unsafe
-from ember.frontend.guard_filter import skip_all_guards_unsafe as skip_all_guards_unsafe
-from ember.frontend.guard_filter import skip_guard_on_all_nn_modules_unsafe as skip_guard_on_all_nn_modules_unsafe
-from ember.frontend.guard_filter import skip_guard_on_globals_unsafe as skip_guard_on_globals_unsafe
-from ember.frontend.guard_filter import skip_guard_on_inbuilt_nn_modules_unsafe as skip_guard_on_inbuilt_nn_modules_unsafe
-from ember import testing as testing
+import importlib as _importlib
+
+from ember.config import config as config  # eager: a later submodule import must not rebind ember.config
+from ember.diagnostics import logging as _logging
+
+for _name in _logging.ARTIFACTS:  # ember's loggers exist from `import ember` on, as before names loaded lazily
+    _logging.get_logger(_name)
+
+# public name -> module it is defined in
+_LAZY = {
+    "EmberFunction": "ember.api", "OptimizedModule": "ember.api", "compile": "ember.api", "explain": "ember.api",
+    "compile_module_": "ember.api",
+    "list_backends": "ember.backends.registry", "register_backend": "ember.backends.registry",
+    "allow_in_graph": "ember.control", "disable": "ember.control", "is_compiling": "ember.control",
+    "is_exporting": "ember.control", "reset": "ember.control", "set_stance": "ember.control",
+    "substitute_in_graph": "ember.control",
+    "ConstraintViolation": "ember.frontend.dynamic", "mark_dynamic": "ember.frontend.dynamic",
+    "maybe_mark_dynamic": "ember.frontend.dynamic", "mark_static": "ember.frontend.dynamic",
+    "BackendCompilerFailed": "ember.frontend.errors", "CompileError": "ember.frontend.errors",
+    "Unsupported": "ember.frontend.errors",
+    "GuardFilterEntry": "ember.frontend.guard_filter",
+    "keep_tensor_guards_unsafe": "ember.frontend.guard_filter",
+    "skip_all_guards_unsafe": "ember.frontend.guard_filter",
+    "skip_guard_on_all_nn_modules_unsafe": "ember.frontend.guard_filter",
+    "skip_guard_on_globals_unsafe": "ember.frontend.guard_filter",
+    "skip_guard_on_inbuilt_nn_modules_unsafe": "ember.frontend.guard_filter",
+}
+_SUBMODULES = ("testing", "export")
 
 __version__ = "0.1.0"
 
@@ -41,5 +45,20 @@ __all__ = [
     "GuardFilterEntry", "keep_tensor_guards_unsafe", "skip_all_guards_unsafe", "skip_guard_on_all_nn_modules_unsafe",
     "skip_guard_on_globals_unsafe", "skip_guard_on_inbuilt_nn_modules_unsafe",
     "mark_dynamic", "maybe_mark_dynamic", "mark_static", "ConstraintViolation",
-    "CompileError", "BackendCompilerFailed", "Unsupported", "testing", "__version__",
+    "CompileError", "BackendCompilerFailed", "Unsupported", "testing", "export", "__version__",
 ]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(_importlib.import_module(_LAZY[name]), name)
+    elif name in _SUBMODULES:
+        value = _importlib.import_module(f"ember.{name}")
+    else:
+        raise AttributeError(f"module 'ember' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))

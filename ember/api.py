@@ -9,11 +9,15 @@ from typing import Any, Callable
 
 import torch
 
+from ember import control as _control  # noqa: F401 - registers the tracer rules of ember.is_compiling & co.
 from ember.backends.ember_backend import MODES
 from ember.backends.registry import backend_spec, validate_options
+from ember.distributed import with_ddp_buckets
 from ember.diagnostics.explain import EntryReport, ExplainReport, graph_report
 from ember.frontend.bytecode import CO_ASYNC_GENERATOR, CO_COROUTINE, CO_GENERATOR, CO_ITERABLE_COROUTINE, check_python_version
 from ember.frontend.cache import FrameCache
+from ember.frontend.bytecode import decode
+from ember.frontend.resume import is_resume_bookkeeping, resume_info, user_names
 
 _MODES = tuple(MODES)  # the default backend's mode table (backends/ember_backend.py)
 
@@ -128,7 +132,8 @@ def make_compiler(backend, mode: str | None, options: dict) -> Callable:
         prewarm()
     compiler = functools.partial(spec.fn, **bound)
     compiler.ember_backend_name = spec.name  # the name a BackendCompilerFailed message gives
-    return compiler
+    # graphs compiled inside a DistributedDataParallel forward: split at its buckets first (ember/distributed)
+    return with_ddp_buckets(compiler)
 
 
 def explain(fn, *, backend="eager"):
@@ -142,9 +147,15 @@ def explain(fn, *, backend="eager"):
         inner = make_compiler(backend, None, {})
 
         def recording(gm, example_inputs):
-            report.graphs.append(graph_report(gm))
-            graph_ids.append(id(gm))
-            return inner(gm, example_inputs)
+            g = graph_report(gm)
+            report.graphs.append(g)
+            graph_ids.append(getattr(gm, "meta", {}).get("ember_split", {}).get("parent", id(gm)))  # a DDP bucket's part: its graph's
+            compiled_graph = inner(gm, example_inputs)
+
+            def counted(*a):  # how often each graph ran: a loop body's graphs run once per iteration
+                g.calls += 1
+                return compiled_graph(*a)
+            return counted
 
         compiled = compile(fn, backend=recording)
         report.out = compiled(*args, **kwargs)
@@ -156,19 +167,31 @@ def explain(fn, *, backend="eager"):
             seen.add(id(cache))
             if cache.fallback_reason is not None:
                 report.fallbacks.append((cache.root.name, cache.fallback_reason))
-            report.recompile_reasons += [f"{cache.root.name}: {r}" for r in cache.recompile_reasons]
+            report.recompile_reasons += [f"{cache.root.name}: {user_names(r)}" for r in cache.recompile_reasons]
+            info = resume_info(cache.target)
+            loop = None
+            if info is not None and info.scope is not None:  # a segment of a loop that runs as Python
+                loop = (f"{info.fn.__qualname__}: {info.scope.describe()} "
+                        f"({info.code.co_filename}:{decode(info.code)[info.scope.loops[0].heads[0]].lineno})")
             for entry in reversed(cache.entries):
-                guards = [f"{g.source.name() if g.source is not None else 'global state'}: {g.kind.name}"
-                          for g in entry.guards]
+                # a resume function's guards read its restored values: shown by the user's names
+                guards = [f"{user_names(g.source.name()) if g.source is not None else 'global state'}: {g.kind.name}"
+                          for g in entry.guards
+                          if g.source is None or not is_resume_bookkeeping(g.source.name())]
                 report.entries.append(EntryReport(cache.root.name, guards, list(entry.breaks)))
                 if entry.graph is not None:
                     owner[id(entry.graph)] = cache.root.name
+                    if loop is not None:
+                        loop_of[id(entry.graph)] = loop
             for sub in cache.break_context.caches():
                 visit(sub)
 
+        loop_of: dict = {}
         visit(compiled._ember_cache)
-        for g, gid in zip(report.graphs, graph_ids):
+        for i, (g, gid) in enumerate(zip(report.graphs, graph_ids), 1):
             g.function = owner.get(gid, "?")
+            if gid in loop_of:
+                report.loops.setdefault(loop_of[gid], []).append(i)
         return report
 
     return run
@@ -200,7 +223,7 @@ class OptimizedModule(torch.nn.Module):
     def __init__(self, mod: torch.nn.Module, cache_args: dict):
         super().__init__()
         self._orig_mod = mod  # registered as a submodule: parameters are shared
-        self._ember_cache = FrameCache(mod, **cache_args)
+        self._ember_cache = FrameCache.create(mod, **cache_args)
 
     def __call__(self, *args, **kwargs):
         return self._ember_cache(*args, **kwargs)
@@ -228,8 +251,12 @@ class OptimizedModule(torch.nn.Module):
     def state_dict(self, *args, **kwargs):
         return self._orig_mod.state_dict(*args, **kwargs)
 
-    def load_state_dict(self, *args, **kwargs):
-        return self._orig_mod.load_state_dict(*args, **kwargs)
+    def load_state_dict(self, state_dict, *args, **kwargs):
+        # a checkpoint saved from torch.compile's wrapper has every key under "_orig_mod."
+        prefix = "_orig_mod."
+        if state_dict and all(isinstance(k, str) and k.startswith(prefix) for k in state_dict):
+            state_dict = type(state_dict)((k[len(prefix):], v) for k, v in state_dict.items())
+        return self._orig_mod.load_state_dict(state_dict, *args, **kwargs)
 
     def train(self, mode: bool = True):
         self._orig_mod.train(mode)

@@ -1,9 +1,10 @@
 """Command line: `ember --version`, `ember backends`, `ember config`, `ember run script.py [args...]`,
 `ember bench [options]` (timings of eager vs ember; see ember/bench/).
 
-`ember run` executes a script as `__main__` with `torch.compile` routed to `ember.compile` (and
-torch.compiler's set_stance, disable, reset, allow_in_graph, substitute_in_graph, list_backends to
-ember's), so an unmodified torch.compile program runs through ember.
+`ember run` executes a script as `__main__` with `torch.compile` routed to `ember.compile` and the rest of
+the torch.compile surface (torch.compiler, torch._dynamo, torch._dynamo.config, torch._inductor.config)
+translated by ember/dropin, so an unmodified torch.compile program runs through ember. `python -m ember`
+is the same command.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import argparse
 import os
 import runpy
 import sys
+import traceback
 
 
 def _backends() -> int:
@@ -38,38 +40,42 @@ def _config() -> int:
     return 0
 
 
-# what `ember run` routes: torch's compile entry points -> ember's equivalents
-def _routes():
-    import torch
+RUN_USAGE = """usage: ember run SCRIPT.py [ARGS...]
 
-    import ember
-
-    return [
-        (torch, "compile", ember.compile),
-        (torch.compiler, "set_stance", ember.set_stance),
-        (torch.compiler, "disable", ember.disable),
-        (torch.compiler, "reset", ember.reset),
-        (torch.compiler, "allow_in_graph", ember.allow_in_graph),
-        (torch.compiler, "substitute_in_graph", ember.substitute_in_graph),
-        (torch.compiler, "list_backends", ember.list_backends),
-    ]
+Runs SCRIPT.py as `python SCRIPT.py ARGS...` would, with torch.compile (and torch.compiler,
+torch._dynamo, torch._inductor.config) routed to ember: an unmodified torch.compile program
+compiles through ember. Mapping of each setting: docs/dropin.md.
+"""
 
 
-def _run(script: str, args: list[str]) -> int:
-    routes = _routes()
-    originals = [(obj, name, getattr(obj, name)) for obj, name, _ in routes]
-    for obj, name, new in routes:
-        setattr(obj, name, new)
+def _run(script: str | None, args: list[str]) -> int:
+    if script is None:
+        sys.stderr.write(RUN_USAGE)
+        return 2
+    if not os.path.exists(script):
+        sys.stderr.write(f"ember run: {script}: no such file (run it from the script's folder, or give its path)\n")
+        return 2
+    from ember.config import config
+    from ember.dropin import Session
+
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # as `python script.py` does
     try:
-        runpy.run_path(script, run_name="__main__")
+        with Session():
+            runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:  # keep the script's own exit status
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
+    except Exception as exc:  # noqa: BLE001 - the script's own error, shown as `python script.py` shows it
+        tb = exc.__traceback__
+        path = os.path.abspath(script)
+        while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != path:
+            tb = tb.tb_next  # ember run's own frames (this function, runpy) are not the script's
+        traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
+        return 1
     finally:
-        for obj, name, old in originals:
-            setattr(obj, name, old)
+        if config.run_stats:
+            Session.write_stats(config.run_stats)
     return 0
 
 
@@ -78,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="store_true", help="print the version and exit")
     sub = p.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run a script with torch.compile routed to ember.compile")
-    run.add_argument("script")
+    run.add_argument("script", nargs="?", help="the Python file to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     sub.add_parser("backends", help="list the available backends, with tags and aliases")
     sub.add_parser("config", help="show ember.config: each field, its EMBER_* variable and current value")

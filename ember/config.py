@@ -47,16 +47,19 @@ def _check_nonempty(value: str) -> str | None:
 @dataclass
 class Config:
     recompile_limit: int = field(default=8, metadata={"doc": "cache entries per compiled function before further misses run eagerly", "min": 1})
+    automatic_dynamic: bool = field(default=True, metadata={"doc": "with dynamic=None, a dimension (or int argument) whose value changed between calls becomes symbolic at the recompile (False: one compile per size, as dynamic=False; torch._dynamo.config.automatic_dynamic_shapes)"})
     inline_depth_limit: int = field(default=48, metadata={"doc": "deepest chain of inlined user calls before tracing gives up", "min": 1})
     instruction_limit: int = field(default=2_000_000, metadata={"doc": "bytecode instructions one trace may interpret (guards against endless loops)", "min": 1})
     logs: str = field(default="", metadata={"doc": "comma list of log artifacts: graph_breaks, recompiles, guards, graph_code, output_code, aot_graphs, openvino, bytecode (or all)", "check": _check_logs})
     verify: bool = field(default=False, metadata={"doc": "run torch.fx Graph.lint() on every captured graph"})
     suppress_errors: bool = field(default=False, metadata={"doc": "a backend that fails to compile a graph: warn once and run the calls that graph would serve eagerly, instead of raising ember.BackendCompilerFailed (the suppress_errors switch of torch.compile)"})
+    optimize_ddp: bool = field(default=True, metadata={"doc": "graphs compiled inside a DistributedDataParallel forward are split at DDP's gradient-bucket boundaries (ember/distributed), so each bucket's all-reduce starts while the rest of the backward runs (the optimize_ddp switch of torch.compile)"})
     native_force_triton: bool = field(default=False, metadata={"doc": "run the native backend's Triton kernels on CPU tensors too (needs TRITON_INTERPRET=1 before triton is imported; for tests)"})
-    native_cpu: str = field(default="aten", metadata={"doc": "native backend on CPU tensors: 'aten' runs the captured ATen graph (eager's kernels), 'cpp' generates fused C++/OpenMP kernels built with the system compiler (experimental)", "check": _check_native_cpu})
+    native_cpu: str = field(default="cpp", metadata={"doc": "native backend on CPU tensors: 'cpp' generates fused C++/OpenMP kernels built with the system compiler (without a working one: a warning, once, and 'aten'), 'aten' runs the captured ATen graph (eager's kernels)", "check": _check_native_cpu})
     emulate_precision_casts: bool = field(default=False, metadata={"doc": "native backend: round fp16/bf16 casts inside fused kernels as eager rounds each op's result (off: computed in fp32 until stored, like torch.compile; closer to exact, faster)"})
     compile_threads: int = field(default=0, metadata={"doc": "native backend: Triton kernel builds at once, in worker processes, before a graph's first call (0: one per CPU core, up to 16; 1: no workers, each kernel built at its first launch)", "min": 0})
     aot_cache: bool = field(default=True, metadata={"doc": "keep traced forward/backward graphs on disk (under cache_dir), so a later process skips analysis and tracing"})
+    run_stats: str = field(default="", metadata={"doc": "ember run: write the compile counters (graphs compiled, recompiles, eager fallbacks) as JSON to this path when the script ends (empty: do not)"})
     cache_dir: str = field(default=os.path.join(os.path.expanduser("~"), ".cache", "ember"), metadata={"doc": "on-disk cache for compiled artifacts", "check": _check_nonempty})
 
     # the one place values are checked: the generated __init__ assigns each field through here too,
@@ -182,8 +185,8 @@ class Environment:
                             "directory is unsafe: ember/native/triton_cache.py)",
         "TRITON_DUMP_DIR": "Triton's IR dump directory (checked like TRITON_CACHE_DIR when dumps are on)",
         "TRITON_OVERRIDE_DIR": "Triton's kernel override directory (checked like TRITON_CACHE_DIR when overrides are on)",
-        "CXX": "the C++ compiler that builds the native backend's CPU kernels (native_cpu='cpp'; default: "
-               "c++, then g++, on PATH)",
+        "CXX": "the C++ compiler that builds the native backend's CPU kernels (native_cpu='cpp', the default; "
+               "unset: c++, then g++, on PATH)",
     }
 
     def get(self, name: str) -> str | None:

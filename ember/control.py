@@ -7,6 +7,7 @@ forbidden and disabled callables); nothing here imports the interpreter.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from typing import Any, Callable
@@ -187,13 +188,34 @@ def is_compiling() -> bool:
     return False
 
 
+_EXPORTING = [0]  # depth of ember.export.export calls in progress (ember/export/capture.py)
+
+
+@contextlib.contextmanager
+def exporting():
+    """Mark an ``ember.export.export`` in progress: ``is_exporting()`` answers True inside it, both
+    eagerly and in the code the tracer captures."""
+    _EXPORTING[0] += 1
+    try:
+        yield
+    finally:
+        _EXPORTING[0] -= 1
+
+
 def is_exporting() -> bool:
-    """ember does not export graphs: always False."""
-    return False
+    """True while ``ember.export.export`` captures a program (as ``torch.compiler.is_exporting``)."""
+    return _EXPORTING[0] > 0
+
+
+def _exporting_rule(value, source):
+    """The tracer's answer to ``is_exporting()``: whether an export is capturing right now (a graph
+    captured by ``ember.compile`` is never reused by an export, nor the other way round)."""
+    return trace_rules.constant_result(_EXPORTING[0] > 0)(value, source)
 
 
 trace_rules.register_special(is_compiling, trace_rules.constant_result(True))
-trace_rules.register_special(is_exporting, trace_rules.constant_result(False))
+trace_rules.register_special(is_exporting, _exporting_rule)
+trace_rules.register_special(torch.compiler.is_exporting, _exporting_rule)
 trace_rules.forbid(set_stance, set_stance._ember_forbidden)
 trace_rules.forbid(torch.compiler.set_stance,
                    "torch.compiler.set_stance() cannot be called inside a compiled function")

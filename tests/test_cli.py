@@ -55,3 +55,26 @@ def test_config_table_is_documented_and_printed():
     assert res.returncode == 0
     for env, name, _default, _doc in ENV_TABLE:
         assert env in res.stdout and name in res.stdout
+
+
+def test_python_dash_m_ember_is_the_ember_command():
+    res = subprocess.run([sys.executable, "-m", "ember", "--version"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and res.stdout.strip() == f"ember {ember.__version__}"
+
+
+def test_run_without_a_script_or_with_a_missing_one_says_so(tmp_path):
+    res = _ember("run", cwd=tmp_path)
+    assert res.returncode == 2
+    assert res.stderr.startswith("usage: ember run SCRIPT.py [ARGS...]") and "Traceback" not in res.stderr
+    res = _ember("run", "nope.py", cwd=tmp_path)
+    assert res.returncode == 2
+    assert res.stderr.strip().startswith("ember run: nope.py: no such file") and "Traceback" not in res.stderr
+
+
+def test_a_failing_script_shows_its_own_traceback_only(tmp_path):
+    (tmp_path / "fails.py").write_text("def g(x):\n    raise ValueError('bad input')\n\n\ng(1)\n")
+    res = _ember("run", "fails.py", cwd=tmp_path)
+    assert res.returncode == 1
+    lines = res.stderr.strip().splitlines()
+    assert lines[0] == "Traceback (most recent call last):" and lines[-1] == "ValueError: bad input"
+    assert "cli.py" not in res.stderr and "runpy" not in res.stderr

@@ -114,3 +114,19 @@ def test_the_checks_catch_what_they_look_for(tmp_path):
     assert environment_violations(tmp_path) == ["ember/native.py:2 uses from os import getenv",
                                                 "ember/native.py:3 uses os.environ"]
     assert version_check_violations(tmp_path) == ["ember/native.py:4 uses sys.version_info"]
+
+
+def test_no_benchmark_script_shadows_a_package():
+    """`python benchmarks/x.py` (and tests that put benchmarks/ on sys.path) make every script there
+    importable by its bare name: a `benchmarks/openvino.py` hid the real openvino package."""
+    import importlib.util
+    import pathlib
+
+    here = pathlib.Path(__file__).resolve().parent.parent / "benchmarks"
+    packages = {"openvino", "triton", "numpy", "transformers", "timm", "torchvision", "diffusers", "bytecode",
+                "torch", "ember", "ts", "torchserve", "model_archiver"}
+    stems = {p.stem for p in here.glob("*.py")} | {p.name for p in here.iterdir() if p.is_dir()}
+    assert not stems & packages, f"rename these benchmark scripts: {sorted(stems & packages)}"
+    for stem in stems:  # nor a standard-library module
+        assert stem not in __import__("sys").stdlib_module_names, f"benchmarks/{stem} shadows the standard library"
+    assert importlib.util.find_spec("ember") is not None

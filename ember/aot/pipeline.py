@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -25,6 +24,7 @@ from ember.aot.runtime import EagerVariant, InferenceVariant, TrainingVariant
 from ember.aot.trace import JointGraph, trace_forward, trace_joint
 from ember.config import config
 from ember.diagnostics import counters
+from ember.diagnostics.userframe import warn_user
 from ember.diagnostics import logging as elog
 from ember.locks import COMPILE_LOCK
 
@@ -86,7 +86,7 @@ class AOTCompiledGraph:
                 raise
             reason = f"tracing it failed with {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             counters.eager_fallback("aot_variant", f"{self.name}: {reason}")
-            warnings.warn(f"ember aot_autograd: running {self.name} eagerly, {reason}", stacklevel=2)
+            warn_user(f"ember aot_autograd: running {self.name} eagerly, {reason}")
             variant = EagerVariant(self.gm, reason)
             elog.artifact(ARTIFACT, f"# ===== ember aot: {self.name}, eager variant: {reason}")
         self.variants[key] = variant

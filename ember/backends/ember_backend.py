@@ -1,7 +1,8 @@
 """The default backend, ``ember`` (alias ``inductor``, so code written for torch.compile runs
 unchanged): ember's autograd layer (ember/aot) traces each graph to ATen with its backward, and the
-native code generator (ember/native) turns the ATen graphs into fused Triton kernels on CUDA (CPU
-tensors run the ATen graph as it is).
+native code generator (ember/native) turns the ATen graphs into fused Triton kernels on CUDA and
+fused C++ kernels on CPU tensors (``native_cpu='aten'``, or no working C++ compiler: the ATen graph
+as it is).
 
 Modes, as torch.compile names them (``MODES``):
 
@@ -19,11 +20,13 @@ default settings and a warning says so. The code generator's settings are ``Nati
 from __future__ import annotations
 
 import functools
-import warnings
 
 import torch
 
+from ember.backends import inductor_options
 from ember.backends.registry import register_alias, register_backend
+from ember.diagnostics.logging import notice_once
+from ember.diagnostics.userframe import warn_user
 
 # mode -> (CUDA graphs, autotuning)
 MODES = {
@@ -50,14 +53,15 @@ def native_options(cudagraphs: bool, autotune: bool) -> dict:
     return options
 
 
-def _native_backend(cudagraphs: bool = False, autotune: bool = False):
-    key = (cudagraphs, autotune)
+def _native_backend(cudagraphs: bool = False, autotune: bool = False, overrides: tuple = ()):
+    """``overrides``: (NativeOptions field, value) pairs from inductor options (``inductor_options``)."""
+    key = (cudagraphs, autotune, overrides)
     if key not in _native:  # imported on first use: the ATen tracing and codegen stack is heavy
         from ember.aot import aot_autograd
         from ember.native import compile_aten_graph
         from ember.native.decomp import AOT_DECOMPOSITIONS
 
-        compiler, options = compile_aten_graph, native_options(cudagraphs, autotune)
+        compiler, options = compile_aten_graph, {**native_options(cudagraphs, autotune), **dict(overrides)}
         if options:
             compiler = functools.partial(compile_aten_graph, options=options)
             compiler.__name__ = "compile_aten_graph_" + "_".join(sorted(options))
@@ -78,6 +82,11 @@ def _cpu_backend():
     return _native["cpu"]
 
 
+def _no_cpp_compiler() -> bool:
+    from ember.native import cpp_build
+    return cpp_build.problem() is not None
+
+
 def _on_cuda(gm, example_inputs) -> bool:
     if any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs):
         return True
@@ -85,21 +94,30 @@ def _on_cuda(gm, example_inputs) -> bool:
                for v in (n.meta.get("val") for n in gm.graph.nodes))
 
 
-@register_backend(name="ember", options={})
+@register_backend(name="ember", options=inductor_options.TABLE)
 def ember_default(gm, example_inputs, mode=None, options=None):
     cudagraphs, autotune = MODES.get(mode, (False, False))
     if (cudagraphs or autotune) and not _on_cuda(gm, example_inputs):
         # correct results, just not the mode's extra speed: say so instead of pretending
         what = " and ".join(w for w, on in (("CUDA graphs", cudagraphs), ("kernel autotuning", autotune)) if on)
-        warnings.warn(f"ember: mode={mode!r} has no effect on CPU tensors ({what} need CUDA tensors); "
-                      "the graph compiles with the default settings", stacklevel=2)
+        warn_user(f"ember: mode={mode!r} has no effect on CPU tensors ({what} need CUDA tensors); "
+                  "the graph compiles with the default settings")
         cudagraphs = autotune = False
+    tr = inductor_options.translate(options)  # torch.compile's inductor option names (validated)
+    if not _on_cuda(gm, example_inputs):
+        if tr.cudagraphs or tr.autotune:  # as torch.compile on CPU: accepted, said once
+            notice_once("inductor-options-cpu", "inductor options for CUDA graphs or autotuning have no effect on "
+                                                "CPU tensors; those graphs compile with the default settings")
+    else:
+        cudagraphs = cudagraphs if tr.cudagraphs is None else tr.cudagraphs
+        autotune = autotune if tr.autotune is None else tr.autotune
     if not _on_cuda(gm, example_inputs):
         from ember.config import config
-        # forced Triton: the kernels run in the interpreter (tests); native_cpu='cpp': C++ kernels
-        if not config.native_force_triton and config.native_cpu != "cpp":
+        # forced Triton: the kernels run in the interpreter (tests); native_cpu='cpp' (the default):
+        # C++ kernels, unless no working compiler is found (checked once; a warning says it once)
+        if not config.native_force_triton and (config.native_cpu != "cpp" or _no_cpp_compiler()):
             return _cpu_backend()(gm, example_inputs)
-    return _native_backend(cudagraphs, autotune)(gm, example_inputs)
+    return _native_backend(cudagraphs, autotune, tuple(sorted(tr.native.items())))(gm, example_inputs)
 
 
 def _prewarm():

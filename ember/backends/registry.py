@@ -36,7 +36,8 @@ class BackendSpec:
     name: str
     fn: Callable
     tags: tuple = ()
-    options: dict | type | None = None  # {key: OptionSpec} or a BackendOptions class; None: not declared
+    # {key: OptionSpec}, a BackendOptions class, or an object with validate(options) -> options; None: not declared
+    options: dict | type | object | None = None
     origin: str = "registered"   # "registered" | entry-point group name
 
     def accepts(self, kwarg: str) -> bool:
@@ -151,6 +152,8 @@ def validate_options(spec: BackendSpec, options: dict):
     ``OptionSpec`` gets a dict with the defaults filled."""
     if spec.options is None:
         return dict(options)
+    if hasattr(spec.options, "validate"):  # a table of its own (the ember backend's inductor names)
+        return spec.options.validate(options)
     if isinstance(spec.options, type) and issubclass(spec.options, BackendOptions):
         return _validate_fields(spec, options)
     unknown = set(options) - set(spec.options)

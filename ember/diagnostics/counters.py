@@ -46,3 +46,18 @@ def snapshot() -> collections.Counter:
 
 def fallbacks() -> int:
     return COUNTERS["eager_fallbacks"]
+
+
+# What was compiled: frames_compiled, graphs_compiled, recompiles (read by `ember run`'s stats and the
+# tests of tests/run). Kept apart from COUNTERS, whose every key is an event a test may want to see none of.
+COMPILES: collections.Counter = collections.Counter()
+
+
+def bump_compiled(name: str, n: int = 1) -> None:
+    with _lock:
+        COMPILES[name] += n
+
+
+def compiled_snapshot() -> collections.Counter:
+    with _lock:
+        return collections.Counter(COMPILES)

@@ -48,3 +48,23 @@ def refresh() -> None:
     names = _enabled_set()
     for art in ARTIFACTS:
         logging.getLogger(f"ember.{art}").setLevel(logging.DEBUG if art in names else logging.WARNING)
+
+
+# ---- one-time notices ----------------------------------------------------------------------------
+# A setting ember accepts but cannot honour (a torch._dynamo.config knob, an inductor option without an
+# ember meaning) is said once per process on stderr, never as an error and never per call.
+_notice = logging.getLogger("ember.notice")
+_notice_handler = logging.StreamHandler(sys.stderr)
+_notice_handler.setFormatter(logging.Formatter("[ember] %(message)s"))
+_notice.addHandler(_notice_handler)
+_notice.setLevel(logging.INFO)
+_notice.propagate = False
+_noticed: set = set()
+
+
+def notice_once(key, text: str) -> None:
+    """Print ``text`` on stderr the first time ``key`` is noticed in this process."""
+    if key in _noticed:
+        return
+    _noticed.add(key)
+    _notice.info(text)

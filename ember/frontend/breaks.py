@@ -17,12 +17,14 @@ from dataclasses import dataclass
 import torch
 
 from ember.diagnostics import logging as elog
-from ember.frontend import resume as R, trace_rules
+from ember.frontend import loops as L, resume as R, trace_rules
 from ember.frontend.errors import Unsupported
 from ember.frontend.handlers.blocks import _ContextExit
 from ember.frontend.interpreter import CellVariable
-from ember.frontend.sources import LocalSource
-from ember.frontend.variables.base import NullVariable, VariableTracker
+from ember.frontend.guards import GuardKind
+from ember.frontend.sources import ItemSource, LocalSource
+from ember.frontend.variables.base import NullVariable, VariableTracker, guard
+from ember.frontend.variables.lazy import LazyVariable, PassThroughVariable
 from ember.frontend.variables.contexts import GradModeContextVariable, _restore_grad
 from ember.frontend.variables.functions import OpaqueCallableVariable
 
@@ -56,35 +58,51 @@ class BreakContext:
         # FrameCache per target, so that it is compiled once and every thread uses that compile
         self._lock = threading.Lock()
 
-    def resume_for(self, fn: types.FunctionType):
+    def resume_for(self, fn: types.FunctionType, scope=None):
+        """``target -> continuation(stack, locals)`` for the exits of a break function of ``fn``. In a
+        loop's ``scope``: at the loop's stops, hand (stop, stack, locals) back to its driver."""
         def get(target: int):
-            key = (_identity(fn), target)
-            hit = self._resumes.get(key)
-            if hit is None:
-                with self._lock:
-                    hit = self._resumes.get(key)
-                    if hit is None:
-                        native = R.resume_function(fn, target)
-                        # an exception from compiled code inside a try block must reach its handler:
-                        # keep such continuations native (the handler then runs as plain Python too)
-                        hit = native if R.in_try_block(fn.__code__, target) else self._make_cache(native)
-                        self._resumes[key] = hit
-            return hit
+            if scope is not None and scope.stops_trace(target):
+                return L.stopped(target)
+            return self.segment(fn, target, scope)
         return get
 
-    def break_fn(self, fn, start: int, failing: int, nulls: tuple, bound: tuple):
-        key = (_identity(fn), start, failing, nulls, bound)
+    def segment(self, fn: types.FunctionType, target: int, scope=None):
+        """The compiled continuation of ``fn`` at ``target`` (a loop segment when ``scope`` is set)."""
+        key = (_identity(fn), target, scope.key if scope is not None else None)
+        hit = self._resumes.get(key)
+        if hit is None:
+            with self._lock:
+                hit = self._resumes.get(key)
+                if hit is None:
+                    native = R.resume_function(fn, target, scope)
+                    # an exception from compiled code inside a try block must reach its handler:
+                    # keep such continuations native (the handler then runs as plain Python too).
+                    # A loop segment never runs inside a try of its loop (those are its stops), and
+                    # its driver's call sits inside the tries around the loop.
+                    native_only = scope is None and R.in_try_block(fn.__code__, target)
+                    hit = native if native_only else self._make_cache(native)
+                    self._resumes[key] = hit
+        return hit
+
+    def break_fn(self, fn, start: int, failing: int, nulls: tuple, bound: tuple, scope=None):
+        key = (_identity(fn), start, failing, nulls, bound, scope.key if scope is not None else None)
         hit = self._break_fns.get(key)
         if hit is None:
             code = fn.__code__
-            region = R.plan_region(code, start, failing, list(nulls))
-            name = f"__break_{code.co_name}_at_{R.bc.decode(code)[start].lineno}_{start}"
-            bcode = R.build_continuation(code, start, stack_nulls=list(nulls), bound=list(bound), region=region,
-                                         resume_for=self.resume_for(fn), name=name, wrap_calls=self.compiled_callee)
+            region = R.plan_region(code, start, failing, list(nulls), scope)
+            kind = "driver" if region.drive is not None else "break"
+            name = f"__{kind}_{code.co_name}_at_{R.bc.decode(code)[start].lineno}_{start}"
+            drive = region.drive
+            bcode = R.build_continuation(
+                code, start, stack_nulls=list(nulls), bound=list(bound), region=region,
+                resume_for=self.resume_for(fn, scope), name=name, wrap_calls=self.compiled_callee, scope=scope,
+                segment_for=(lambda e: self.segment(fn, e, drive)) if drive is not None else None,
+                exit_fn=_loop_exit(self.resume_for(fn, scope), scope is None) if drive is not None else None)
             hit = R.make_function(fn, bcode)
             self._break_fns[key] = hit
             if elog.enabled("output_code"):
-                elog.artifact("output_code", describe_break(fn, name, region, bound, nulls))
+                elog.artifact("output_code", describe_break(fn, name, region, bound, nulls, scope))
         return hit
 
     def caches(self) -> list:
@@ -93,6 +111,17 @@ class BreakContext:
 
         found = [c for c in self._resumes.values() if isinstance(c, FrameCache)]
         return found + [c for c in self._callees.values() if isinstance(c, FrameCache)]
+
+    def own_cache(self, key, target):
+        """A FrameCache for ``target`` with this callable's settings, kept (and listed by ``caches``)
+        under ``key``: a wrapper module's compiled forward (cache.WrapperModuleCache)."""
+        hit = self._callees.get(key)
+        if hit is None:
+            with self._lock:
+                hit = self._callees.get(key)
+                if hit is None:
+                    hit = self._callees[key] = self._make_cache(target)
+        return hit
 
     def compiled_callee(self, obj):
         """The callee of a call that broke inside: compiled on its own (functions, methods, modules)."""
@@ -157,28 +186,84 @@ def frame_function(root) -> types.FunctionType | None:
     return fn if isinstance(fn, types.FunctionType) else None
 
 
-def break_call(frame, fn, start: int, exc: Unsupported, ctx: BreakContext, tracer) -> BreakCall:
-    """Plan the break for a trace stopped at ``start`` (the frame's state is the trace's)."""
-    if frame.code is not fn.__code__:
-        raise R.CannotResume("the stopped frame is not the compiled function's")
+def _frame_state(frame, tracer):
+    """The contexts to re-enter, and the locals (and cell contents) a continuation of ``frame`` gets."""
     contexts = tracer.active_contexts()
     if any(c is None or not hasattr(c, "close_for_break") for c in contexts):
         raise R.CannotResume("the break is inside a context ember cannot re-enter")
     for c in reversed(contexts):  # the graph must leave grad mode / autocast as it found them
         c.close_for_break(tracer)
-    nulls = tuple(isinstance(v, NullVariable) for v in frame.stack)
     names = [n for n in frame.code.co_varnames if n in frame.locals and n not in frame.code.co_cellvars]
-
     cells = {n: c.contents for n, c in frame.cells.items()
              if n in frame.code.co_cellvars and isinstance(c, CellVariable) and c.contents is not CellVariable.EMPTY}
     names += list(cells)
-    fn_break = ctx.break_fn(fn, start, exc.frame_index, nulls, tuple(names))
+    values = {**{n: frame.locals[n] for n in names if n not in cells}, **cells}
+    return contexts, names, values
+
+
+def break_call(frame, fn, start: int, exc: Unsupported, ctx: BreakContext, tracer, scope=None) -> BreakCall:
+    """Plan the break for a trace stopped at ``start`` (the frame's state is the trace's)."""
+    if frame.code is not fn.__code__:
+        raise R.CannotResume("the stopped frame is not the compiled function's")
+    contexts, names, values = _frame_state(frame, tracer)
+    nulls = tuple(isinstance(v, NullVariable) for v in frame.stack)
+    fn_break = ctx.break_fn(fn, start, exc.frame_index, nulls, tuple(names), scope)
     wrap_at = None
     inst = R.bc.decode(frame.code)[exc.frame_index]
-    if exc.inner_depth > 1 and inst.opname in ("CALL", "CALL_FUNCTION_EX") and start == R.region_start(frame.code, exc.frame_index):
-        wrap_at = _callable_position(frame.stack, inst)
-    values = {**{n: frame.locals[n] for n in names if n not in cells}, **cells}
+    if (exc.inner_depth > 1 or exc.compile_callee) and inst.opname in ("CALL", "CALL_FUNCTION_EX") and start == R.call_start(frame.code, exc.frame_index):
+        wrap_at = _callable_position(frame.stack, inst)  # the callee is on the stack: compile it on its own
     return BreakCall(fn, fn_break, list(frame.stack), values, wrap_at, ctx, contexts)
+
+
+class StopResult(VariableTracker):
+    """A loop segment's return value at one of its loop's stops: ``(stop, (stack...), {locals})``."""
+
+    def __init__(self, target: int, stack: list, locals_: dict, contexts: list):
+        self.target = target
+        self.stack = stack
+        self.locals = locals_
+        self.contexts = contexts
+
+    def reconstruct(self, cg) -> str:
+        for c in self.contexts:  # the driver goes on under the modes the traced code left
+            cg.lines.append(c.reenter_line(cg))
+        stack = "(" + "".join(f"{cg.reconstruct(v)}, " for v in self.stack) + ")"
+        local_items = ", ".join(f"{k!r}: {cg.reconstruct(v)}" for k, v in self.locals.items())
+        return f"({self.target}, {stack}, {{{local_items}}})"
+
+
+def stop_result(frame, tracer) -> StopResult:
+    """The end of a loop segment's trace at a stop of its loop (``frame`` is stopped before ``frame.ip``)."""
+    if any(isinstance(v, NullVariable) for v in frame.stack):
+        raise Unsupported("a pending call at a stop of a loop that runs as Python")
+    if len(frame.stack) != R.stack_depths(frame.code)[frame.ip]:
+        raise Unsupported(f"the value stack at instruction {frame.ip} differs from the static analysis")
+    try:
+        contexts, _, values = _frame_state(frame, tracer)
+    except R.CannotResume as why:
+        raise Unsupported(f"a loop stop inside a block ember cannot re-enter ({why})") from None
+    return StopResult(frame.ip, list(frame.stack), values, contexts)
+
+
+class ScopedReturn(VariableTracker):
+    """A loop segment's ``return``: tagged, so that its driver returns it (``(RETURN, (value,), None)``)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def reconstruct(self, cg) -> str:
+        return f"({L.RETURN}, ({cg.reconstruct(self.value)},), None)"
+
+
+def _loop_exit(resume_for, top: bool):
+    """A driver's way out of its loops: the function's return value (a driver in a loop's scope
+    passes the tagged result on), or the continuation at the stop that left the loop."""
+    def exit_loop(r):
+        target, stack, locals_ = r
+        if target == L.RETURN:
+            return stack[0] if top else r
+        return resume_for(target)(stack, locals_)
+    return exit_loop
 
 
 def _callable_position(stack: list, inst) -> int | None:
@@ -192,15 +277,32 @@ def _callable_position(stack: list, inst) -> int | None:
 
 
 def resume_frame_state(tracer, info: R.ResumeInfo, stack_value: tuple, locals_value: dict):
-    """Trackers for the stack and locals a resume function receives (guarded like any input)."""
-    stack_vt = VariableTracker.build(tracer, stack_value, LocalSource(R.STACK_ARG))
-    locals_vt = VariableTracker.build(tracer, locals_value, LocalSource(R.LOCALS_ARG))
+    """Trackers for the stack and locals a resume function receives. Each is built (and guarded)
+    when the trace first uses it (variables/lazy.py); the values a loop's driver owns pass through."""
+    locals_src, stack_src = LocalSource(R.LOCALS_ARG), LocalSource(R.STACK_ARG)
+    guard(tracer, locals_src, GuardKind.TYPE, dict)
+    guard(tracer, locals_src, GuardKind.DICT_KEYS, tuple(locals_value))  # which locals are bound
     cellnames = set(info.code.co_cellvars)
     varnames = set(info.code.co_varnames) - cellnames
-    local_vts = {k: v for k, v in locals_vt.items.items() if k in varnames}
-    cell_vts = {k: v for k, v in locals_vt.items.items() if k in cellnames}
-    stack = [_reentered_context(tracer, real, vt) for real, vt in zip(stack_value, stack_vt.items)]
+    local_vts = {k: LazyVariable(v, ItemSource(locals_src, k)) for k, v in locals_value.items() if k in varnames}
+    cell_vts = {k: VariableTracker.build(tracer, v, ItemSource(locals_src, k))
+                for k, v in locals_value.items() if k in cellnames}
+    floor = info.scope.iterator_floor(info.target) if info.scope is not None else 0
+    stack = []
+    for i, real in enumerate(stack_value):
+        src = ItemSource(stack_src, i)
+        if i < floor:
+            stack.append(PassThroughVariable(real, src))
+        elif _is_context_exit(real):
+            stack.append(_reentered_context(tracer, real, VariableTracker.build(tracer, real, src)))
+        else:
+            stack.append(LazyVariable(real, src))
     return stack, local_vts, cell_vts
+
+
+def _is_context_exit(real) -> bool:
+    return (isinstance(real, functools.partial) and real.func is _restore_grad) or \
+        (isinstance(real, types.MethodType) and real.__name__ == "__exit__")
 
 
 def _reentered_context(tracer, real, vt):
@@ -226,7 +328,7 @@ def log_break(record: BreakRecord) -> None:
     elog.artifact("graph_breaks", f"graph break: {record}")
 
 
-def describe_break(fn, name: str, region, bound, nulls) -> str:
+def describe_break(fn, name: str, region, bound, nulls, scope=None) -> str:
     """The break function as readable pseudo-Python: what it restores, which source it runs natively,
     and where each exit resumes (the real thing is bytecode, built by resume.py)."""
 
@@ -240,8 +342,17 @@ def describe_break(fn, name: str, region, bound, nulls) -> str:
            f"    # value stack restored: [{stack}]",
            f"    # --- runs natively: lines {first}-{last} (instructions {region.start}-{region.end}) ---"]
     out += [f"    #   {ln}" for ln in src]
+    if region.drive is not None:
+        heads = ", ".join(str(instrs[h].lineno) for lp in region.drive.loops for h in lp.heads)
+        out.append(f"    # --- a driver: only the loop control (lines {heads}) runs natively; where control enters "
+                   f"the body it calls a compiled loop segment ({R.LOOP_PREFIX}{fn.__code__.co_name}_at_<line>_<index>),"
+                   " which hands back (stop, stack, locals) at the loop's next stop ---")
     for target, depth in sorted(region.exits.items()):
         line = instrs[target].lineno if target < len(instrs) else "?"
-        out.append(f"    # exit -> return __resume_{fn.__code__.co_name}_at_{line}_{target}"
+        if scope is not None and scope.stops_trace(target):
+            out.append(f"    # exit -> return ({target}, <{depth} stack values>, locals())  (back to the loop's driver)")
+            continue
+        prefix = R.LOOP_PREFIX if scope is not None else "__resume_"
+        out.append(f"    # exit -> return {prefix}{fn.__code__.co_name}_at_{line}_{target}"
                    f"(<{depth} stack values>, locals())  (compiled on first call)")
     return "\n".join(out)

@@ -79,6 +79,8 @@ def _as_seq(tx, v) -> list:
 @helpers.add
 def apply_operator(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> VariableTracker:
     """``fn(a, b)`` for a binary operator function (operator.add, operator.iadd, operator.lt, ...)."""
+    if (r := helpers.numpy_operator(tx, fn, a, b)) is not None:  # an ndarray on either side
+        return r
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
         if fn in _INPLACE_TO_BINARY and not isinstance(a, TensorVariable):
             fn = _INPLACE_TO_BINARY[fn]  # `n += t` with a Python number n rebinds: n = n + t
@@ -116,7 +118,10 @@ def apply_operator(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> 
         if fn is operator.ior:
             a.call_method(tx, "update", [b], {})
             return a
-        merged = DictVariable(a.items, py_type=a.py_type, key_vts=a.key_vts, default_factory=a.default_factory)
+        # dict.__or__ copies into a plain dict; collections' dicts keep their type
+        py_type = a.py_type if a.py_type is dict or a.py_type.__module__ == "collections" else dict
+        merged = DictVariable(a.items, py_type=py_type, key_vts=a.key_vts,
+                              default_factory=a.default_factory if py_type is not dict else None)
         merged.items.update(b.items)
         return merged
     if isinstance(a, SetVariable) or isinstance(b, SetVariable):
@@ -333,6 +338,8 @@ HANDLERS: dict = BUILTIN_HANDLERS  # filled by ``@handler`` here and in object_b
 
 @helpers.add
 def call_builtin(tx, fn, args, kwargs):
+    if len(args) == 1 and not kwargs and (r := helpers.numpy_unary(tx, fn, args[0])) is not None:
+        return r
     h = HANDLERS.get(fn)
     if h is not None:
         return h(tx, fn, *args, **kwargs)
@@ -502,6 +509,8 @@ def _min_max(tx, fn, *args, key=None, default=None):
         if default is not None:
             return default
         raise Unsupported(f"{fn.__name__}() of an empty sequence (ValueError)")
+    if key is None and all(isinstance(i, TensorVariable) for i in items):
+        return helpers.tensor_min_max(tx, fn, items)
     if any(isinstance(i, TensorVariable) for i in items) and key is None:
         raise Unsupported(f"{fn.__name__}() over tensors compares their data", hint=f"use torch.{fn.__name__}imum")
     if key is not None:

@@ -15,7 +15,7 @@ import contextlib
 import inspect
 import re
 import threading
-import warnings
+import types
 import weakref
 from typing import Any, Callable
 
@@ -24,15 +24,18 @@ import torch
 from ember.config import config
 from ember.diagnostics import counters
 from ember.diagnostics import logging as elog
+from ember.diagnostics.userframe import warn_user
 from ember.locks import COMPILE_LOCK
 from ember.frontend.codegen import MISS
 from ember.frontend.convert import CacheEntry, RootSpec, compile_entry
 from ember.frontend.dynamic import FrameShapeState
 from ember.frontend import stance as _stance
+from ember.frontend import trace_rules
 from ember.frontend.breaks import BreakContext
 from ember.frontend.codegen import build_entry
 from ember.frontend.errors import CompileError, Unsupported
 from ember.frontend.guards import explain_failure
+from ember.frontend.resume import user_names
 
 # the entry list of a forced backend that has none yet: always this object, so that `_miss` can
 # tell by identity whether another thread has published entries since this call looked
@@ -70,8 +73,16 @@ class FrameCache:
         self._lock = threading.RLock()  # held by the thread compiling this callable (see the docstring)
         # resume functions and callees compiled at this callable's graph breaks: same settings
         self.break_context = BreakContext(
-            lambda fn: FrameCache(fn, backend, False, recompile_limit, guard_filter_fn, backend_for, dynamic))
+            lambda fn: FrameCache.create(fn, backend, False, recompile_limit, guard_filter_fn, backend_for, dynamic))
         ALL_CACHES.add(self)
+
+    @staticmethod
+    def create(target, *args, **kwargs) -> "FrameCache":
+        """The cache for ``target``: a ``WrapperModuleCache`` for a wrapper module of
+        ``trace_rules.WRAPPER_MODULES`` (DistributedDataParallel), else a FrameCache."""
+        if isinstance(target, torch.nn.Module) and trace_rules.wrapped_module_attr(target) is not None:
+            return WrapperModuleCache(target, *args, **kwargs)
+        return FrameCache(target, *args, **kwargs)
 
     # the hot path -------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -224,15 +235,16 @@ class FrameCache:
         failed = list(self.failed.get(forced, _NO_ENTRIES))
         limit = self.recompile_limit if self.recompile_limit is not None else config.recompile_limit
         if entries or failed:
-            reason = self.explain_miss(args, kwargs, [*entries, *failed])
+            reason = user_names(self.explain_miss(args, kwargs, [*entries, *failed]))
             if len(entries) + len(failed) >= limit:
                 counters.eager_fallback("recompile_limit", f"{self.root.name}: {reason}")
                 if not self._limit_warned:
                     self._limit_warned = True
-                    warnings.warn(f"ember: {self.root.name} hit the recompile limit ({limit}); further cache "
-                                  f"misses run eagerly. Last reason: {reason}. Raise ember.config.recompile_limit "
-                                  "(EMBER_RECOMPILE_LIMIT) or mark the changing dimension dynamic.", stacklevel=4)
+                    warn_user(f"ember: {self.root.name} hit the recompile limit ({limit}); further cache "
+                              f"misses run eagerly. Last reason: {reason}. Raise ember.config.recompile_limit "
+                              f"(EMBER_RECOMPILE_LIMIT){limit_advice(reason)}.")
                 return None
+            counters.bump_compiled("recompiles")
             self.recompile_reasons.append(reason)
             elog.artifact("recompiles", f"recompiling {self.root.name}: {reason}")
         try:
@@ -245,13 +257,16 @@ class FrameCache:
             self.fallback_reason = str(exc)
             msg = f"ember: running {self.root.name} eagerly: {exc}"
             counters.eager_fallback("frame", msg)
-            warnings.warn(msg, stacklevel=4)
+            warn_user(msg)
             return None
         if entry.failure is not None:
             self._publish_failed(entry, forced)
             counters.bump("backend_failures")
             return entry
         self.compile_count += 1
+        counters.bump_compiled("frames_compiled")
+        if entry.graph is not None:
+            counters.bump_compiled("graphs_compiled")
         self._publish(entry, forced)
         return entry
 
@@ -267,7 +282,7 @@ class FrameCache:
             msg = (f"ember: {failure.headline}\nRunning the calls this graph would serve eagerly "
                    f"(ember.config.suppress_errors is on). {failure.advice}")
             elog.artifact("graph_breaks", msg)
-            warnings.warn(msg, stacklevel=5)  # the user's call (through __call__ and _miss)
+            warn_user(msg)
         return self._eager(args, kwargs)
 
     def explain_miss(self, args, kwargs, entries=None) -> str:
@@ -290,6 +305,77 @@ class FrameCache:
 
             reasons.append(explain_failure(entry.guards, evaluate) or "unknown guard failure")
         return reasons[0] if reasons else "no entries"
+
+
+class WrapperModuleCache(FrameCache):
+    """The cache of a wrapper module (DistributedDataParallel, an FSDP2 module): its call runs as
+    plain Python, and while it runs, what it wraps runs compiled by a FrameCache of its own (made
+    through ``break_context``, so ``ember.explain`` finds it).
+
+    - DDP: calls of the wrapped module go through nn.Module's own slot for a compiled call,
+      ``_compiled_call_impl`` (what ``nn.Module.compile()`` sets), set only for the duration of the
+      wrapper's call and cleared while the compiled call runs: an eager fallback of the inner cache
+      calls the module again, which must then take the plain path;
+    - FSDP2: the module's hooks (all-gather, reshard) run natively around its forward, which is
+      compiled: an instance attribute ``forward`` for the duration of the call."""
+
+    def __call__(self, *args, **kwargs):
+        wrapper = self.root.self_obj
+        attr = trace_rules.wrapped_module_attr(wrapper)
+        if not attr:
+            return self._call_with_forward_compiled(wrapper, args, kwargs)
+        inner = getattr(wrapper, attr)
+        if "_compiled_call_impl" in inner.__dict__:  # compiled by the user (inner.compile()), or re-entered
+            return wrapper(*args, **kwargs)
+        compiled = self.break_context.compiled_callee(inner)
+        if compiled is inner:  # ember.disable'd and the like: nothing to compile
+            return wrapper(*args, **kwargs)
+
+        def call_compiled(*a, **k):
+            del inner._compiled_call_impl
+            try:
+                return compiled(*a, **k)
+            finally:
+                inner._compiled_call_impl = call_compiled
+
+        inner._compiled_call_impl = call_compiled
+        try:
+            return wrapper(*args, **kwargs)
+        finally:
+            inner.__dict__.pop("_compiled_call_impl", None)
+
+    def _call_with_forward_compiled(self, module, args, kwargs):
+        if "forward" in module.__dict__:  # the user's own instance forward, or re-entered
+            return module(*args, **kwargs)
+        compiled = self.break_context.own_cache(module, types.MethodType(type(module).forward, module))
+        module.forward = compiled
+        try:
+            return module(*args, **kwargs)
+        finally:
+            module.__dict__.pop("forward", None)
+
+
+# what to suggest when the recompile limit is hit, by what changed (the miss reason's wording:
+# guards.explain_failure): only a changing tensor size is helped by marking a dimension dynamic
+_LIMIT_ADVICE = (
+    (re.compile(r"\.shape\[\d+\] changed|shape relation|\.dim\(\) changed"),
+     " or mark the changing dimension dynamic (torch._dynamo.mark_dynamic / ember.mark_dynamic), or compile "
+     "with dynamic=True"),
+    (re.compile(r"^(?P<name>[A-Za-z_]\w*) changed: -?\d+ -> -?\d+$"),
+     ": the int argument {name} changed value and is compiled as a constant (dynamic=False or "
+     "ember.config.automatic_dynamic off); with dynamic=None (the default) or True it becomes symbolic"),
+    (re.compile(r"^(?P<name>.+) changed: -?\d+ -> -?\d+$"),
+     ": {name} is an int attribute, part of the compiled code, so each value compiles again; pass it to the "
+     "compiled function as an argument instead (then it can become symbolic), or make it a tensor"),
+)
+
+
+def limit_advice(reason: str) -> str:
+    for pattern, advice in _LIMIT_ADVICE:
+        m = pattern.search(reason)
+        if m:
+            return advice.format(**m.groupdict())
+    return ""
 
 
 @contextlib.contextmanager

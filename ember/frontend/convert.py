@@ -23,8 +23,9 @@ from ember.frontend.errors import BackendCompilerFailed, Unsupported
 from ember.frontend.dynamic import SHAPE_GUARD_GLOBALS, FrameShapeState
 from ember.frontend.guards import GuardKind, GuardSet, global_state
 from ember.frontend import resume
-from ember.frontend.breaks import BreakContext, BreakRecord, break_call, frame_function, log_break, resume_frame_state
-from ember.frontend.interpreter import BreakHere, CellVariable, InstructionTranslator, Tracer
+from ember.frontend.breaks import (BreakContext, BreakRecord, ScopedReturn, break_call, frame_function, log_break,
+                                   resume_frame_state, stop_result)
+from ember.frontend.interpreter import BreakHere, CellVariable, InstructionTranslator, StopHere, Tracer
 from ember.frontend.output_graph import OutputGraph
 from ember.frontend.sources import ConstSource, LocalSource
 from ember.frontend.variables.base import VariableTracker
@@ -56,7 +57,9 @@ class RootSpec:
             return RootSpec("method", obj.__func__, obj.__self__, obj.__qualname__)
         info = resume.resume_info(obj)
         if info is not None:
-            return RootSpec("resume", obj, None, f"{info.fn.__qualname__} (resumed at line {resume.bc.decode(info.code)[info.target].lineno})")
+            line = resume.bc.decode(info.code)[info.target].lineno
+            where = f"{info.scope.describe()}, body from line {line}" if info.scope is not None else f"resumed at line {line}"
+            return RootSpec("resume", obj, None, f"{info.fn.__qualname__} ({where})")
         return RootSpec("function", obj, None, getattr(obj, "__qualname__", repr(obj)))
 
     @property
@@ -115,19 +118,25 @@ def compile_entry(root: RootSpec, args: tuple, kwargs: dict, backend: Callable,
         fn = frame_function(root) if ctx is not None else None
         if fn is None or exc.frame_index is None or exc.frame_code is not fn.__code__:
             raise
-        start = resume.region_start(fn.__code__, exc.frame_index)
+        info = resume.resume_info(root.fn)
+        scope = info.scope if info is not None else None  # a loop segment: breaks stay in its loop
         try:
-            entry = _compile(root, args, kwargs, backend, guard_filter_fn, (start, exc, fn, ctx), shapes)
+            start = resume.region_start(fn.__code__, exc.frame_index, scope, info.target if info is not None else 0)
+            entry = _compile(root, args, kwargs, backend, guard_filter_fn, (start, exc, fn, ctx, scope), shapes)
         except (Unsupported, resume.CannotResume) as why:
             elog.artifact("graph_breaks", f"cannot resume after the break at {exc.location} ({why}); "
                                           f"running {root.name} eagerly")
             raise exc from None
-        kind = "loop" if resume.enclosing_loop(fn.__code__, exc.frame_index) else (
-            "call" if exc.inner_depth > 1 else "instruction")
+        driven = resume.driven_loops(fn.__code__, exc.frame_index, scope)
+        kind = "loop" if driven is None or driven else (
+            "call" if exc.inner_depth > 1 or exc.compile_callee else "instruction")
         if kind == "call":  # reported where the compiled frame made the call; the callee gets its own
             inner = exc.location or "?"
             record = BreakRecord(f"a call that breaks inside ({exc.reason}, at {inner}); the callee is compiled "
                                  "on its own", exc.user_stack[-1] if exc.user_stack else inner, root.name, kind)
+        elif kind == "loop" and driven:
+            record = BreakRecord(f"{exc.reason} (inside a loop: the loop runs as Python, the straight-line code "
+                                 "of its body is compiled between the breaks)", exc.location or "?", root.name, kind)
         else:
             record = BreakRecord(exc.reason, exc.location or "?", root.name, kind)
         entry.breaks.append(record)
@@ -169,9 +178,14 @@ def _compile(root: RootSpec, args: tuple, kwargs: dict, backend: Callable, guard
                     for k, item in v.items.items():
                         call_kwargs[k] = item
             result = root_vt.call(tracer, call_args, call_kwargs)
+    except StopHere as stop:  # a loop segment reached a stop of its loop: back to the driver
+        result = stop_result(stop.frame, tracer)
     except BreakHere as stop:
-        start, exc, fn, ctx = plan
-        result = break_call(stop.frame, fn, start, exc, ctx, tracer)
+        start, exc, fn, ctx, scope = plan
+        result = break_call(stop.frame, fn, start, exc, ctx, tracer, scope)
+    else:
+        if info is not None and info.scope is not None:  # a segment's return: its driver returns it
+            result = ScopedReturn(result)
     finally:
         tracer.restore_modes()
         torch._C._set_grad_enabled(grad_at_start)
@@ -190,6 +204,8 @@ def _run_resume(tracer, info, arguments) -> Any:
     frame = InstructionTranslator(tracer.output, info.code, info.fn.__globals__, local_vts, cells, parent=tracer,
                                   fn_vt=fn_vt)
     frame.stack = stack
+    frame.lazy_stack = True
+    frame.scope = info.scope
     frame.ip = info.target
     return frame.run()
 
@@ -315,7 +331,7 @@ def _is_impure(node: fx.Node) -> bool:
     if isinstance(t, str):
         return t.endswith("_") and not t.endswith("__")
     name = getattr(t, "__name__", "")
-    if name in ("setitem", "_set_grad_enabled", "_enter_autocast", "_exit_autocast"):
+    if name in ("setitem", "_set_grad_enabled", "_enter_autocast", "_exit_autocast", "_assert_async"):
         return True
     if name in _RANDOM_OPS:  # an unused dropout still advances the generator: keep eager's random stream
         return True

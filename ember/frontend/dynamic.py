@@ -5,6 +5,7 @@ torch.compile's policy, reproduced:
 * ``dynamic=None`` (default): the first compile is static. When a later call misses the cache because
   a tensor's size changed, the dimensions that changed become symbolic and the frame compiles once
   for all their sizes ("automatic dynamic"). Python ints that change value likewise.
+  ``ember.config.automatic_dynamic = False`` turns this off (one compile per size).
 * ``dynamic=True``: every dimension of every input tensor (and every int argument) starts symbolic;
   ``dynamic=False``: nothing becomes symbolic on its own.
 * ``ember.mark_dynamic(t, dim, min=, max=)`` / ``maybe_mark_dynamic`` / ``mark_static`` mark one tensor's
@@ -29,6 +30,7 @@ from torch._guards import Source as _TorchSource
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 from torch.utils._sympy.printers import PythonPrinter
 
+from ember.config import config
 from ember.frontend.sources import AttrSource, ItemSource, LocalSource, ModuleSlotSource, Source
 
 # attribute names on user tensors (public API: ember.mark_dynamic & co.)
@@ -110,7 +112,7 @@ class FrameShapeState:
         if not static_source:
             if self.dynamic is True:
                 dims.update({d: None for d in range(len(shape)) if d not in dims})
-            elif self.dynamic is None:
+            elif self.dynamic is None and config.automatic_dynamic:
                 dims.update({d: None for d, s in enumerate(merged) if s is None and d not in dims})
         for d in static:
             if d in marked:
@@ -118,11 +120,20 @@ class FrameShapeState:
             dims.pop(d, None)
         return dims
 
+    def scalar_changed(self, name: str, value) -> bool:
+        """Has this Python number (read by a loop body that runs as compiled segments) had another
+        value at an earlier compile? Recorded on the way."""
+        scalars = self.__dict__.setdefault("scalars", {})
+        before = scalars.get(name, value)
+        changed = before is None or before != value or type(before) is not type(value)
+        scalars[name] = None if changed else value
+        return changed
+
     def int_dynamic(self, name: str, value: int) -> bool:
         before = self.ints.get(name, value)
         changed = before is None or before != value
         self.ints[name] = None if changed else value
-        return self.dynamic is True or (self.dynamic is None and changed)
+        return self.dynamic is True or (self.dynamic is None and changed and config.automatic_dynamic)
 
 
 def is_static_source(source: Source, value) -> bool:

@@ -18,6 +18,9 @@ class Unsupported(Exception):
         self.inner_depth = 0          # depth of the translator that hit it (1: the compiled frame)
         self.frame_index: int | None = None  # the compiled frame's instruction at the time
         self.frame_code = None
+        # raised by a call that must not be traced but whose callee is compiled on its own (a
+        # wrapper module: trace_rules.WRAPPER_MODULES), as for a call that broke inside the callee
+        self.compile_callee = False
 
     def __str__(self) -> str:
         text = self.reason

@@ -20,6 +20,7 @@ from ember.frontend.variables.dicts import DictVariable
 from ember.frontend.variables.exceptions import exception_value
 from ember.frontend.variables.functions import NestedFunctionVariable
 from ember.frontend.variables.iterators import GeneratorVariable
+from ember.frontend.variables.lazy import realize, settle_stack
 from ember.frontend.variables.objects import SuperVariable
 from ember.frontend.variables.sequences import TupleVariable
 from ember.frontend.variables.tensor import TensorVariable
@@ -263,6 +264,8 @@ class InstructionTranslator(Tracer):
         self.yielded: VariableTracker | None = None
         self.exc_stack: list[VariableTracker] = []  # exceptions being handled (PUSH_EXC_INFO / POP_EXCEPT)
         self.raised_at: dict = {}  # id(exception tracker) -> the instruction that raised it, when caught here
+        self.lazy_stack = False  # the stack holds values of a resumed frame not built yet (variables/lazy.py)
+        self.scope = None  # a loop segment's frame: the loop whose stops end the trace (loops.py)
 
     # ---- locations ----
     def user_location(self) -> str:
@@ -295,11 +298,19 @@ class InstructionTranslator(Tracer):
         limit = config.instruction_limit
         instructions = self.instructions
         break_at = root.break_at if self.depth == 1 else None
+        scope = self.scope
+        first = True  # a segment may start at one of its stops (a while loop's head)
         try:
             while self.returned is None and self.yielded is None:
                 if self.ip == break_at:
                     raise BreakHere(self)
+                if scope is not None:
+                    if not first and scope.stops_trace(self.ip):
+                        raise StopHere(self)
+                    first = False
                 inst = instructions[self.ip]
+                if self.lazy_stack:
+                    settle_stack(self, inst)
                 self.inst = inst
                 self.ip += 1
                 root.instructions_run += 1
@@ -345,7 +356,9 @@ class InstructionTranslator(Tracer):
         entry = bc.exception_handler(self.code, self.inst.offset)
         if entry is None:
             return False
-        value = exception_value(exc)
+        if self.scope is not None and self.scope.stops_trace(bc.index_at(self.code, entry.target)):
+            return False  # a handler around a driven loop: the exception is raised for real, in the driver
+        value = exception_value(exc, self)
         self.raised_at.setdefault(id(value), self.inst.index)
         del self.stack[entry.depth:]
         if entry.lasti:
@@ -385,7 +398,7 @@ class InstructionTranslator(Tracer):
             raise Unsupported("super() without arguments outside a method (RuntimeError)")
         cls = self.cells["__class__"].load(self, "__class__").as_constant()
         first = self.code.co_varnames[0]
-        obj = self.locals.get(first)
+        obj = realize(self, self.locals.get(first))
         if obj is None and first in self.cells:
             obj = self.cells[first].load(self, first)
         return SuperVariable(cls, obj)
@@ -397,6 +410,10 @@ class BreakHere(Exception):
     def __init__(self, frame: "InstructionTranslator"):
         super().__init__("graph break")
         self.frame = frame
+
+
+class StopHere(BreakHere):
+    """Raised when a loop segment reaches one of its loop's stops: its driver takes over there."""
 
 
 def is_null(v) -> bool:

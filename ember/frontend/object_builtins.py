@@ -18,6 +18,7 @@ from ember.frontend.sources import AttrSource
 from ember.frontend.variables import functions as F
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 from ember.frontend.variables.deques import DequeVariable
+from ember.frontend.variables.dict_subclasses import UserDictVariable
 from ember.frontend.variables.dicts import DictVariable
 from ember.frontend.variables.functions import handler
 from ember.frontend.variables.modules import NNModuleVariable
@@ -118,8 +119,12 @@ def _copy(tx, fn, x):
         return DequeVariable(list(x.items), maxlen=x.maxlen)
     if isinstance(x, ListVariable):
         return ListVariable(x.items)
-    if isinstance(x, DictVariable):
-        return DictVariable(x.items, py_type=x.py_type, key_vts=x.key_vts, default_factory=x.default_factory)
+    if isinstance(x, DictVariable):  # (a dict subclass's copy keeps its class and instance attributes)
+        cls = UserDictVariable if isinstance(x, UserDictVariable) else DictVariable
+        new = cls(x.items, py_type=x.py_type, key_vts=x.key_vts, default_factory=x.default_factory)
+        if isinstance(x, UserDictVariable):
+            new.attrs.update(x.attrs)
+        return new
     if isinstance(x, SetVariable):
         return x.copy()
     new = NewObjectVariable(_copied_class(x))
@@ -150,9 +155,13 @@ def deepcopy_vt(tx, x: VariableTracker, memo: dict) -> VariableTracker:
         new.items = [deepcopy_vt(tx, i, memo) for i in x.items]
         return new
     if isinstance(x, DictVariable):
-        new = memo[id(x)] = DictVariable({}, py_type=x.py_type, key_vts=x.key_vts, default_factory=x.default_factory)
+        cls = UserDictVariable if isinstance(x, UserDictVariable) else DictVariable
+        new = memo[id(x)] = cls({}, py_type=x.py_type, key_vts=x.key_vts, default_factory=x.default_factory)
         for k, v in list(x.items.items()):
             new.items[k] = deepcopy_vt(tx, v, memo)
+        if isinstance(x, UserDictVariable):  # a dict subclass's instance attributes
+            for k, v in list(x.attrs.items()):
+                new.attrs[k] = deepcopy_vt(tx, v, memo)
         return new
     if isinstance(x, SetVariable):  # of constants
         return x.copy()

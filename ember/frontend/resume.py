@@ -20,16 +20,38 @@ from __future__ import annotations
 
 import builtins
 import dis
+import re
 import types
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import bytecode as bclib
 
-from ember.frontend import bytecode as bc
+from ember.frontend import bytecode as bc, loops as L
 
 STACK_ARG = "__ember_stack"
+LOOP_PREFIX = "__loop_"  # the name of a loop segment's function
 LOCALS_ARG = "__ember_locals"
+
+# a resume function's guards and miss reasons name the values it restores through its two arguments;
+# people read them as the user's names (explain, recompile messages)
+_RESTORED = re.compile(rf"{LOCALS_ARG}\[(?:'([^']*)'|\"([^\"]*)\")\]|{STACK_ARG}\[(\d+)\]")
+
+
+def user_names(text: str) -> str:
+    """``text`` with ``__ember_locals['x']`` written ``x`` and ``__ember_stack[0]`` written
+    ``<stack value 0 at the break>``."""
+    def sub(m):
+        if m.group(3) is not None:
+            return f"<stack value {m.group(3)} at the break>"
+        return m.group(1) if m.group(1) is not None else m.group(2)
+    return _RESTORED.sub(sub, text)
+
+
+def is_resume_bookkeeping(name: str) -> bool:
+    """A guard on the argument containers themselves (their type, length, keys): true by construction
+    of the call the break makes, so not worth showing to a user."""
+    return name in (STACK_ARG, LOCALS_ARG)
 
 _UNCONDITIONAL = {"JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP", "JUMP_NO_INTERRUPT"}
 _TERMINAL = {"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE"}
@@ -104,18 +126,51 @@ def enclosing_loop(code: types.CodeType, index: int):
     return best
 
 
-def region_start(code: types.CodeType, index: int) -> int:
-    """Where native execution starts for a break at ``index`` (decided before the stack is known)."""
+def call_start(code: types.CodeType, index: int) -> int:
+    """The instruction itself, or the PRECALL / KW_NAMES that belong to its CALL."""
     instrs = bc.decode(code)
-    loop = enclosing_loop(code, index)
-    if loop is not None:
+    while index > 0 and instrs[index - 1].opname in _CALL_PREFIX:
+        index -= 1
+    return index
+
+
+def driven_loops(code: types.CodeType, failing: int, scope) -> list | None:
+    """The loops a break at ``failing`` drives natively (its body compiled as segments); [] for a
+    straight-line break; None where the loops cannot be driven (the whole outermost loop then runs
+    as plain Python, as before loops had drivers)."""
+    if scope is None and enclosing_loop(code, failing) is None:
+        return []
+    try:
+        driven = L.driven_loops(code, failing, scope)
+    except L.LoopUnsupported:
+        if scope is not None:
+            raise CannotResume("a loop layout ember does not model, inside a driven loop") from None
+        return None
+    if scope is None and not driven:
+        return None  # a backward jump that is no loop of ours (the old analysis decides)
+    return driven
+
+
+def region_start(code: types.CodeType, index: int, scope=None, floor: int = 0) -> int:
+    """Where native execution starts for a break at ``index`` (decided before the stack is known).
+    ``scope``: the loop a segment runs in; ``floor``: where its trace started (a region cannot start
+    before the trace does)."""
+    instrs = bc.decode(code)
+    driven = driven_loops(code, index, scope)
+    if driven:
+        outer = driven[0]
+        if floor > outer.heads[0]:
+            raise CannotResume("the trace started inside the loop it would have to drive")
+        return max(outer.entry, floor)
+    if driven is None:
+        loop = enclosing_loop(code, index)
         start = loop[0]
         if start > 0 and instrs[start - 1].opname == "GET_ITER":
             start -= 1  # hand the loop its iterable, not a half-consumed iterator
         return start
-    while index > 0 and instrs[index - 1].opname in _CALL_PREFIX:
-        index -= 1
-    return index
+    if scope is not None:  # the whole statement: its Python values never reach a segment's guards
+        return L.statement_start(code, index, floor)
+    return call_start(code, index)
 
 
 @dataclass
@@ -123,14 +178,25 @@ class Region:
     start: int
     end: int
     exits: dict = field(default_factory=dict)  # exit instruction index -> stack depth there
+    drive: "L.Scope | None" = None  # a driver: the loops it runs natively, their bodies as segments
 
 
-def plan_region(code: types.CodeType, start: int, failing: int, stack_nulls: list) -> Region:
-    """The native region from ``start`` covering ``failing``; its exits carry no NULL stack slots."""
+def plan_region(code: types.CodeType, start: int, failing: int, stack_nulls: list, scope=None) -> Region:
+    """The native region from ``start`` covering ``failing``; its exits carry no NULL stack slots.
+    In a loop's ``scope``, exits at the loop's stops hand back to its driver."""
     instrs = bc.decode(code)
     depths = stack_depths(code)
-    loop = enclosing_loop(code, failing)
-    end = loop[1] if loop is not None else failing
+    driven = driven_loops(code, failing, scope)
+    drive = None
+    if driven:
+        drive = L.make_scope(code, driven, scope)
+        end = driven[0].last
+    elif driven is None:
+        end = enclosing_loop(code, failing)[1]
+    elif scope is not None:
+        end = L.statement_end(code, failing, {i for i in range(len(instrs)) if scope.stops_trace(i)})
+    else:
+        end = failing
     while end < len(instrs) - 1 and instrs[end].opname in _CALL_PREFIX:
         end += 1
     if bc.PY >= (3, 12):  # FOR_ITER jumps past END_FOR when exhausted: keep END_FOR inside
@@ -146,16 +212,19 @@ def plan_region(code: types.CodeType, start: int, failing: int, stack_nulls: lis
             low = _lowest_reached(instrs, depths, start, end)
         while end + 1 < len(instrs) and instrs[end].opname in _CALL_PREFIX:
             end += 1  # never stop between a PRECALL / KW_NAMES and its CALL
-    end = _past_try_bodies(code, end)
-    region = Region(start, end)
+    if scope is None and drive is None:
+        end = _past_try_bodies(code, end)
+    elif scope is not None and any(scope.stops_copy(i) for i in range(start + 1, end + 1)):
+        raise CannotResume("the native region would run into the loop's control")
+    region = Region(start, end, drive=drive)
     check_cells(code, region)
     for ins in instrs[start:end + 1]:
         if ins.target is not None and not (start <= ins.target <= end):
-            if ins.target < start:
-                raise CannotResume("a jump backwards out of the native region")
             if _exits_past_end_for(ins, instrs):  # 3.12: the loop really resumes after END_FOR
                 region.exits[ins.target + 1] = depths[ins.target + 1]
                 continue
+            if ins.target < start and (scope is None or not scope.stops_copy(ins.target)):
+                raise CannotResume("a jump backwards out of the native region")
             region.exits[ins.target] = depths[ins.target]
         if ins.index == end and ins.opname not in _UNCONDITIONAL | _TERMINAL and end + 1 < len(instrs):
             region.exits[end + 1] = depths[end + 1]
@@ -252,12 +321,16 @@ def _jump_if_false(label) -> bclib.Instr:
 
 
 def build_continuation(code: types.CodeType, start: int, *, stack_nulls: list, bound: list | None,
-                       region: Region | None, resume_for=None, name: str, wrap_calls=None) -> types.CodeType:
+                       region: Region | None, resume_for=None, name: str, wrap_calls=None, scope=None,
+                       segment_for=None, exit_fn=None) -> types.CodeType:
     """A code object ``(__ember_stack, __ember_locals)`` that restores the frame and continues at
     ``start``. With ``region``, its exits call ``resume_for(exit_index)(stack, locals())`` instead
     of running on. ``bound``: the locals to restore (None: whichever the dict holds).
     ``wrap_calls``: a function ``callable -> callable``; the callables the region calls pass
-    through it (to be compiled on their own, e.g. the layers an ``nn.Sequential`` loop calls)."""
+    through it (to be compiled on their own, e.g. the layers an ``nn.Sequential`` loop calls).
+    ``scope``: the loop this copy runs in (see loops.py): it hands back at the loop's stops and tags
+    its returns. A region that drives loops (``region.drive``) calls ``segment_for(entry)`` where
+    native control enters their bodies and ends with ``exit_fn(result)`` when one leaves them."""
     abstract = bclib.Bytecode.from_code(code)
     items = list(abstract)
     # the k-th real instruction of the abstract list is decoded instruction k
@@ -277,8 +350,13 @@ def build_continuation(code: types.CodeType, start: int, *, stack_nulls: list, b
     for it in items:
         if isinstance(it, bclib.TryBegin):
             it.stack_depth = handler_depth[label_index[it.target]]
+    if scope is not None:  # handlers around the loop belong to its driver: let exceptions reach it
+        dropped = {id(it) for it in items if isinstance(it, bclib.TryBegin) and label_index[it.target] not in scope.inside}
+        items = [it for it in items if id(it) not in dropped
+                 and not (isinstance(it, bclib.TryEnd) and id(it.entry) in dropped)]
     start_label = bclib.Label()
-    items.insert(instr_pos[start], start_label)
+    items.insert(_identity_index(items, real[start]), start_label)
+    depths = stack_depths(code)
 
     epilogues = []
     if region is not None:
@@ -309,12 +387,18 @@ def build_continuation(code: types.CodeType, start: int, *, stack_nulls: list, b
             lab = exit_label(region.end + 1)
             items.insert(_identity_index(items, real[region.end]) + 1, bclib.Instr("JUMP_FORWARD", lab))
 
-    if region is not None and wrap_calls is not None:
+    extra = 0
+    if region is not None and region.drive is not None:
+        extra = L.insert_driver(items, real, region, depths, segment_for, exit_fn, epilogues, code)
+    if scope is not None:
+        L.apply_scope(items, real, decoded, scope, depths, start, start_label, epilogues)
+    if region is not None and wrap_calls is not None:  # last: it replaces instructions of ``real``
         _wrap_region_calls(items, real, decoded, code, region, wrap_calls)
     prologue = _prologue(code, stack_nulls, bound, start_label)
     resume_at = next(i for i, it in enumerate(items) if isinstance(it, bclib.Instr) and it.name == "RESUME")
     items[resume_at + 1:resume_at + 1] = prologue
     items.extend(epilogues)
+    L.fix_jump_directions(items)
 
     out = bclib.Bytecode(items)
     out.argnames = [STACK_ARG, LOCALS_ARG]
@@ -329,8 +413,12 @@ def build_continuation(code: types.CodeType, start: int, *, stack_nulls: list, b
     # depths of try blocks entered past their start: keep the original table's depths (the stack
     # below the region is the original's) and size the stack ourselves
     exit_depth = max(region.exits.values(), default=0) if region is not None else 0
-    stacksize = max(code.co_stacksize, len(stack_nulls) + 2, exit_depth + 6) + 2
-    return out.to_code(stacksize=stacksize, compute_exception_stack_depths=False)
+    stop_depth = max((d for d in depths if d is not None), default=0) if scope is not None else 0
+    stacksize = max(code.co_stacksize, len(stack_nulls) + 2, exit_depth + 6, stop_depth + 6, extra) + 2
+    result = out.to_code(stacksize=stacksize, compute_exception_stack_depths=False)
+    if scope is not None:
+        L.SCOPED_CODES[id(result)] = result
+    return result
 
 
 _CALLABLE_CONTINUES = {"LOAD_ATTR", "LOAD_METHOD", "BINARY_SUBSCR", "LOAD_SUPER_ATTR"}
@@ -445,6 +533,7 @@ class ResumeInfo:
     fn: types.FunctionType  # the original function (globals, closure, defaults)
     code: types.CodeType    # its code
     target: int             # decoded instruction index where the resume continues
+    scope: "L.Scope | None" = None  # a loop segment: the loop it runs in (it stops at the loop's stops)
 
 
 RESUMES: dict = {}  # id(resume code object) -> (that code object, ResumeInfo)
@@ -454,14 +543,18 @@ def make_function(fn: types.FunctionType, code: types.CodeType) -> types.Functio
     return types.FunctionType(code, fn.__globals__, code.co_name, None, fn.__closure__)
 
 
-def resume_function(fn: types.FunctionType, target: int) -> types.FunctionType:
+def resume_function(fn: types.FunctionType, target: int, scope=None) -> types.FunctionType:
     """The plain-Python resume function continuing ``fn`` at ``target`` (its code is registered so
-    that compiling it starts the trace at ``target``)."""
+    that compiling it starts the trace at ``target``). In a loop's ``scope``: a segment of its body."""
     code = fn.__code__
     depth = stack_depths(code)[target]
-    name = f"__resume_{code.co_name}_at_{bc.decode(code)[target].lineno}_{target}"
-    rcode = build_continuation(code, target, stack_nulls=[False] * depth, bound=None, region=None, name=name)
-    RESUMES[id(rcode)] = (rcode, ResumeInfo(fn, code, target))
+    if depth is None:
+        raise CannotResume(f"instruction {target} is unreachable in the static analysis")
+    prefix = LOOP_PREFIX if scope is not None else "__resume_"
+    name = f"{prefix}{code.co_name}_at_{bc.decode(code)[target].lineno}_{target}"
+    rcode = build_continuation(code, target, stack_nulls=[False] * depth, bound=None, region=None, name=name,
+                               scope=scope)
+    RESUMES[id(rcode)] = (rcode, ResumeInfo(fn, code, target, scope))
     return make_function(fn, rcode)
 
 

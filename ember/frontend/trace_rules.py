@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import sys
 import types
 
 import torch
@@ -95,11 +96,42 @@ NATIVE_CALLEES = {
 }
 
 
+# Wrapper modules whose forward is distributed-training machinery (DDP's reducer bookkeeping, buffer
+# broadcasts, hooks on the autograd graph): class -> the attribute holding the module they wrap. A
+# call of one runs its forward as plain Python and compiles the wrapped module on its own, as
+# torch.compile does (it skips DDP's forward and compiles the wrapped module's frame).
+# The empty name: the module's own forward is compiled and its hooks run natively (FSDP2's
+# fully_shard, whose forward hooks all-gather the parameters before and free them after).
+# Classes are named by (module, class): a module not imported yet has no instances, and importing
+# torch.distributed.fsdp costs as much as ember's own import.
+WRAPPER_MODULES = {
+    ("torch.nn.parallel.distributed", "DistributedDataParallel"): "module",
+    ("torch.distributed.fsdp", "FSDPModule"): "",
+}
+
+
+def wrapped_module_attr(module) -> str | None:
+    """The attribute holding the module that ``module`` (a wrapper of WRAPPER_MODULES) wraps ("" for
+    its own forward), else None."""
+    for (mod_name, cls_name), attr in WRAPPER_MODULES.items():
+        cls = getattr(sys.modules.get(mod_name), cls_name, None)
+        if cls is not None and isinstance(module, cls):
+            return attr
+    return None
+
+
 def python_behind(value):
     """The Python function to trace in place of ``value``, or None: ``torch.jit.script`` keeps the
     function it compiled on the ScriptFunction, and tracing that gives the same tensor ops."""
     if isinstance(value, torch.jit.ScriptFunction):
         return getattr(value, "_torchdynamo_inline", None)
+    if getattr(value, "__qualname__", None) == "wrap_dunder_call_ctx_manager.<locals>.inner" and \
+            getattr(value, "__module__", None) == "torch._dynamo.external_utils":
+        # torch._dynamo.dont_skip_tracing(fn) (e.g. the _guards_fn of ExportedProgram.module()): a
+        # Dynamo config patch around fn, which concerns Dynamo only; trace fn itself
+        cells = dict(zip(value.__code__.co_freevars, (c.cell_contents for c in value.__closure__ or ())))
+        if type(cells.get("self")).__name__ == "DynamoConfigPatchProxy":
+            return cells.get("func")
     return None
 
 

@@ -11,9 +11,10 @@ arguments and the wrapper reads from the inputs. A graph holding something that 
 that graph only, to a static compile per input-size set (``specialize.PerShapeGraph``), the reason
 in ``ember_native["reason"]``.
 
-CPU tensors run the ATen graph as it is (``gm.forward``) unless the option ``cpu_codegen="cpp"``
-(``ember.config.native_cpu``, ``EMBER_NATIVE_CPU=cpp``; off by default) renders the same scheduled
-kernels as C++ (``cpp_emit``, built and loaded by ``cpp_build``, one translation unit per graph), or
+CPU tensors render the same scheduled kernels as C++ (``cpp_emit``, built in the background and
+loaded by ``cpp_build``, run by ``cpp_graph``; the default, option ``cpu_codegen="cpp"``), unless
+``cpu_codegen="aten"`` (``ember.config.native_cpu``, ``EMBER_NATIVE_CPU=aten``) or no working C++
+compiler is found (a warning, once): then they run the ATen graph as it is (``gm.forward``); or
 Triton is forced, by the argument
 ``force_triton=True``, by ``ember.config.config.native_force_triton`` if that field exists, or by the
 environment variable ``EMBER_NATIVE_FORCE_TRITON=1``; then the kernels run in the Triton interpreter
@@ -117,11 +118,9 @@ def _compile_cpp(gm, example_inputs, opts):
     reason logged: never a wrong result."""
     from ember.native import cpp_build
     from ember.native.cpp_emit import CppUnsupported
-    try:
-        cpp_build.find_compiler()
-    except cpp_build.CompilerMissing as e:
-        _log(f"ember.native: running the graph as is: {e}")
-        return _as_is(gm, str(e), fallback=True)
+    why = cpp_build.problem(opts.cache_dir)  # (checked once per process; a warning says it once)
+    if why is not None:
+        return _as_is(gm, f"no working C++ compiler, the ATen graph runs: {why}")
 
     def compile_one(g, args):
         try:
@@ -180,6 +179,9 @@ def _compile(gm, example_inputs, opts, renderer="triton"):
     base = opts.cache_dir
     key = cache.graph_key(gm, example_inputs, dict(opts.cache_key(), renderer=renderer))
     info = cache.lookup_graph(key, base) if use_cache else None
+    if renderer == "cpp":  # (its units build in the background; the wrapper loads at the first call)
+        from ember.native import cpp_graph
+        return cpp_graph.deferred(gm, example_inputs, opts, key, info, t0)
     mod = cache.load_wrapper(info, key) if info is not None else None  # (None: a file not to trust)
     hit = mod is not None
     if mod is None:
@@ -208,6 +210,8 @@ def plan(gm, example_inputs, opts, renderer="triton"):
     # (the CPU-only passes rewrite matmuls into Triton templates: not for the C++ path)
     passes.run(gm, opts, on_cpu=not _uses_cuda(gm, example_inputs) and renderer == "triton")
     g, L = lowering.lower(gm, example_inputs)
+    if renderer == "cpp":
+        _check_cpp_ops(g)
     g = split_reduction.split_reductions(g, opts)
     if opts.verify:
         ir.verify(g)
@@ -216,6 +220,20 @@ def plan(gm, example_inputs, opts, renderer="triton"):
     emit = cpp_emit.emit_kernel if renderer == "cpp" else triton_emit.emit_kernel
     emitted = [(s, emit(s, layouts, opts, g.sizevars)) for s in sched.steps if isinstance(s, scheduler.Kernel)]
     return g, L, sched, emitted
+
+
+def _check_cpp_ops(g):
+    """A graph computing an op the registry routes to ATen on the C++ path (``Op.cpp_aten``) runs
+    its ATen code: raises CppUnsupported with the op's reason (the caller logs it)."""
+    from ember.native import ops
+    if not ops.CPP_ATEN:
+        return
+    from ember.native.cpp_emit import CppUnsupported
+    for n in g.nodes:
+        if isinstance(n, ir.ComputedNode):
+            for e in ir.walk([n.body]):
+                if e.op in ops.CPP_ATEN:
+                    raise CppUnsupported(f"{e.op} runs with ATen on the C++ path: {ops.CPP_ATEN[e.op]}")
 
 
 def _generate(gm, example_inputs, opts, key, base, renderer="triton"):

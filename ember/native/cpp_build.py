@@ -9,6 +9,16 @@ mode 0700, the file is ours and not writable by others, and its SHA-256 is the o
 envelope ``<key>.json``) when this process or an earlier one wrote it. Anything else is rebuilt and
 replaced, never loaded. A warm process finds the ``.so`` and loads it without compiling.
 
+Units build in parallel, in the background (``submit``): a build thread per unit runs the compiler
+(a process of its own, so threads overlap fully; as many as ``runtime.compile_threads()``, the
+setting that sizes the Triton build workers), while this process goes on generating code (a
+training step's backward graph while its forward builds). ``library`` waits for a unit's build.
+
+Whether the compiler works is checked once per process, at first use (``problem``): a unit holding
+only the prelude and an OpenMP loop, built and loaded through the same cache (so a warm process
+compiles nothing for it either). Without a working compiler the CPU path runs the ATen graph, said
+once in a warning.
+
 Kernels are called through ctypes with data pointers and int64 sizes. OpenMP regions use
 ``torch.get_num_threads()`` threads (``sync_threads``, called by each wrapper call).
 """
@@ -17,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
@@ -35,9 +46,16 @@ FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17",
          "-ffp-contract=fast", "-mprefer-vector-width=512")
 _KIND = "native-cpp-so"
 _LIBS: dict = {}       # source path -> ctypes.CDLL
+_FUTURES: dict = {}    # source path -> Future of its CDLL, while a build thread loads or builds it
 _LOCK = threading.Lock()
 BUILDS = {"count": 0, "seconds": 0.0}  # compiler runs in this process (tests, reports)
 _THREADS = [0]
+_POOL: list = []       # the ThreadPoolExecutor of the build threads, once started
+_PROBED: dict = {}     # compiler path -> None (works) or why it does not
+_WARNED: set = set()   # compiler paths (None: none found) the warning was given for
+_PROBE_LOCK = threading.Lock()
+_COUNT_LOCK = threading.Lock()
+log = logging.getLogger("ember.native")
 
 
 class CompilerMissing(RuntimeError):
@@ -98,19 +116,103 @@ def write_source(text: str, base: str | None = None) -> str:
     return path
 
 
+def _executor():
+    if not _POOL:
+        from concurrent.futures import ThreadPoolExecutor
+        from ember.native.runtime import compile_threads
+        _POOL.append(ThreadPoolExecutor(max_workers=compile_threads(), thread_name_prefix="ember-cpp-build"))
+    return _POOL[0]
+
+
+def _after_fork_in_child():
+    """A forked child has none of the parent's build threads (a task queued on the inherited pool
+    would wait forever) and may have a lock a parent's thread held: start afresh."""
+    global _LOCK, _PROBE_LOCK, _COUNT_LOCK
+    _LOCK, _PROBE_LOCK, _COUNT_LOCK = threading.Lock(), threading.Lock(), threading.Lock()
+    _POOL.clear()
+    _FUTURES.clear()  # (their builds ran in the parent's threads: library() submits them again)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def submit(path: str) -> None:
+    """Start loading (warm) or building (cold) the translation unit at ``path`` in a build thread and
+    return at once; ``library`` waits for it. Several units build at the same time."""
+    with _LOCK:
+        if path not in _LIBS and path not in _FUTURES:
+            _FUTURES[path] = _executor().submit(_load_or_build, path)
+
+
 def library(path: str) -> ctypes.CDLL:
-    """The built library of the translation unit at ``path`` (its file name is its SHA-256)."""
+    """The built library of the translation unit at ``path`` (its file name is its SHA-256), waiting
+    for its build thread; raises what the build raised (and a later call tries again)."""
     lib = _LIBS.get(path)
     if lib is not None:
         return lib
+    submit(path)
+    fut = _FUTURES.get(path)
+    try:
+        built = fut.result() if fut is not None else None
+    finally:
+        with _LOCK:
+            if _FUTURES.get(path) is fut:
+                del _FUTURES[path]
     with _LOCK:
         lib = _LIBS.get(path)
         if lib is None:
-            lib = _LIBS[path] = _load_or_build(path)
+            lib = _LIBS[path] = built if built is not None else _load_or_build(path)
             lib.ember_set_num_threads.argtypes = [ctypes.c_int]
             lib.ember_take_error.restype = ctypes.c_int
             _THREADS[0] = 0  # set on the next sync_threads
     return lib
+
+
+_PROBE = r"""
+// ember: does this compiler build the prelude and an OpenMP loop, and does the result load?
+extern "C" long ember_probe(long n) {
+  long s = 0;
+#pragma omp parallel for reduction(+ : s) num_threads(ember_threads)
+  for (long i = 0; i < n; i++) s += i;
+  return s;
+}
+"""
+
+
+def problem(base: str | None = None) -> str | None:
+    """None when the C++ compiler builds and loads ember's kernels on this machine, else why not
+    (and a warning, once per process, that CPU graphs run with ATen instead). Checked once per
+    compiler and process by building a small unit through the disk cache."""
+    try:
+        cxx = find_compiler()
+    except CompilerMissing as e:
+        return _report(None, str(e))
+    if cxx in _PROBED:
+        return _PROBED[cxx]
+    with _PROBE_LOCK:
+        if cxx not in _PROBED:
+            from ember.native.cpp_emit import translation_unit
+            why = None
+            try:
+                path = write_source(translation_unit([]) + _PROBE, base)
+                lib = _load_or_build(path)  # (not library(): its cache is by unit, this checks the compiler)
+                lib.ember_probe.argtypes, lib.ember_probe.restype = [ctypes.c_long], ctypes.c_long
+                if lib.ember_probe(1000) != 499500:
+                    why = f"the probe kernel built by {cxx} computed a wrong sum"
+            except (RuntimeError, OSError, diskcache.Refused) as e:
+                why = f"{type(e).__name__}: {str(e)[:1500]}"
+            _PROBED[cxx] = _report(cxx, why)
+    return _PROBED[cxx]
+
+
+def _report(cxx, why):
+    if why is not None and cxx not in _WARNED:
+        _WARNED.add(cxx)
+        log.warning("ember: the native backend's C++ path for CPU tensors is off in this process: %s. CPU graphs "
+                    "run their ATen ops (eager's kernels) instead. Install g++ (or point $CXX at a compiler with "
+                    "OpenMP), or set EMBER_NATIVE_CPU=aten to choose that path and silence this.", why)
+    return why
 
 
 def binary_paths(path: str, source: bytes | None = None) -> tuple:
@@ -154,8 +256,9 @@ def _compile(cxx: str, source: bytes) -> bytes:
             raise RuntimeError(f"{cxx} failed to build ember's generated kernels ({src}):\n{proc.stderr[-4000:]}")
         with open(out, "rb") as f:
             data = f.read()
-    BUILDS["count"] += 1
-    BUILDS["seconds"] += time.perf_counter() - t0
+    with _COUNT_LOCK:  # (build threads)
+        BUILDS["count"] += 1
+        BUILDS["seconds"] += time.perf_counter() - t0
     return data
 
 

@@ -11,7 +11,14 @@ gcc vectorizes at ``-O3``:
 * a reduction kernel runs, per kept point, one loop nest over the reduced ranges per "stage" (a
   reduction reading an earlier reduction of the kernel, softmax's sum reading its max, runs in a later
   loop, as in Triton's looped reductions), with scalar accumulators; sums (the common case) carry an
-  ``omp simd reduction`` so they vectorize without ``-ffast-math`` (which would break NaN/Inf);
+  ``omp simd reduction`` so they vectorize without ``-ffast-math`` (which would break NaN/Inf); a
+  division by a value fixed for the row (softmax's sum) is one reciprocal per row;
+* var_mean's pair of sums (the lowering's two-pass spelling, lower_ops._var_mean) becomes one Welford
+  pass over the row (``_welford_stage``): 16 lanes of running (mean, M2) merged pairwise, the data
+  shifted by the row's first element, eager's accuracy for rows far from zero;
+* a one-stage reduction whose innermost range is kept (a bias gradient: a sum over rows) walks the rows
+  in order and reduces a block of columns side by side (``_column_body``), vectorized and contiguous,
+  the blocks shared by the threads;
 * a single-program kernel (``Kernel.single``) also reduces across the kept points (``xred``) and
   computes scalars from those (``final``), without threads.
 
@@ -40,10 +47,15 @@ STORAGE = {torch.float32: "float", torch.float64: "double", torch.float16: "_Flo
            torch.int64: "int64_t", torch.int32: "int32_t", torch.int16: "int16_t", torch.int8: "int8_t",
            torch.uint8: "uint8_t", torch.bool: "bool"}
 LOW_PRECISION = (torch.float16, torch.bfloat16)
-# kernels with fewer points than this run on one thread: a parallel region costs a few microseconds
+# points per thread of a kernel's parallel region (kernels under two of these run on one thread: a
+# parallel region costs a few microseconds, and far more when the machine is oversubscribed)
 PARALLEL_NUMEL = 1 << 15
 # rows up to this many elements keep costly values a later loop needs in a stack buffer (32 KiB of fp32)
 ROW_CACHE_NUMEL = 8192
+# column reductions: kept points reduced side by side per block (accumulators on the stack)
+COLUMN_BLOCK = 256
+# Welford lanes: one AVX-512 vector of floats (two AVX2 vectors)
+WELFORD_LANES = 16
 COSTLY = ops.HEAVY | {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "sin", "cos", "truediv"}
 # integer ops that divide: by zero they record an error (eager raises)
 INT_DIVISIONS = ("truncdiv", "floordiv", "remainder", "fmod")
@@ -104,6 +116,8 @@ class CppKernelEmitter(Names):
         self.kept = [i for i in range(len(k.ranges)) if i not in k.reduced]
         self.checked = False  # the kernel may record an error (see PRELUDE's ember_fail)
         self.row_cache, self.stage_sets, self._rdeps = {}, {}, {}
+        self.row_scope = None  # while a reduction loop is built: the scope of its row (values before the loop)
+        self.welford: dict = {}  # sum node -> the sum of squared deviations from its mean (var_mean's pair)
 
     # -- names ---------------------------------------------------------------------------------
     def emit(self, scope, dtype, code) -> str:
@@ -151,10 +165,21 @@ class CppKernelEmitter(Names):
             return out
         if e.op not in ops.OPS:
             raise CppUnsupported(f"IR op {e.op!r} has no C++ spelling")
+        if e.op == "truediv" and self._row_invariant_divisor(e):
+            # x / d with d fixed for the row (softmax's sum): one reciprocal per row and a multiply per
+            # element, as eager's softmax kernel does (a vector division costs ~10x a multiply)
+            num = self.value(e.args[0], scope)
+            cdt = compute_dtype(e.dtype)
+            rcp = self.value(ir.op("truediv", ir.const(1.0, cdt), e.args[1]), self.row_scope)
+            return self.emit(scope, cdt, f"{num} * {rcp}")
         args = [self.value(a, scope) for a in e.args]
         if e.op in INT_DIVISIONS and not e.dtype.is_floating_point:
             self.checked = True
         return self.emit(scope, compute_dtype(e.dtype), ops.render("cpp", e, args))
+
+    def _row_invariant_divisor(self, e) -> bool:
+        return (self.row_scope is not None and e.dtype.is_floating_point and e.args[1].dtype == e.dtype
+                and self._rdep(e.args[0]) and not self._rdep(e.args[1]))
 
     def cast(self, v, src, dst, scope):
         if dst == torch.bool:
@@ -223,6 +248,8 @@ class CppKernelEmitter(Names):
             for d in deps:
                 if role in ("outer", "xred"):
                     s = max(s, st[d])
+                elif self.welford.get(d) == n.name:  # one Welford pass computes both
+                    s = max(s, st[d])
                 else:
                     s = max(s, st[d] if self.k.roles[d] == "inner" else st[d] + 1)
             st[n.name] = s
@@ -248,7 +275,7 @@ class CppKernelEmitter(Names):
         collapse = nkept - 1 if pointwise and nkept > 1 else nkept
         numel = self.index_str(self.k.numel)
         clause = f" collapse({collapse})" if collapse > 1 else ""
-        return (f"#pragma omp parallel for{clause} num_threads(ember_threads) if(({numel}) >= {PARALLEL_NUMEL})", 0)
+        return (_parallel_for(clause, numel), 0)
 
     # -- row buffers: a costly value a later loop needs again is kept, not recomputed -------------
     def _stage_exprs(self, nodes) -> set:
@@ -306,6 +333,8 @@ class CppKernelEmitter(Names):
     def _reduce_stage(self, scope, reds, stores, all_nodes, stage=0):
         """One loop nest over the reduced ranges: accumulate ``reds``, store the inner nodes ``stores``."""
         k = self.k
+        if any(n.name in self.welford for n in reds):
+            return self._welford_stage(scope, reds, stores, all_nodes, stage)
         accs = {n.name: self._init_acc(n, scope) for n in reds}
         inner = _Scope(scope)
         rvars = list(k.reduced)
@@ -314,6 +343,7 @@ class CppKernelEmitter(Names):
         for e, (buf, s0) in self.row_cache.items():
             if s0 < stage and e in mine:  # computed by an earlier loop of this row
                 inner.cache[e] = self.emit(inner, compute_dtype(e.dtype), f"{buf}[{rlin}]")
+        self.row_scope = scope
         for n in all_nodes:
             if n in reds:
                 self._accumulate(n, self.value(k.bodies[n.name], inner), accs[n.name], inner, rvars)
@@ -322,6 +352,7 @@ class CppKernelEmitter(Names):
         for e, (buf, s0) in self.row_cache.items():
             if s0 == stage:
                 inner.lines.append(f"{buf}[{rlin}] = {self.value(e, inner)};")
+        self.row_scope = None
         simd = None
         clauses = [_SIMD_REDUCTION.get(n.reduction_type) for n in reds]
         if reds and all(clauses) and all(accs[n.name][1] != torch.bool for n in reds):
@@ -335,6 +366,132 @@ class CppKernelEmitter(Names):
             self.outer_vals[n.name] = self.cast(r, k.bodies[n.name].dtype, n.layout.dtype, scope)
             if n.name not in k.local:
                 self.store(n.name, self.outer_vals[n.name], scope)
+
+    # -- Welford: var/var_mean/layer_norm statistics in one pass ----------------------------------
+    def _welford_pairs(self) -> dict:
+        """{sum node: squares node} for the lowering's var_mean pair ``A = sum(x)``, ``B = sum((x -
+        A / n) ** 2)`` over one contiguous reduced range of static length (lower_ops._var_mean). One
+        Welford pass computes both: the mean without a large running sum (eager's own layer_norm and
+        var use Welford too), and one pass over the row less."""
+        k = self.k
+        if len(k.reduced) != 1 or not is_static(k.rnumel) or k.single or k.rnumel < 2 * WELFORD_LANES:
+            return {}
+        sums = {n.name: n for n in k.nodes if k.roles[n.name] == "red" and n.reduction_type == "sum"
+                and k.bodies[n.name].dtype in (torch.float32, torch.float64)}
+        pairs = {}
+        for b in sums.values():
+            sq = k.bodies[b.name]
+            if sq.op != "mul" or sq.args[0] != sq.args[1] or sq.args[0].op != "sub":
+                continue
+            x, mean = sq.args[0].args
+            if mean.op != "truediv" or mean.args[0].op != "load" or mean.args[1].op != "const":
+                continue
+            a = mean.args[0].attr[0]
+            if (a in sums and a not in pairs and k.bodies[a] == x and mean.args[1].attr == k.rnumel
+                    and x.dtype == sq.dtype and not self._loads_node(x, a)):
+                pairs[a] = b.name
+        return pairs
+
+    def _loads_node(self, e, name) -> bool:
+        return any(l.attr[0] == name for l in ir.loads_of(e))
+
+    def _welford_fits(self, stages) -> bool:
+        """Each stage's reductions are all Welford pairs or none (the blocked loop is all or nothing)."""
+        squares = set(self.welford.values())
+        by_stage: dict = {}
+        for n in self.k.nodes:
+            if self.k.roles[n.name] == "red":
+                by_stage.setdefault(stages[n.name], []).append(n.name in self.welford or n.name in squares)
+        return all(all(v) or not any(v) for v in by_stage.values())
+
+    def _welford_stage(self, scope, reds, stores, all_nodes, stage):
+        """The row in blocks of WELFORD_LANES: lane ``l`` keeps the running mean and squared deviations
+        of elements ``l, l + W, ...`` (equal counts, so one reciprocal per block), ``omp simd`` over the
+        lanes; the lanes merge pairwise (Chan et al.), then the tail elements update the merged result."""
+        k = self.k
+        (r,) = k.reduced
+        n_r = int(k.rnumel)
+        lanes = WELFORD_LANES
+        full = n_r // lanes * lanes
+        pairs = [(n, self.nodes[self.welford[n.name]]) for n in reds if n.name in self.welford]
+        names = {}
+        for a, b in pairs:
+            t = ctype(compute_dtype(k.bodies[a.name].dtype))
+            w = f"wf{len(names)}"
+            names[a.name] = (w, t)
+            scope.lines.append(f"{t} {w}_m[{lanes}] = {{}}, {w}_m2[{lanes}] = {{}};")
+        rvar = f"v{r}"
+        mine = self.stage_sets.get(stage, ())
+
+        def body(update):
+            inner = _Scope(scope)
+            for e, (buf, s0) in self.row_cache.items():
+                if s0 < stage and e in mine:
+                    inner.cache[e] = self.emit(inner, compute_dtype(e.dtype), f"{buf}[{rvar}]")
+            self.row_scope = scope
+            for n in all_nodes:
+                if n.name in names:
+                    x = self.value(k.bodies[n.name], inner)
+                    inner.lines += update(names[n.name], x)
+                elif n in stores:
+                    self.store(n.name, self.node_value(n.name, inner), inner)
+            for e, (buf, s0) in self.row_cache.items():
+                if s0 == stage:
+                    inner.lines.append(f"{buf}[{rvar}] = {self.value(e, inner)};")
+            self.row_scope = None
+            return inner.lines
+
+        def lane_update(wt, x):
+            w, t = wt
+            return [f"{t} {w}_x = {x} - {w}_k;", f"{t} {w}_d = {w}_x - {w}_m[vl];",
+                    f"{w}_m[vl] += {w}_d * wrc;", f"{w}_m2[vl] += {w}_d * ({w}_x - {w}_m[vl]);"]
+
+        def tail_update(wt, x):
+            w, t = wt
+            return [f"{t} {w}_x = {x} - {w}_k;", f"{t} {w}_d = {w}_x - {w}_mean;",
+                    f"{w}_mean += {w}_d / ({t})wn;", f"{w}_M2 += {w}_d * ({w}_x - {w}_mean);"]
+
+        # the row's first element shifts the data (x - k is exact near k), so the running means stay
+        # small and keep their digits: rows far from zero (1e4 + randn) get eager's accuracy
+        first = _Scope(scope)
+        first.lines.append(f"const int64_t {rvar} = 0;")
+        for a, _ in pairs:
+            w, t = names[a.name]
+            x0 = self.value(k.bodies[a.name], first)
+            first.lines.append(f"{w}_k = std::isfinite({x0}) ? {x0} : {t}(0);")
+        for w, t in names.values():
+            scope.lines.append(f"{t} {w}_k;")
+        scope.lines += ["{"] + _indent(first.lines) + ["}"]
+        t0 = names[pairs[0][0].name][1]
+        scope.lines.append(f"for (int64_t vb = 0; vb < {full}; vb += {lanes}) {{")
+        scope.lines.append(f"  const {t0} wrc = {t0}(1) / {t0}(vb / {lanes} + 1);")
+        scope.lines.append("  #pragma omp simd")
+        scope.lines.append(f"  for (int64_t vl = 0; vl < {lanes}; ++vl) {{")
+        scope.lines.append(f"    const int64_t {rvar} = vb + vl;")
+        scope.lines += _indent(body(lane_update), 2)
+        scope.lines += ["  }", "}"]
+        for w, t in names.values():
+            scope.lines.append(f"{t} {w}_mean, {w}_M2;")
+            scope.lines.append(f"e_welford_lanes<{t}, {lanes}>({w}_m, {w}_m2, {full // lanes}, {w}_mean, {w}_M2);")
+        if full < n_r:
+            scope.lines.append(f"int64_t wn = {full};")
+            scope.lines.append(f"for (int64_t {rvar} = {full}; {rvar} < {n_r}; ++{rvar}) {{")
+            scope.lines.append("  ++wn;")
+            scope.lines += _indent(body(tail_update))
+            scope.lines.append("}")
+        for a, b in pairs:
+            w, t = names[a.name]
+            # (an infinite element makes the mean NaN, as eager's Welford does: var_mean([1, inf]) = (nan, nan))
+            scope.lines.append(f"{w}_mean += {w}_k;")
+            # readers of the mean (A / n, the lowering's spelling) get Welford's mean itself
+            for e in ir.walk([k.bodies[b.name]]):
+                if e.op == "truediv" and e.args[0].op == "load" and e.args[0].attr[0] == a.name:
+                    scope.cache[e] = f"{w}_mean"
+            self.outer_vals[a.name] = self.cast(f"({w}_mean * {t}({n_r}))", k.bodies[a.name].dtype, a.layout.dtype, scope)
+            self.outer_vals[b.name] = self.cast(f"{w}_M2", k.bodies[b.name].dtype, b.layout.dtype, scope)
+            for n in (a, b):
+                if n.name not in k.local:
+                    self.store(n.name, self.outer_vals[n.name], scope)
 
     def _init_acc(self, n, scope):
         rt = n.reduction_type
@@ -368,6 +525,101 @@ class CppKernelEmitter(Names):
     # -- the kernel ----------------------------------------------------------------------------
     def generate(self) -> CppKernel:
         k = self.k
+        body = self._column_body() if self._columns_fit() else self._row_body()
+        params = []
+        for b in self.args:
+            dt = self.layouts[b].dtype
+            if dt not in STORAGE:
+                raise CppUnsupported(f"buffer {b} of dtype {dt}")
+            const = "" if self.ptr[b].startswith("out_") else "const "
+            params.append(f"{const}{STORAGE[dt]}* __restrict__ {self.ptr[b]}")
+        params += [f"int64_t {self.size_names[s]}" for s in self.size_names]
+        src = [f'extern "C" void KERNEL_NAME({", ".join(params)}) {{'] + _indent(body) + ["}"]
+        from ember.native.triton_emit import provenance
+        return CppKernel("\n".join(src) + "\n", "red" if k.is_reduction else "poi", list(self.args), k.xnumel,
+                         k.rnumel, provenance(k).replace("# ", "// "), size_args=list(self.size_names),
+                         checked=self.checked)
+
+    # -- column reductions: the reduced ranges outside the contiguous one (a bias gradient) ------
+    def _columns_fit(self) -> bool:
+        """A one-stage reduction whose innermost range is kept (sum over the rows of a matrix): its
+        rows are walked in order and the kept points of a block are reduced side by side, vectorized,
+        instead of one strided pass per kept point."""
+        k = self.k
+        last = len(k.ranges) - 1
+        if not k.is_reduction or k.single or last in k.reduced or not k.ranges:
+            return False
+        n = k.ranges[last]
+        if is_static(n) and n < 16:
+            return False
+        stages = self.stages()
+        for node in k.nodes:
+            role = k.roles[node.name]
+            if stages[node.name] != 0 or role not in ("inner", "red", "outer"):
+                return False
+            if role == "red" and node.reduction_type not in ("sum", "prod", "max", "min", "any", "all"):
+                return False
+        return any(k.roles[node.name] == "red" for node in k.nodes)
+
+    def _column_body(self) -> list:
+        k = self.k
+        last = len(k.ranges) - 1
+        outer = [i for i in self.kept if i != last]
+        n = self.index_str(k.ranges[last])
+        # blocks of up to COLUMN_BLOCK columns, at least 8 of them where the columns allow (the blocks
+        # are what threads share: 256 columns in one block would leave one thread working)
+        b = COLUMN_BLOCK if not is_static(k.ranges[last]) else \
+            max(16, min(COLUMN_BLOCK, 1 << max(0, (int(k.ranges[last]) // 8).bit_length() - 1)))
+        top = _Scope()
+        blk = _Scope(top)
+        reds = [node for node in k.nodes if k.roles[node.name] == "red"]
+        accs = {}
+        for node in reds:
+            rt, cdt = node.reduction_type, compute_dtype(k.bodies[node.name].dtype)
+            name = f"acc{self.tmp}"
+            self.tmp += 1
+            t = "bool" if rt in ("any", "all") else ctype(cdt)
+            init = {"any": "false", "all": "true"}.get(rt) or _identity(rt, cdt)
+            blk.lines.append(f"{t} {name}[{b}];")
+            blk.lines.append(f"for (int64_t vi = 0; vi < {b}; ++vi) {name}[vi] = {init};")
+            accs[node.name] = name
+        inner = _Scope(blk)
+        inner.lines.append(f"const int64_t v{last} = vb + vi;")
+        for node in k.nodes:
+            if node.name in accs:
+                v = self.value(k.bodies[node.name], inner)
+                a = f"{accs[node.name]}[vi]"
+                inner.lines.append(f"{a} = {_combine(node.reduction_type, a, v)};")
+            elif k.roles[node.name] == "inner" and node.name not in k.local:
+                self.store(node.name, self.node_value(node.name, inner), inner)
+        simd = ["#pragma omp simd", "for (int64_t vi = 0; vi < vn; ++vi) {"] + _indent(inner.lines) + ["}"]
+        blk.lines += self._loops(list(k.reduced), simd)
+        epi = _Scope(blk)
+        epi.lines.append(f"const int64_t v{last} = vb + vi;")
+        for node in k.nodes:
+            role = k.roles[node.name]
+            if role == "inner":
+                continue
+            if role == "red":
+                v = f"{accs[node.name]}[vi]"
+            else:
+                v = self.value(k.bodies[node.name], epi)
+            self.outer_vals[node.name] = self.cast(v, k.bodies[node.name].dtype, node.layout.dtype, epi)
+            if node.name not in k.local:
+                self.store(node.name, self.outer_vals[node.name], epi)
+        blk.lines += ["for (int64_t vi = 0; vi < vn; ++vi) {"] + _indent(epi.lines) + ["}"]
+        block = [f"for (int64_t vb = 0; vb < {n}; vb += {b}) {{", f"  const int64_t vn = std::min<int64_t>({b}, {n} - vb);"]
+        block += _indent(blk.lines) + ["}"]
+        numel = self.index_str(k.numel)
+        collapse = len(outer) + 1
+        clause = f" collapse({collapse})" if collapse > 1 else ""
+        pragma = (_parallel_for(clause, numel), 0)
+        if outer:
+            return top.lines + self._loops(outer, block, pragma)
+        return top.lines + [pragma[0]] + block
+
+    def _row_body(self) -> list:
+        k = self.k
         top = _Scope()   # function level: cross-x accumulators (single), final scalars
         xs = _Scope(top)  # one kept point
         xaccs = []
@@ -377,7 +629,11 @@ class CppKernelEmitter(Names):
                 if n.name not in k.local:
                     self.store(n.name, v, xs)
         else:
+            self.welford = self._welford_pairs()
             stages = self.stages()
+            if not self._welford_fits(stages):
+                self.welford = {}
+                stages = self.stages()
             nstages = max(list(stages.values()) + [0]) + 1
             plan = {}
             for s in range(nstages):
@@ -386,7 +642,8 @@ class CppKernelEmitter(Names):
                           and n.name not in k.local]
                 if reds or stores:
                     plan[s] = (reds, stores)
-            self._plan_row_cache({s: r + st for s, (r, st) in plan.items()}, xs)
+            squares = set(self.welford.values())  # (their bodies are not computed: Welford's update is)
+            self._plan_row_cache({s: [n for n in r if n.name not in squares] + st for s, (r, st) in plan.items()}, xs)
             for s in range(-1, nstages):
                 if s in plan:
                     self._reduce_stage(xs, plan[s][0], plan[s][1], k.nodes, s)
@@ -417,19 +674,14 @@ class CppKernelEmitter(Names):
                 if n.name not in k.local:
                     self.store(n.name, self.outer_vals[n.name], fin)
         body += top.lines + fin.lines
-        params = []
-        for b in self.args:
-            dt = self.layouts[b].dtype
-            if dt not in STORAGE:
-                raise CppUnsupported(f"buffer {b} of dtype {dt}")
-            const = "" if self.ptr[b].startswith("out_") else "const "
-            params.append(f"{const}{STORAGE[dt]}* __restrict__ {self.ptr[b]}")
-        params += [f"int64_t {self.size_names[s]}" for s in self.size_names]
-        src = [f'extern "C" void KERNEL_NAME({", ".join(params)}) {{'] + _indent(body) + ["}"]
-        from ember.native.triton_emit import provenance
-        return CppKernel("\n".join(src) + "\n", "red" if k.is_reduction else "poi", list(self.args), k.xnumel,
-                         k.rnumel, provenance(k).replace("# ", "// "), size_args=list(self.size_names),
-                         checked=self.checked)
+        return body
+
+
+def _parallel_for(clause, numel) -> str:
+    """OpenMP over the outer loops with at most one thread per PARALLEL_NUMEL points (ATen's grain:
+    eager runs an op of 32K elements on one thread, and so do we), none below two grains."""
+    return (f"#pragma omp parallel for{clause} num_threads(e_threads({numel}, {PARALLEL_NUMEL})) "
+            f"if(({numel}) >= {2 * PARALLEL_NUMEL})")
 
 
 _SIMD_REDUCTION = {"sum": "+", "prod": "*", "max": "e_max", "min": "e_min"}

@@ -64,6 +64,9 @@ class Op:
     aten: Any = ()                       # packets lowered to ir.op(name, ...), or {packets: lower}
     whole: bool = False                  # lower the ATen op itself: drop it from DECOMPOSITIONS
     samples: tuple = ()
+    # on the C++ path (CPU tensors), a graph computing this op runs its ATen code instead, for this
+    # reason (a spelling known to differ from eager); None: rendered in C++ (``render["cpp"]``)
+    cpp_aten: str | None = None
 
     def __post_init__(self):
         assert self.kind in KINDS, self.kind
@@ -291,7 +294,7 @@ REGISTRY: list[Op] = [
     Op("sin", 1, F, _r("tl.sin({0})", "std::sin({0})"), aten=(aten.sin,)),
     Op("cos", 1, F, _r("tl.cos({0})", "std::cos({0})"), aten=(aten.cos,)),
     Op("tan", 1, F, _r("tan({0})", "std::tan({0})"), heavy=True, aten=(aten.tan,)),
-    Op("tanh", 1, F, _r("tanh({0})", "std::tanh({0})"), heavy=True, aten=(aten.tanh,)),
+    Op("tanh", 1, F, _r("tanh({0})", "e_tanh({0})"), heavy=True, aten=(aten.tanh,)),
     Op("sigmoid", 1, F, _r("tl.sigmoid({0})", "e_sigmoid({0})"), aten=(aten.sigmoid,)),
     Op("erf", 1, F, _r("tl.math.erf({0})", "e_erf({0})"), render_lowp=_tl("erf_rational({0})"), heavy=True, aten=(aten.erf,)),
     Op("atan", 1, F, _r("atan({0})", "std::atan({0})"), heavy=True, aten=(aten.atan,)),
@@ -375,6 +378,8 @@ def _build():
 
 
 _build()
+# ops the C++ path leaves to ATen (tests/native/test_cpp_default.py proves every other op in C++)
+CPP_ATEN = {name: op.cpp_aten for name, op in OPS.items() if op.cpp_aten}
 HEAVY = frozenset(name for name, op in OPS.items() if op.heavy)
 LOWP_RENDERED = frozenset(name for name, op in OPS.items() if op.render_lowp)
 SIGNATURE = {name: (op.arity, op.kind) for name, op in OPS.items()}  # for ir.op, which runs often

@@ -41,8 +41,9 @@ class NativeOptions(BackendOptions):
     pad_mm_min_flops: int = option(1 << 30, "smallest matmul (FLOPs) pad_mm pads", min=0)
     small_mm_flops: int = option(1 << 26, "mm/addmm up to this many FLOPs run as one Triton launch "
                                           "(small_mm.py); 0: never", min=0)
-    cpu_codegen: str = option("aten", "CPU tensors: 'aten' runs the ATen graph as it is, 'cpp' generates fused C++ "
-                                      "kernels (cpp_emit.py; compile_aten_graph fills it from ember.config.native_cpu)")
+    cpu_codegen: str = option("cpp", "CPU tensors: 'cpp' generates fused C++ kernels (cpp_emit.py; without a working "
+                                     "compiler the ATen graph, logged once), 'aten' runs the ATen graph as it is "
+                                     "(compile_aten_graph fills it from ember.config.native_cpu)")
     emulate_precision_casts: bool = option(False, "round fp16/bf16 casts inside fused kernels as eager rounds "
                                                   "each op (compile_aten_graph fills it from ember.config)")
 

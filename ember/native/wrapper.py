@@ -19,7 +19,7 @@ import math
 import sympy
 import torch
 
-from ember.native import ir
+from ember.native import cpu_pool, ir
 from ember.native.scheduler import Kernel, Schedule
 from ember.native.symbolic import eq, is_static, known_nonneg, print_expr
 
@@ -82,6 +82,9 @@ class WrapperCodegen:
         self.body: list[str] = []
         self.launches: list[str] = []
         self.static_launches: list[str] = []
+        self.pools: list[str] = []
+        # the C++ path (CPU tensors) pools its large buffers across calls (cpu_pool)
+        self.pool_large = any(getattr(ek, "renderer", "triton") == "cpp" for _, ek, _ in kernels.values())
 
     def dev(self, device) -> str:
         device = torch.device(device)
@@ -232,6 +235,14 @@ class WrapperCodegen:
                                     f"{render_const(tuple(lay.strides))}, {old}.storage_offset())")
             self.body.append(f"{buf} = {src}; del {old}  # reuse")
             return
+        if self.pool_large and buf in self.sched.outputs and cpu_pool.pooled(lay.sizes, lay.strides, lay.dtype, lay.device):
+            # a large CPU result: its storage is reused across calls once the caller lets go (cpu_pool);
+            # intermediates are not pooled, so no memory beyond the results is held between calls
+            pool = f"pool{len(self.pools)}"
+            self.pools.append(f"{pool} = BufferPool({render_const(tuple(lay.sizes))}, "
+                              f"{render_const(tuple(lay.strides))}, {lay.dtype})")
+            self.body.append(f"{buf} = {pool}()")
+            return
         self.body.append(f"{buf} = empty_strided({render_const(tuple(lay.sizes))}, {render_const(tuple(lay.strides))}, "
                          f"device={self.dev(lay.device)}, dtype={lay.dtype})")
 
@@ -299,12 +310,14 @@ class WrapperCodegen:
             lines.insert(-3, "from ember.native.dynamic_launch import DynamicLaunch")
         for name, expr in self.globals.items():
             lines.append(f"{name} = {expr}")
-        cpp, loads = False, []
+        cpp, loads, cpp_loads = False, [], []
         for name, ek, path in sorted({(name, path): (name, ek, path)
                                       for name, ek, path in self.kernels.values()}.values(), key=lambda t: t[0]):
             if getattr(ek, "renderer", "triton") == "cpp":
+                # loaded by make_call, not at import: importing the wrapper must not wait for the
+                # unit's build (cpp_graph: it builds in the background until the first call)
                 cpp = True
-                loads.append(f"{name} = load_cpp_kernel({path!r}, {name!r}, {len(ek.args)}, {len(ek.size_args)})")
+                cpp_loads.append(f"{name} = load_cpp_kernel({path!r}, {name!r}, {len(ek.args)}, {len(ek.size_args)})")
             else:
                 loads.append(f"{name} = load_kernel({path!r}, {name!r})")
         if cpp:
@@ -312,10 +325,14 @@ class WrapperCodegen:
             # torch.set_num_threads governs the kernels' OpenMP regions too
             self.body.insert(0, "sync_threads()")
         lines += loads
+        if self.pools:
+            lines.append("from ember.native.cpu_pool import BufferPool")
+            lines += self.pools
         lines += self.launches
         # the launch sites whose kernels runtime.precompile may build before the first call
         lines.append(f"LAUNCHES = [{', '.join(self.static_launches)}]")
         lines += ["", "", "def make_call(constants, fallback):"]
+        lines += ["    " + l for l in cpp_loads]
         if consts:
             lines.append(f"    {', '.join(consts)}, = constants")
         lines.append("")

@@ -1,9 +1,9 @@
 """Breaks inside ``for`` / ``while`` loops: prints per iteration, item accumulation, loop-carried
 tensors, data-dependent ``break`` / ``continue`` / early ``return``, nested loops, ``else`` clauses.
 
-A break inside a loop runs the whole outermost loop as plain Python (as torch.compile skips such
-loops): every case has tensor work before and / or after its loop, which must still compile (a case
-whose tensor work all lay inside the loop could not notice a compile that produced nothing)."""
+A break inside a loop runs the loop's control as plain Python and compiles the straight-line code of
+its body between the breaks (torch.compile skips such frames): every case also has tensor work before
+and / or after its loop, which must still compile. test_loops.py checks the per-iteration graphs."""
 import torch
 
 import ember
@@ -214,10 +214,9 @@ def loop_over_tolist_indices(x):
     return out
 
 
-# the break is int(k), before the loop: torch.compile compiles the unrolled loop after it
-@case(lambda n: (torch.randn(n, 3), torch.tensor(float(n % 5 + 1))),
-      xfail="known limit: the resume after int(k) starts with a range_iterator on the stack, which "
-            "ember cannot iterate ('running f eagerly: iterating over range_iterator'): 0 graphs")
+# the break is int(k), before the loop: torch.compile compiles the unrolled loop after it; ember
+# resumes with the range on the stack and drives the loop natively, its body compiled
+@case(lambda n: (torch.randn(n, 3), torch.tensor(float(n % 5 + 1))))
 def loop_range_of_int_tensor(x, k):
     y = x
     for j in range(int(k)):

@@ -109,7 +109,7 @@ def bool_of_tensor(x):
     return y * (1 if b else -1), b
 
 
-@case(t)
+@case(t, breaks=False)  # numpy on tensors is traced since issue 26: one graph, no break
 def numpy_method_roundtrip(x):
     y = x * 2
     a = y.numpy()
@@ -119,7 +119,9 @@ def numpy_method_roundtrip(x):
 
 @case(t)
 def np_sum_of_numpy(x):
-    y = x + 1
+    # (integer values: np.sum is traced as a torch sum since issue 26, whose float32 rounding may
+    # differ from NumPy's pairwise sum in the last bit; float(s) is still the break)
+    y = (x * 4).round() + 1
     s = np.sum(y.numpy())
     return y / float(s), float(s)
 
@@ -139,7 +141,7 @@ def np_mean_of_tolist(x):
     return y - float(m)
 
 
-@case(t)
+@case(t, breaks=False)  # numpy on tensors is traced since issue 26: one graph, no break
 def numpy_array_returned(x):
     y = (x * 100).round()
     return y.numpy().copy(), y + 1

@@ -28,6 +28,7 @@ def test_cpu_tensors_run_the_graph_unless_forced(monkeypatch):
     from ember.config import config
 
     monkeypatch.setattr(config, "native_force_triton", False)
+    monkeypatch.setattr(config, "native_cpu", "aten")  # (C++ kernels, the default: tests/native/test_cpp*.py)
     fn = compile_aten_graph(gm, [x])
     assert "CPU" in fn.ember_native["reason"]
     compare(fn(x), torch.softmax(x, -1))

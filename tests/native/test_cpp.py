@@ -173,10 +173,13 @@ def test_tampered_source_is_refused(native_cache):
         cpp_build.library(path)
 
 
-def test_aten_is_the_default_on_cpu(native_cache):
+def test_cpp_is_the_default_on_cpu_and_aten_turns_it_off(native_cache):
     x = torch.randn(4, 4)
     gm = trace(lambda x: x.exp(), [x])
     compiled = compile_aten_graph(gm, [x], options={"cache_dir": native_cache})
+    assert compiled.ember_native["reason"] is None and compiled.ember_native["kernels"][0].endswith(".cpp")
+    compare(compiled(x), x.exp())
+    compiled = compile_aten_graph(gm, [x], options={"cache_dir": native_cache, "cpu_codegen": "aten"})
     assert "aten" in compiled.ember_native["reason"]
 
 
@@ -213,12 +216,13 @@ SPECIAL = [float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 88.72, 88.73, 8
            -104.0, -110.0, 1e-8, -1e-8]
 
 
-@pytest.mark.parametrize("fn,rtol,atol", [(torch.exp, 3e-7, 0.0), (torch.erf, 0.0, 5e-7), (torch.sigmoid, 5e-7, 0.0)],
-                         ids=["exp", "erf", "sigmoid"])
+@pytest.mark.parametrize("fn,rtol,atol", [(torch.exp, 3e-7, 0.0), (torch.erf, 0.0, 5e-7), (torch.sigmoid, 5e-7, 0.0),
+                                         (torch.tanh, 5e-7, 0.0)], ids=["exp", "erf", "sigmoid", "tanh"])
 def test_vectorized_math_accuracy(fn, rtol, atol, native_cache):
-    """PRELUDE's float exp/erf (vectorizable, not glibc's): a few ulps of eager over the whole range,
+    """PRELUDE's float exp/erf/tanh (vectorizable, not glibc's): a few ulps of eager over the whole range,
     subnormal results, overflow to inf, NaN and +-inf included."""
-    x = torch.cat([torch.linspace(-110, 90, 20011), torch.linspace(-5, 5, 4001), torch.tensor(SPECIAL)])
+    x = torch.cat([torch.linspace(-110, 90, 20011), torch.linspace(-5, 5, 4001), torch.linspace(-0.7, 0.7, 4001),
+                   torch.tensor(SPECIAL + [0.625, -0.625, 0.62499, 1e-30, -1e-38, 1e30])])
     run_cpp(fn, [x], native_cache, atol=max(atol, 1e-44), rtol=rtol)
 
 
@@ -257,7 +261,8 @@ def test_errors_raise_like_eager(name, native_cache):
 def test_native_cpu_setting_is_checked():
     from ember.config import Config
     assert Config.from_env({"EMBER_NATIVE_CPU": "cpp"}).native_cpu == "cpp"
-    assert Config().native_cpu == "aten"  # off by default this release
+    assert Config.from_env({"EMBER_NATIVE_CPU": "aten"}).native_cpu == "aten"
+    assert Config().native_cpu == "cpp"  # the default
     with pytest.raises(ValueError, match="EMBER_NATIVE_CPU"):
         Config.from_env({"EMBER_NATIVE_CPU": "c++"})
     with pytest.raises(ValueError, match="cpu_codegen"):
@@ -287,7 +292,8 @@ def test_warm_process_loads_without_compiling(tmp_path):
             for _ in range(2)]
     for r in runs:
         assert r.returncode == 0, r.stderr[-3000:]
-    assert "BUILDS 1" in runs[0].stdout and "BUILDS 0" in runs[1].stdout, [r.stdout for r in runs]
+    # (the first process builds the graph's unit and the compiler check's: test_cpp_default.py)
+    assert "BUILDS 2" in runs[0].stdout and "BUILDS 0" in runs[1].stdout, [r.stdout for r in runs]
 
 
 def test_softmax_keeps_exp_in_a_row_buffer():

@@ -45,10 +45,9 @@ def RAISE_VARARGS(tx, inst):
     if inst.arg == 0:  # bare `raise`: the exception being handled
         if not tx.exc_stack:
             raise Unsupported("re-raising outside an except block of the traced function")
-        raise to_traced(tx, tx.exc_stack[-1])
-    if inst.arg == 2:
-        tx.pop()  # the cause (`raise X from Y`): not kept on the traced exception
-    raise to_traced(tx, tx.pop())
+        raise to_traced(tx, tx.exc_stack[-1], reraise=True)
+    cause = tx.pop() if inst.arg == 2 else None  # `raise X from Y`
+    raise to_traced(tx, tx.pop(), cause)
 
 
 @register("PUSH_EXC_INFO")
@@ -77,7 +76,7 @@ def RERAISE(tx, inst):
     exc = tx.pop()
     if inst.arg:
         tx.pop()  # lasti: where the exception was raised, for the traceback
-    raise to_traced(tx, exc)
+    raise to_traced(tx, exc, reraise=True)
 
 
 @register("WITH_EXCEPT_START")

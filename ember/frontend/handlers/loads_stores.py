@@ -5,6 +5,7 @@ from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.handlers import register, unsupported
 from ember.frontend.interpreter import CellVariable
 from ember.frontend.variables.base import NULL, ConstantVariable, VariableTracker
+from ember.frontend.variables.lazy import LazyVariable, realize
 from ember.frontend.variables.objects import SuperVariable
 
 
@@ -48,13 +49,15 @@ def LOAD_FAST(tx, inst):
     v = tx.locals.get(inst.argval, _UNBOUND)
     if v is _UNBOUND:
         raise Unsupported(f"local variable '{inst.argval}' referenced before assignment (UnboundLocalError)")
+    if isinstance(v, LazyVariable):  # a resumed frame's value, first read here
+        v = tx.locals[inst.argval] = v.realize(tx)
     tx.push(v)
 
 
 @register("LOAD_FAST_AND_CLEAR", versions=((3, 12), (3, 12)))
 def LOAD_FAST_AND_CLEAR(tx, inst):
     # 3.12 inlined comprehensions save the outer binding (possibly unbound) and restore it after.
-    tx.push(tx.locals.pop(inst.argval, NULL))
+    tx.push(realize(tx, tx.locals.pop(inst.argval, NULL)))
 
 
 @register("STORE_FAST")
@@ -93,7 +96,7 @@ def DELETE_GLOBAL(tx, inst):
 def MAKE_CELL(tx, inst):
     name = inst.argval
     if name in tx.locals:
-        cell = CellVariable(tx.locals.pop(name))
+        cell = CellVariable(realize(tx, tx.locals.pop(name)))
     else:
         cell = CellVariable()
     cell.owner = (tx.code, name)  # which frame's variable: a closure over it may cross a graph break

@@ -7,6 +7,6 @@ the package imports them all, so the build table is complete before the first tr
 """
 from ember.frontend.variables.base import ConstantVariable, NullVariable, VariableTracker  # noqa: F401
 from ember.frontend.variables import (  # noqa: F401  (each registers its builders)
-    autograd, contexts, deques, dict_views, dicts, exceptions, functions, iterators, model_outputs, modules, objects,
-    sequences, sets, symbolic, tensor,
+    autograd, contexts, deques, dict_subclasses, dict_views, dicts, distributions, exceptions, functions, iterators, model_outputs,
+    modules, numpy_arrays, objects, sequences, sets, symbolic, tensor,
 )

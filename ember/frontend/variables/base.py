@@ -134,6 +134,11 @@ class VariableTracker:
     def as_constant(self) -> Any:
         raise Unsupported(f"{self.describe()} is not a Python constant here")
 
+    def as_index(self, tx) -> Any:
+        """The value as a sequence index or slice (``lst[i]``): a constant, except for trackers that
+        can specialize (a 0-d integer tensor input, under a value guard)."""
+        return self.as_constant()
+
     def is_symbolic(self) -> bool:
         """Holds a symbolic size somewhere (dynamic shapes): its constant value would specialize it."""
         return False

@@ -2,6 +2,8 @@
 objects that hash by identity. Their methods dispatch through ``DictVariable.METHODS``."""
 from __future__ import annotations
 
+import collections
+
 import enum
 import types
 
@@ -86,8 +88,8 @@ class DictVariable(VariableTracker):
             self.key_vts[k] = key
 
     def getattr(self, tx, name):
-        if name == "default_factory" and self.default_factory is not None:
-            return self.default_factory
+        if name == "default_factory" and issubclass(self.py_type, collections.defaultdict):
+            return self.default_factory if self.default_factory is not None else ConstantVariable(None)
         if hasattr(self.py_type, name):
             return trackers.BoundMethodVariable(self, name)
         raise AttributeError(f"'{self.py_type.__name__}' object has no attribute '{name}'")
@@ -192,6 +194,8 @@ class DictVariable(VariableTracker):
                 return body
             if self.default_factory is not None:
                 return f"{cg.const(self.py_type, 'dict_type')}({cg.reconstruct(self.default_factory)}, {body})"
+            if issubclass(self.py_type, collections.defaultdict):  # no factory: its first argument is still one
+                return f"{cg.const(self.py_type, 'dict_type')}(None, {body})"
             return f"{cg.const(self.py_type, 'dict_type')}({body})"
 
         return cg.memo(self, build)

@@ -9,7 +9,7 @@ import types
 
 import torch
 
-from ember.frontend import resume, trace_rules
+from ember.frontend import polyfills, resume, trace_rules
 from ember.frontend.errors import CompileError, Unsupported
 from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ItemSource
@@ -206,6 +206,8 @@ class ConstantMethodVariable(CallableVariable):
         return f"method {type(self.value).__name__}.{self.name}"
 
     def call(self, tx, args, kwargs):
+        if self.name == "__getitem__" and len(args) == 1 and not args[0].is_constant():
+            args = [ConstantVariable(args[0].as_index(tx))]  # a constant tuple indexed by a 0-d tensor input
         if not all(a.is_constant() for a in [*args, *kwargs.values()]):
             raise Unsupported(f"{self.describe()} with non-constant arguments")
         res = getattr(self.value, self.name)(*[a.as_constant() for a in args],
@@ -513,6 +515,15 @@ def _build_by_rule(tx, value, source):
         if python_fn is not None:
             guard_id(tx, value, source)
             return UserFunctionVariable(python_fn)
+        equivalent = polyfills.python_equivalent(value)
+        if equivalent is not None:  # a C function with a Python equivalent ember ships
+            guard_id(tx, value, source)
+            fn, bound = equivalent
+            fn_vt = UserFunctionVariable(fn, tx.output.object_source(fn, f"Python equivalent of {fn.__name__}"))
+            return PartialVariable(fn_vt, [VariableTracker.build_object(tx, b) for b in bound], {}) if bound else fn_vt
+        if _in(value, polyfills.FOLD_ON_CONSTANTS):
+            guard_id(tx, value, source)
+            return PolyfilledFunctionVariable(value, value, True, source)
         try:
             if value in BUILTIN_HANDLERS:
                 vt = BuiltinVariable(value, source)
@@ -523,6 +534,13 @@ def _build_by_rule(tx, value, source):
     if vt is not None:
         guard_id(tx, value, source)
     return vt
+
+
+def _in(value, table) -> bool:
+    try:
+        return value in table
+    except TypeError:  # unhashable
+        return False
 
 
 def _user_rule(value, source):

@@ -12,7 +12,8 @@ from __future__ import annotations
 import itertools
 
 from ember.frontend.errors import Unsupported
-from ember.frontend.variables.base import ConstantVariable, MethodTable, VariableTracker, helpers
+from ember.frontend import polyfills
+from ember.frontend.variables.base import ConstantVariable, MethodTable, VariableTracker, helpers, trackers
 from ember.frontend.variables.sequences import TupleVariable
 
 
@@ -246,6 +247,7 @@ class GeneratorVariable(IteratorVariable):
         self.kwargs = kwargs
         self.started = False
         self.done = False
+        self.original = None  # the C callable a polyfill generator stands for (rebuilt as a call of it)
 
     def describe(self):
         return f"generator {self.frame.code.co_name}"
@@ -279,7 +281,8 @@ class GeneratorVariable(IteratorVariable):
             raise Unsupported(f"{self.describe()} suspended at a yield cannot cross a graph break or be returned")
         args = "".join(f"{cg.reconstruct(a)}, " for a in self.args)
         kw = "".join(f"{k}={cg.reconstruct(v)}, " for k, v in self.kwargs.items())
-        return cg.memo(self, lambda: f"{cg.reconstruct(self.fn_vt)}({args}{kw})")
+        fn = cg.const(self.original, self.original.__name__) if self.original is not None else cg.reconstruct(self.fn_vt)
+        return cg.memo(self, lambda: f"{fn}({args}{kw})")
 
 
 class DictIteratorVariable(IteratorVariable):
@@ -394,4 +397,11 @@ def make_itertool(tx, cls, args: list, kwargs: dict):
             raise Unsupported(f"itertools.islice{tuple(bounds)} (ValueError)")
         start, stop, step = (0, bounds[0], 1) if len(bounds) == 1 else (*bounds, 1)[:3]
         return IsliceIteratorVariable(args[0].iter(tx), start or 0, stop, step or 1)
+    poly = polyfills.CLASSES.get(cls)
+    if poly is not None:  # the rest: their documented Python equivalents, inlined as generators
+        src = tx.output.object_source(poly, f"Python equivalent of itertools.{cls.__name__}")
+        gen = trackers.UserFunctionVariable(poly, src).call(tx, args, kwargs)
+        if isinstance(gen, GeneratorVariable):
+            gen.original = cls  # returned unstarted, it is the itertools object again
+        return gen
     return None

@@ -10,6 +10,7 @@ import types
 
 import torch
 
+from ember.frontend import trace_rules
 from ember.frontend.errors import Unsupported
 from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ModuleSlotSource
@@ -22,6 +23,30 @@ _CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict, to
                torch.nn.ParameterDict)
 _DICTS = (torch.nn.ModuleDict, torch.nn.ParameterDict)
 _DICT_ONLY = frozenset({"items", "keys", "values", "__contains__"})  # a list-like container has none of these
+
+# Module hooks that torch.export's ``ExportedProgram.module()`` installs and that change nothing a
+# graph holds, so ``ember.compile(ep.module())`` can skip them: the input-structure check (the
+# compiled entry's guards check the inputs it reads; the ranges are checked by the graph's own
+# ``_guards_fn``) and the nn.Module-input toggles, which do nothing when no input is a module.
+# Keyed by (module, qualname): the lambdas are made per call, and importing torch.export here
+# would slow every ``import ember``.
+_EXPORT_HOOKS = {
+    ("torch.export._unlift", "_check_input_constraints_pre_hook"),
+    ("torch.export._unlift", "_create_stateful_graph_module.<locals>.<lambda>"),
+}
+
+
+def _is_ignorable_hook(fn) -> bool:
+    key = (getattr(fn, "__module__", None), getattr(fn, "__qualname__", None))
+    if key not in _EXPORT_HOOKS:
+        return False
+    # the toggles close over the set of nn.Module input types: only an empty set is a no-op
+    cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ())]
+    return all(not isinstance(c, (set, frozenset, list, tuple)) or len(c) == 0 for c in cells)
+
+
+def source_name(source) -> str:
+    return source.name() if source is not None else "module"
 
 
 class NNModuleVariable(VariableTracker):
@@ -66,6 +91,13 @@ class NNModuleVariable(VariableTracker):
 
     def call(self, tx, args, kwargs):
         m = self.module
+        inner = trace_rules.wrapped_module_attr(m)
+        if inner is not None:  # a break: the callee runs its forward natively, compiling m.<inner> (cache.py)
+            what = f"the module it wraps ({source_name(self.source)}.{inner})" if inner else "its forward"
+            exc = Unsupported(f"{type(m).__name__}'s call runs as plain Python (distributed-training machinery); "
+                              f"{what} is compiled on its own")
+            exc.compile_callee = True
+            raise exc
         if m._forward_hooks or m._forward_pre_hooks:
             return self._call_with_hooks(tx, args, kwargs)
         return self._call_forward(tx, args, kwargs)
@@ -73,18 +105,26 @@ class NNModuleVariable(VariableTracker):
     def _call_with_hooks(self, tx, args, kwargs):
         """nn.Module.__call__'s hook protocol: pre-hooks may replace the args, hooks the output."""
         m = self.module
-        if m._forward_hooks_with_kwargs or m._forward_pre_hooks_with_kwargs or m._forward_hooks_always_called \
+        # hooks torch.export's ep.module() adds that change nothing a graph holds (_EXPORT_HOOKS)
+        skip = {k for d in (m._forward_pre_hooks, m._forward_hooks) for k, h in d.items()
+                if _is_ignorable_hook(h)}
+        if any(k not in skip for k in (*m._forward_hooks_with_kwargs, *m._forward_pre_hooks_with_kwargs,
+                                        *m._forward_hooks_always_called)) \
                 or m._backward_hooks or m._backward_pre_hooks:
             raise Unsupported(f"module hooks with kwargs, always_call or backward hooks on {self.source.name()}")
         pre = VariableTracker.build(tx, m._forward_pre_hooks, AttrSource(self.source, "_forward_pre_hooks"))
         post = VariableTracker.build(tx, m._forward_hooks, AttrSource(self.source, "_forward_hooks"))
         args_vt = trackers.TupleVariable(list(args))
-        for hook in pre.items.values():
+        for key, hook in pre.items.items():
+            if key in skip:
+                continue
             res = hook.call(tx, [self, args_vt], {})
             if not (res.is_constant() and res.as_constant() is None):
                 args_vt = res if isinstance(res, trackers.TupleVariable) else trackers.TupleVariable([res])
         out = self._call_forward(tx, args_vt.items, kwargs)
-        for hook in post.items.values():
+        for key, hook in post.items.items():
+            if key in skip:
+                continue
             res = hook.call(tx, [self, args_vt, out], {})
             if not (res.is_constant() and res.as_constant() is None):
                 out = res

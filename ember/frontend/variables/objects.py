@@ -98,6 +98,14 @@ def class_attr_of_instance(tx, self_vt, cls, name, self_source=None):
             return VariableTracker.build(tx, getattr(self_vt.value, name), AttrSource(self_source, name))
         if type(static).__name__ in ("method_descriptor", "wrapper_descriptor"):
             return trackers.UserMethodVariable(static, self_vt)
+        get, _ = lookup_static(type(static), "__get__")
+        if isinstance(get, types.FunctionType) and lookup_static(type(static), "__set__")[0] is None \
+                and lookup_static(type(static), "__delete__")[0] is None:
+            # a Python non-data descriptor (torch.distributions' lazy_property): the instance dict was
+            # looked at first, as Python does, so its __get__ is what Python calls now
+            desc = VariableTracker.build(tx, static, tx.output.object_source(static, f"{cls.__name__}.{name}"))
+            owner_vt = VariableTracker.build(tx, cls, tx.output.object_source(cls, cls.__name__))
+            return call_python(tx, get, [desc, self_vt, owner_vt])
         raise Unsupported(f"descriptor {cls.__name__}.{name} ({type(static).__name__})")
     if isinstance(static, (int, float, str, bool, type(None), tuple, frozenset)):
         return VariableTracker.const(static)
@@ -166,13 +174,15 @@ class UserClassVariable(VariableTracker):
         if built is not None:
             return built
         if issubclass(cls, BaseException):
-            if not helpers.is_builtin_exception(cls) or kwargs:
+            if not helpers.is_modelled_exception(cls):
                 raise Unsupported(f"creating exception {cls.__name__}")
-            return trackers.ExceptionVariable(cls, list(args))
+            return helpers.make_exception(tx, cls, list(args), kwargs)
         if is_nn_module_cls(cls):
             made = helpers.create_module(tx, cls, args, kwargs)
             if made is not None:
                 return made
+        if helpers.is_plain_dict_subclass(cls):
+            return helpers.make_user_dict(tx, cls, list(args), kwargs)
         if cls.__new__ is not object.__new__ or not cls.__dictoffset__:
             raise Unsupported(f"creating an instance of {cls.__qualname__} (custom __new__, __slots__ or a C type)")
         obj = NewObjectVariable(cls)
@@ -493,6 +503,10 @@ class SuperVariable(VariableTracker):
                     return trackers.UserMethodVariable(attr.__func__, cls_vt)
                 if isinstance(attr, staticmethod):
                     return VariableTracker.build(tx, attr.__func__, tx.output.object_source(attr.__func__, name))
+                if name == "__init__" and isinstance(self.obj, trackers.ExceptionVariable):
+                    return trackers.BoundMethodVariable(self.obj, name)  # BaseException.__init__: sets args
+                if name == "__init__" and klass is dict and isinstance(self.obj, trackers.UserDictVariable):
+                    return trackers.BoundMethodVariable(self.obj, "__dict_init__")
                 if type(attr).__name__ in ("method_descriptor", "wrapper_descriptor"):
                     return trackers.UserMethodVariable(attr, self.obj)
                 raise Unsupported(f"super().{name} ({type(attr).__name__})")

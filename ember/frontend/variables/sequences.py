@@ -61,7 +61,7 @@ class BaseSequenceVariable(VariableTracker):
         return self.py_type(i.as_fake_arg() for i in self.items)
 
     def getitem(self, tx, key: VariableTracker) -> VariableTracker:
-        k = key.as_constant()
+        k = key.as_index(tx)
         if isinstance(k, slice):
             return type(self)(self.items[k]) if type(self) in (TupleVariable, ListVariable) else TupleVariable(self.items[k])
         try:
@@ -154,7 +154,7 @@ class ListVariable(BaseSequenceVariable):
 
     def setitem(self, tx, key, value):
         self.before_mutation(tx)
-        k = key.as_constant()
+        k = key.as_index(tx)
         if isinstance(k, slice):
             self.items[k] = value.unpack(tx)
         else:

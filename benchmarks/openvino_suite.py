@@ -1,8 +1,8 @@
 """CPU inference: eager vs ember's openvino backend vs OpenVINO's own torch.compile integration.
 
-    python benchmarks/openvino.py             # full run (~10 minutes on 2 cores)
-    python benchmarks/openvino.py --quick     # one repeat, shorter timing windows
-    python benchmarks/openvino.py --models convnet6 --batches 1
+    python benchmarks/openvino_suite.py             # full run (~10 minutes on 2 cores)
+    python benchmarks/openvino_suite.py --quick     # one repeat, shorter timing windows
+    python benchmarks/openvino_suite.py --models convnet6 --batches 1
 
 Models (inference, eval mode, fp32 inputs):
   convnet6       6 x (Conv3x3 no bias + BatchNorm + ReLU), 32-64-64-128-128-256 channels, strides 1,2,1,2,1,2,
@@ -325,7 +325,7 @@ def main() -> None:
         dynamic = run_dynamic(threads)
         out = os.path.join(HERE, "results", "openvino-dynamic-cpu.json")
         with open(out, "w") as f:
-            json.dump({"benchmark": "benchmarks/openvino.py --dynamic-only", "threads": threads,
+            json.dump({"benchmark": "benchmarks/openvino_suite.py --dynamic-only", "threads": threads,
                        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                        "machine": _machine(), "lengths": LENGTHS, "results": dynamic}, f, indent=1)
         print_dynamic(dynamic)
@@ -376,7 +376,7 @@ def main() -> None:
             r["cpu_speedup_vs_eager"] = round(base_cpu / r["cpu_ms"], 3)
 
     report = {
-        "benchmark": "benchmarks/openvino.py",
+        "benchmark": "benchmarks/openvino_suite.py",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": _machine(),
         "method": "one process per (model, batch, variant); median of >=30 calls and >=%ss after 5 warm-up calls; "

@@ -1,0 +1,16 @@
+"""Distributed training support: the DDP bucketing pass (``buckets.py``).
+
+How ``ember.compile`` meets ``DistributedDataParallel`` (the same split torch.compile makes):
+
+- ``ember.compile(DDP(model))``: DDP's forward (the reducer's bookkeeping, buffer broadcasts) runs as
+  plain Python and the module it wraps is compiled on its own (``frontend/trace_rules.WRAPPER_MODULES``,
+  ``frontend/cache.WrapperModuleCache``);
+- ``DDP(ember.compile(model))``: DDP calls the compiled module as it would any module;
+- either way, a graph compiled while a DDP forward is running is split at DDP's gradient-bucket
+  boundaries (``buckets.py``, on unless ``ember.config.optimize_ddp`` is off), each part compiled by the
+  backend on its own, so the gradients of a bucket are ready, and its all-reduce starts, while the
+  backward of the earlier parts still runs.
+"""
+from ember.distributed.buckets import active_ddp_module, plan_buckets, split_at_buckets, with_ddp_buckets
+
+__all__ = ["active_ddp_module", "plan_buckets", "split_at_buckets", "with_ddp_buckets"]

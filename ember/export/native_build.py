@@ -1,0 +1,87 @@
+"""Build the CUDA part of an AOT package: ember's Triton kernels, compiled, with their binaries.
+
+Runs in a child process (``python -m ember.export.native_build WORKDIR DEVICE``) with empty ember and
+Triton caches of its own (in WORKDIR), so every kernel the package needs is compiled there and lands in that Triton
+cache, whatever this or another process compiled before:
+
+1. load the exported program that ``package.aot_compile`` saved in WORKDIR (``program.pt2``);
+2. retrace its ATen graph with the decompositions the "ember" backend gives the autograd layer;
+3. compile it with ``ember.native.backend.compile_aten_graph`` (symbolic sizes stay kernel arguments);
+4. call it once on the example inputs, so Triton compiles every kernel into WORKDIR/triton_cache;
+5. write WORKDIR/native.json: the wrapper's path, its kernel files and the graph's constants.
+
+``package.aot_compile`` then zips the wrapper (kernel paths made relative), the kernel sources and
+the Triton cache into the package; ``aot_runtime`` restores them and points Triton at that cache, so
+loading compiles nothing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def retrace_for_native(ep, device: str):
+    """(ATen graph decomposed for the native backend, its example inputs on ``device``)."""
+    import torch
+    import torch.utils._pytree as pytree
+    from torch._dispatch.python import enable_python_dispatcher
+    from torch._guards import detect_fake_mode
+    from torch.export.graph_signature import InputKind
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from ember.aot.ops import decomposition_table
+    from ember.native.decomp import AOT_DECOMPOSITIONS
+
+    gm = ep.graph_module
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    vals = [n.meta.get("val") for n in placeholders]
+    fake_mode = detect_fake_mode(vals)
+    flat_user = pytree.tree_leaves(ep.example_inputs)
+    real, k = [], 0
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind is InputKind.USER_INPUT:
+            real.append(flat_user[k].to(device) if isinstance(flat_user[k], torch.Tensor) else flat_user[k])
+            k += 1
+        else:
+            v = ep.state_dict.get(spec.target, ep.constants.get(spec.target))
+            real.append(v.detach().to(device))
+    with fake_mode, enable_python_dispatcher():
+        fakes = [torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=device)
+                 if isinstance(v, torch.Tensor) else v for v in vals]
+        traced = make_fx(gm, decomposition_table=decomposition_table(AOT_DECOMPOSITIONS))(*fakes)
+    traced.graph._codegen = torch.fx.graph.CodeGen()
+    out = next(n for n in reversed(traced.graph.nodes) if n.op == "output")
+    flat = out.args[0]
+    out.args = (tuple(flat) if isinstance(flat, (list, tuple)) else (flat,),)
+    traced.recompile()
+    return traced, real
+
+
+def build(workdir: str, device: str) -> dict:
+    import torch
+
+    from ember.config import config
+    from ember.native.backend import compile_aten_graph
+
+    config.cache_dir = os.path.join(workdir, "ember_cache")  # empty: every kernel is generated and built here
+    ep = torch.export.load(os.path.join(workdir, "program.pt2"))
+    gm, real = retrace_for_native(ep, device)
+    compiled = compile_aten_graph(gm, real, force_triton=device == "cpu")  # (CPU: the interpreter, for tests)
+    info = getattr(compiled, "ember_native", None) or {}
+    if not info.get("wrapper"):
+        raise RuntimeError(f"the native backend runs this graph as it is ({info.get('reason')}); no kernels to package")
+    compiled(*real)  # Triton compiles every kernel now, into this process's (empty) cache
+    if device == "cuda":
+        torch.cuda.synchronize()
+    constants = {t: getattr(gm, t).detach().cpu() for t in info.get("constants", [])}
+    torch.save(constants, os.path.join(workdir, "native_constants.pt"))
+    record = {"wrapper": info["wrapper"], "kernels": info.get("kernels", []), "constants": list(constants),
+              "report": {k: v for k, v in (info.get("report") or {}).items() if isinstance(v, (int, float, str))}}
+    with open(os.path.join(workdir, "native.json"), "w") as f:
+        json.dump(record, f)
+    return record
+
+
+if __name__ == "__main__":
+    build(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "cuda")
