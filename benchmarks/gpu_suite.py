@@ -9,7 +9,10 @@ of docs ``peers-h100.md`` (same workloads and timing method as the peer harness 
 Workloads: overhead (x*2+1 on 16 floats), mlp (3 Linear+GELU, batch 32), ln_gelu (layer_norm+gelu
 8192x4096 bf16), softmax (8192x8192 fp32), gpt2_infer (124M, b8x512 bf16), gpt2_train (autocast
 bf16, fused AdamW), bert_infer (base, b16x256 bf16), resnet50_infer (b64 bf16 channels_last),
-resnet50_train (autocast bf16, SGD), vit_infer (timm vit_base_patch16_224, b64 bf16).
+resnet50_train (autocast bf16, SGD), vit_infer (timm vit_base_patch16_224, b64 bf16), sd15_unet
+(one denoising step of Stable Diffusion 1.5: its UNet, 860M parameters, random weights, fp16,
+batch 2 = one prompt with classifier-free guidance, 64x64 latents = 512x512 images, 77 text tokens;
+needs diffusers; its ms column is ms per denoising step).
 
 Method. Every (workload, compiler) runs in its own process with fresh caches, so the first call is
 a true cold compile: ember gets a new ``EMBER_CACHE_DIR`` and ``TRITON_CACHE_DIR``, torch.compile a
@@ -55,11 +58,11 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 from _proc import exclusive_lock, run_measured  # noqa: E402
 WORKLOADS = ("overhead", "mlp", "ln_gelu", "softmax", "gpt2_infer", "gpt2_train", "bert_infer",
-             "resnet50_infer", "resnet50_train", "vit_infer")
+             "resnet50_infer", "resnet50_train", "vit_infer", "sd15_unet")
 COMPILERS = ("eager", "ember", "ember-warm", "torch")
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # rough cost order (longest first), so parallel jobs finish together
-ORDER = ("resnet50_train", "gpt2_train", "bert_infer", "gpt2_infer", "resnet50_infer", "vit_infer", "softmax",
+ORDER = ("sd15_unet", "resnet50_train", "gpt2_train", "bert_infer", "gpt2_infer", "resnet50_infer", "vit_infer", "softmax",
          "ln_gelu", "mlp", "overhead")
 # relative error (max |out - eager| / max |eager|) above which a result is flagged
 TOL = {"overhead": 1e-5, "mlp": 1e-3, "softmax": 1e-4}
@@ -168,6 +171,25 @@ def make(wl: str, dev: str, quick: bool):
         m = timm.create_model("vit_base_patch16_224", pretrained=False, **kw).to(dev).eval().to(torch.bfloat16)
         x = torch.randn(2 if quick else 64, 3, 32 if quick else 224, 32 if quick else 224, device=dev, dtype=torch.bfloat16)
         return _inference(m, (x,))
+    if wl == "sd15_unet":
+        sys.path.insert(0, ROOT)  # examples/ (the child's PYTHONPATH has it too; this is for imports from tests)
+        from examples.stable_diffusion.tiny import sd15_unet, tiny_unet
+        if quick:  # the tiny test UNet, fp32: a smoke run of the code path on a CPU
+            unet, dtype, latent, text = tiny_unet().to(dev).eval(), torch.float32, 16, (16, 32)
+        else:
+            unet, dtype, latent, text = sd15_unet(torch.float16, dev), torch.float16, 64, (77, 768)
+        x = torch.randn(2, 4, latent, latent, device=dev, dtype=dtype)
+        t = torch.tensor(981, device=dev)  # a timestep tensor on the device, as the pipeline passes it
+        emb = torch.randn(2, *text, device=dev, dtype=dtype)
+
+        def build(c):
+            cu = c(unet)
+
+            def step(x, t, emb):  # the pipeline's call: return_dict=False, as diffusers advises for compiling
+                with torch.no_grad():
+                    return cu(x, t, encoder_hidden_states=emb, return_dict=False)[0]
+            return step
+        return build, (x, t, emb), None
     if wl == "bert_infer":
         from transformers import BertConfig, BertModel
         if quick:
@@ -349,7 +371,7 @@ def run_child(wl, compiler, args, env, timing=True) -> dict:
 # what a first compile imports, for either compiler (the warm-up below compiles their bytecode once)
 WARM_IMPORTS = ("torch", "triton", "triton.language", "torch._dynamo", "torch._inductor.compile_fx", "ember",
                 "ember.native.backend", "ember.aot", "torch.fx.experimental.symbolic_shapes", "transformers",
-                "timm", "torchvision")
+                "timm", "torchvision", "diffusers")
 
 
 def child_env(tmp: str) -> dict:

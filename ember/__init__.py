@@ -19,6 +19,7 @@ for _name in _logging.ARTIFACTS:  # ember's loggers exist from `import ember` on
 # public name -> module it is defined in
 _LAZY = {
     "EmberFunction": "ember.api", "OptimizedModule": "ember.api", "compile": "ember.api", "explain": "ember.api",
+    "compile_module_": "ember.api",
     "list_backends": "ember.backends.registry", "register_backend": "ember.backends.registry",
     "allow_in_graph": "ember.control", "disable": "ember.control", "is_compiling": "ember.control",
     "is_exporting": "ember.control", "reset": "ember.control", "set_stance": "ember.control",
@@ -39,7 +40,7 @@ _SUBMODULES = ("testing", "export")
 __version__ = "0.1.0"
 
 __all__ = [
-    "compile", "EmberFunction", "OptimizedModule", "list_backends", "register_backend", "config",
+    "compile", "compile_module_", "EmberFunction", "OptimizedModule", "list_backends", "register_backend", "config",
     "explain", "set_stance", "disable", "reset", "allow_in_graph", "substitute_in_graph", "is_compiling", "is_exporting",
     "GuardFilterEntry", "keep_tensor_guards_unsafe", "skip_all_guards_unsafe", "skip_guard_on_all_nn_modules_unsafe",
     "skip_guard_on_globals_unsafe", "skip_guard_on_inbuilt_nn_modules_unsafe",

@@ -35,19 +35,9 @@ def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: 
     if not callable(model):
         raise TypeError(f"ember.compile expects a function or an nn.Module, got {type(model).__name__} "
                         "(a non-callable); pass the function itself, e.g. ember.compile(f), not ember.compile(f()).")
-    options = dict(options or {})
-    guard_filter_fn = options.pop("guard_filter_fn", None)  # a frontend option, valid for every backend
-    if guard_filter_fn is not None and not callable(guard_filter_fn):
-        raise TypeError("options['guard_filter_fn'] must be a callable taking the list of guard entries "
-                        "and returning one bool per entry")
-    regional = options.pop("regional", None)  # a frontend option too: ember/backends/regional.py
-    if regional is not None and type(regional) is not bool:
-        raise TypeError(f"options['regional'] must be True or False, got {type(regional).__name__} {regional!r}")
-    backend_fn = make_compiler(backend, mode, options, regional)
+    cache_args = _cache_args(fullgraph, dynamic, backend, mode, options)
     if disable:
         return model
-    cache_args = dict(backend=backend_fn, fullgraph=fullgraph, guard_filter_fn=guard_filter_fn, dynamic=dynamic,
-                      backend_for=lambda b: make_compiler(b, None, {}))
     if isinstance(model, torch.nn.Module):
         return OptimizedModule(model, cache_args)
     fn = model.__func__ if isinstance(model, types.MethodType) else model
@@ -57,6 +47,48 @@ def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: 
         raise TypeError(f"ember.compile cannot compile {fn.__qualname__}: it is a {kind} function. Compile the "
                         f"function that consumes it, or the tensor work inside it, instead.")
     return EmberFunction(model, cache_args)
+
+
+def compile_module_(module: torch.nn.Module, *, fullgraph: bool = False, dynamic: bool | None = None,
+                    backend: str | Callable = "ember", mode: str | None = None, options: dict | None = None,
+                    disable: bool = False) -> torch.nn.Module:
+    """Compile ``module`` in place, as ``nn.Module.compile()`` does for torch.compile, and return it.
+
+    ``module(...)`` then runs through ember; the module keeps its class, identity and attributes,
+    so code that checks them still works (a diffusers pipeline's ``save_pretrained`` after
+    ``ember.compile_module_(pipe.unet)``; ``pipe.unet = ember.compile(pipe.unet)`` would store an
+    ``ember.OptimizedModule`` that diffusers cannot save). The cache goes into nn.Module's slot for a
+    compiled call, ``module._compiled_call_impl``; setting that back to None uncompiles, and copies
+    (``copy.deepcopy``, pickling) come out uncompiled, as with ``nn.Module.compile()``.
+    Arguments as for ``ember.compile``.
+    """
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"ember.compile_module_ compiles an nn.Module in place, got {type(module).__name__}; "
+                        "use ember.compile for functions")
+    _check_arguments(fullgraph, dynamic, mode, options, disable)
+    check_python_version()
+    cache_args = _cache_args(fullgraph, dynamic, backend, mode, options)
+    if disable:
+        return module
+    # FrameCache's eager path calls a module compiled in place through _call_impl, not module(...)
+    # (which would come back here): see FrameCache._eager
+    module._compiled_call_impl = FrameCache(module, **cache_args)
+    return module
+
+
+def _cache_args(fullgraph, dynamic, backend, mode, options) -> dict:
+    """The FrameCache settings of one ``ember.compile`` call (the backend resolved, options checked)."""
+    options = dict(options or {})
+    guard_filter_fn = options.pop("guard_filter_fn", None)  # a frontend option, valid for every backend
+    if guard_filter_fn is not None and not callable(guard_filter_fn):
+        raise TypeError("options['guard_filter_fn'] must be a callable taking the list of guard entries "
+                        "and returning one bool per entry")
+    regional = options.pop("regional", None)  # a frontend option too: ember/backends/regional.py
+    if regional is not None and type(regional) is not bool:
+        raise TypeError(f"options['regional'] must be True or False, got {type(regional).__name__} {regional!r}")
+    backend_fn = make_compiler(backend, mode, options, regional)
+    return dict(backend=backend_fn, fullgraph=fullgraph, guard_filter_fn=guard_filter_fn, dynamic=dynamic,
+                backend_for=lambda b: make_compiler(b, None, {}))
 
 
 def _check_arguments(fullgraph, dynamic, mode, options, disable) -> None:

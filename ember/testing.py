@@ -1,7 +1,11 @@
 """Helpers for tests: a counting backend and access to a compiled object's cache."""
 from __future__ import annotations
 
+import threading
+
 import torch
+
+from ember.frontend.cache import FrameCache
 
 
 class CompileCounter:
@@ -24,10 +28,43 @@ class CompileCounter:
         self.graphs.clear()
 
 
+class CompileCounterWithBackend(CompileCounter):
+    """A backend that compiles each graph with ``backend`` (a name, with its ``mode``/``options``, or a
+    callable) and counts, besides the graphs, the calls of the compiled graphs (``call_count``): a
+    program can show that its calls ran compiled code (the TorchServe example reports it per response)."""
+
+    def __init__(self, backend="ember", *, mode=None, options=None):
+        super().__init__()
+        from ember.api import make_compiler  # the api layer imports this module's neighbours, not this one
+
+        self.backend = make_compiler(backend, mode, dict(options or {}))
+        self.backend_name = getattr(self.backend, "ember_backend_name", str(backend))
+        self.call_count = 0
+        self._lock = threading.Lock()  # calls may come from several threads
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs):
+        compiled = self.backend(gm, example_inputs)
+        super().__call__(gm, example_inputs)
+        compiled = compiled if compiled is not None else gm.forward
+
+        def run(*args):
+            with self._lock:
+                self.call_count += 1
+            return compiled(*args)
+        return run
+
+    def clear(self):
+        super().clear()
+        self.call_count = 0
+
+
 def cache_of(compiled):
-    """The FrameCache behind ``ember.compile(...)``'s result: ``.entries``, ``.recompile_reasons``,
-    ``.compile_count``."""
+    """The FrameCache behind ``ember.compile(...)``'s result, or of a module compiled in place by
+    ``ember.compile_module_``: ``.entries``, ``.recompile_reasons``, ``.compile_count``."""
     cache = getattr(compiled, "_ember_cache", None)
+    if cache is None and isinstance(compiled, torch.nn.Module):  # compiled in place (ember.compile_module_)
+        cache = compiled.__dict__.get("_compiled_call_impl")
+        cache = cache if isinstance(cache, FrameCache) else None
     if cache is None:
         raise TypeError(f"{compiled!r} is not an ember-compiled function or module")
     return cache

@@ -167,7 +167,10 @@ class FrameCache:
     # the miss path ------------------------------------------------------------------------
     def _eager(self, args, kwargs):
         if self.root.kind == "module":  # through __call__: hooks run exactly as in eager
-            return self.root.self_obj(*args, **kwargs)
+            mod = self.root.self_obj
+            if mod.__dict__.get("_compiled_call_impl") is self:  # compiled in place (ember.compile_module_)
+                return mod._call_impl(*args, **kwargs)  # what __call__ runs when not compiled
+            return mod(*args, **kwargs)
         return self.target(*args, **kwargs)
 
     def _entries(self, forced=None) -> list:

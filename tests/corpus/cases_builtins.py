@@ -1,6 +1,7 @@
 """Builtins: len, isinstance, range, enumerate, zip, reversed, min, max, abs, sum, any, all,
 getattr, hasattr, setattr, type, constructors, sorted, map, filter, round, divmod, pow, iter/next."""
 import collections
+import inspect
 
 import torch
 
@@ -228,3 +229,18 @@ def builtin_min_max_default_key(x):
 def builtin_isinstance_user_types(x):
     p = PairNT(x, 2)
     return x * isinstance(p, tuple), isinstance(p, PairNT), isinstance(Box(1), Box), isinstance(Empty(), Box), p
+
+
+class _Processor:  # diffusers' attention processors: Attention.forward reads their call signature
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, scale: float = 1.0):
+        return hidden_states
+
+
+@case(lambda: (torch.randn(4),), kwargs=lambda: {"kw": {"scale": 2.0, "other": 1}})
+def builtin_signature_parameters_mapping(x, kw):
+    params = inspect.signature(_Processor().__call__).parameters  # a mappingproxy made while tracing
+    names = set(params.keys())
+    unused = [k for k, _ in kw.items() if k not in names]
+    defaults = [p.default for p in params.values() if p.default is not inspect.Parameter.empty]
+    kinds = [name for name, p in params.items() if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    return x * len(names) + len(params), unused, defaults, kinds, "scale" in params, params.get("missing", 3)

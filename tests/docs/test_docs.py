@@ -6,7 +6,7 @@ Rules for writing docs (see docs/architecture.md, "Docs"):
   imported, with the page's file name and line numbers (so file:line in ember's reports points into
   the page itself);
 - a block preceded by ``<!-- skip-test -->`` is not run (GPU-only examples, say); a page whose block
-  needs an optional package that is missing (openvino, timm, torchvision, matplotlib) is skipped from there;
+  needs an optional package that is missing (openvino, timm, torchvision, matplotlib, diffusers) is skipped from there;
 - a ```text block preceded by ``<!-- expected-output -->`` must equal what the python block before
   it printed (stdout, stderr and ember's log lines together). A line ``...`` stands for any number of
   lines, and ``...`` inside a line for any text, so long, changeable parts can be left out.
@@ -30,7 +30,7 @@ import ember
 REPO = Path(__file__).resolve().parents[2]
 PAGES = sorted((REPO / "docs").glob("*.md")) + [REPO / "README.md"]
 SKIP, EXPECT = "<!-- skip-test -->", "<!-- expected-output -->"
-OPTIONAL = {"openvino", "timm", "torchvision", "matplotlib"}  # a page needing one skips where it is missing
+OPTIONAL = {"openvino", "timm", "torchvision", "matplotlib", "diffusers"}  # a page needing one skips where it is missing
 
 
 def blocks(path: Path) -> list[dict]:

@@ -413,8 +413,14 @@ class OpaqueObjectVariable(VariableTracker):
     def describe(self):
         return f"{type(self.value).__qualname__} object"
 
+    # read-only lookups answered on the real value (a signature's ``parameters`` mappingproxy, ...);
+    # read as attributes too, so ``obj.keys()`` (a method load, then a call) reaches call_method
+    _LOOKUPS = ("keys", "values", "items", "get", "__contains__", "__len__")
+
     def getattr(self, tx, name):
         val = getattr(self.value, name)
+        if name in self._LOOKUPS and isinstance(val, types.BuiltinMethodType):
+            return trackers.BoundMethodVariable(self, name)
         if inspect.ismethod(val) and isinstance(val.__func__, types.FunctionType):
             return trackers.UserMethodVariable(val.__func__, self)
         return VariableTracker.const(val)
@@ -438,7 +444,7 @@ class OpaqueObjectVariable(VariableTracker):
         return self._read("indexing", lambda: VariableTracker.const(self.value[key.as_constant()]))
 
     def call_method(self, tx, name, args, kwargs):
-        if all(a.is_constant() for a in [*args, *kwargs.values()]) and name in ("keys", "values", "items", "get", "__contains__", "__len__"):
+        if all(a.is_constant() for a in [*args, *kwargs.values()]) and name in self._LOOKUPS:
             return VariableTracker.const(getattr(self.value, name)(*[a.as_constant() for a in args]))
         return self.getattr(tx, name).call(tx, args, kwargs)
 
