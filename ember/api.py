@@ -70,6 +70,8 @@ def compile_module_(module: torch.nn.Module, *, fullgraph: bool = False, dynamic
     cache_args = _cache_args(fullgraph, dynamic, backend, mode, options)
     if disable:
         return module
+    from ember import control  # noqa: F401  (as _make_cache: the tracer rules of ember.is_compiling & co.)
+    from ember.frontend.cache import FrameCache  # (in-place compiling loads the frontend now)
     # FrameCache's eager path calls a module compiled in place through _call_impl, not module(...)
     # (which would come back here): see FrameCache._eager
     module._compiled_call_impl = FrameCache(module, **cache_args)
