@@ -107,10 +107,12 @@ def disable(fn: Callable | None = None, recursive: bool = True, *, reason: str |
 # ---- caches ------------------------------------------------------------------------------------
 def reset() -> None:
     """Forget every compiled entry of every compiled callable: the next calls compile afresh."""
+    from ember.backends import regional
     from ember.frontend.cache import ALL_CACHES
 
     for cache in list(ALL_CACHES):
         cache.reset()
+    regional.clear()  # the compiled blocks shared across graphs
 
 
 # ---- what the tracer may do ----------------------------------------------------------------------

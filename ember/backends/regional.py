@@ -32,6 +32,7 @@ Off: ``ember.config.regional_compile = False`` (``EMBER_REGIONAL_COMPILE=0``), o
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import hashlib
 import threading
@@ -54,8 +55,8 @@ _TRUSTED_MODULES = ("torch", "_operator", "operator", "builtins", "math")
 _STATE_CHANGES = (torch._C._set_grad_enabled, torch.amp.autocast_mode._enter_autocast,
                   torch.amp.autocast_mode._exit_autocast)
 
-# key -> compiled callable, shared by every graph of the process (ember.reset() leaves it: a key
-# describes everything the compiled callable depends on)
+# key -> compiled callable, shared by every graph of the process (a key describes everything the
+# compiled callable depends on, settings included); ember.reset() clears it
 _SHARED: dict = {}
 _lock = threading.Lock()
 # what the pass did, process-wide: "compiles" (parts and graphs the backend compiled under a key),
@@ -174,6 +175,7 @@ def part_key(gm: fx.GraphModule, args: list, key: tuple) -> str:
     if torch._C._are_functorch_transforms_active():
         raise NotShareable("a functorch transform is active")
     h = hashlib.sha256(repr(key).encode())
+    h.update(_settings().encode())  # a compile under other settings (native_cpu, $CXX, ...) is not this one
     h.update(structure([n for n in gm.graph.nodes]).encode())
     storages: dict = {}
     devices = set()
@@ -189,6 +191,21 @@ def part_key(gm: fx.GraphModule, args: list, key: tuple) -> str:
         raise NotShareable(str(exc)) from None
     h.update(repr(_global_state(devices)).encode())
     return h.hexdigest()
+
+
+def _settings() -> str:
+    """Every ember setting and ember environment variable, as the compile now would read them."""
+    from ember.config import environment
+
+    fields = sorted((f.name, repr(getattr(config, f.name))) for f in dataclasses.fields(config))
+    env = sorted((name, environment.get(name)) for name in environment.VARIABLES)
+    return repr((fields, env))
+
+
+def clear() -> None:
+    """Forget every shared compiled callable (``ember.reset()``)."""
+    with _lock:
+        _SHARED.clear()
 
 
 def shared_compile(gm: fx.GraphModule, args: list, compiler, key: tuple):
