@@ -35,7 +35,13 @@ def test_import_and_decoration_load_no_heavy_module():
     out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     after_decoration, after_call = json.loads(out.stdout.strip().splitlines()[-1])
-    assert after_decoration == [], f"loaded by import ember + ember.compile(...): {after_decoration}"
+    import torch
+
+    # with a GPU, the default backend starts Triton's own start-up work at decoration (its prewarm),
+    # on purpose (issue 29: Triton's start-up begins early when a GPU is present)
+    allowed = {"ember.native", "triton"} if torch.cuda.is_available() else set()
+    unexpected = [m for m in after_decoration if m not in allowed]
+    assert unexpected == [], f"loaded by import ember + ember.compile(...): {unexpected}"
     assert after_call == list(HEAVY[:3]), "the first call loads the frontend and the autograd layer"
 
 

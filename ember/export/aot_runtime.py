@@ -17,6 +17,7 @@ dynamic dims' ranges and static sizes, runs the wrapper and rebuilds the output 
 from __future__ import annotations
 
 import io
+import importlib
 import json
 import platform
 import zipfile
@@ -83,6 +84,8 @@ class AOTModule:
         self.path, self.manifest, self.device = path, manifest, device
         self._run = namespace["forward"]
         self._weights = weights
+        for name in manifest.get("spec_modules", ()):  # e.g. transformers.modeling_outputs: registers its
+            importlib.import_module(name)               # output classes with pytree (the specs name them)
         self._in_spec = pytree.treespec_loads(manifest["in_spec"])
         self._out_spec = pytree.treespec_loads(manifest["out_spec"])
         self._inputs = manifest["user_inputs"]  # per flat input: {"name", "shape": [int | symbol name]}

@@ -65,6 +65,12 @@ def build(workdir: str, device: str) -> dict:
     from ember.native.backend import compile_aten_graph
 
     config.cache_dir = os.path.join(workdir, "ember_cache")  # empty: every kernel is generated and built here
+    modules = os.path.join(workdir, "pytree_modules.json")
+    if os.path.exists(modules):  # the output classes' modules register them with pytree (transformers')
+        import importlib
+        with open(modules) as f:
+            for name in json.load(f):
+                importlib.import_module(name)
     ep = torch.export.load(os.path.join(workdir, "program.pt2"))
     gm, real = retrace_for_native(ep, device)
     compiled = compile_aten_graph(gm, real, force_triton=device == "cpu")  # (CPU: the interpreter, for tests)

@@ -145,6 +145,7 @@ def aot_compile(ep: ExportedProgram, package_path: str, device: str = "cpu", *, 
         "format": FORMAT,
         "name": label,
         "environment": {**environment(kind), "native_cpu_code": False},
+        "spec_modules": spec_modules(ep),  # aot_load imports them before it reads the specs
         "in_spec": pytree.treespec_dumps(entry.in_spec),
         "out_spec": pytree.treespec_dumps(entry.out_spec),
         "user_inputs": user_inputs,
@@ -169,6 +170,27 @@ def aot_compile(ep: ExportedProgram, package_path: str, device: str = "cpu", *, 
     return package_path
 
 
+def spec_modules(ep: ExportedProgram) -> list:
+    """Modules defining the container types of the program's input/output specs (a Hugging Face
+    ``ModelOutput``, say): a process must import them before ``torch.export.load`` can rebuild the specs."""
+    mods: set = set()
+
+    def walk(spec) -> None:
+        if spec is None:
+            return
+        t = getattr(spec, "type", None)
+        mod = getattr(t, "__module__", None)
+        if mod and mod not in ("builtins", "collections") and not mod.startswith("torch"):
+            mods.add(mod)
+        children = spec.children() if callable(getattr(spec, "children", None)) else getattr(spec, "children_specs", ())
+        for child in children or ():
+            walk(child)
+
+    walk(ep.call_spec.in_spec)
+    walk(ep.call_spec.out_spec)
+    return sorted(mods)
+
+
 def _native_triton(ep: ExportedProgram, kind: str) -> tuple[dict, dict]:
     """The package's Triton kernels (CUDA; on CPU only under Triton's interpreter, which tests use): ({zip entry: bytes}, manifest record). The build runs in a child
     process with empty caches (``native_build.py``), so every Triton binary the wrapper needs is in
@@ -180,6 +202,8 @@ def _native_triton(ep: ExportedProgram, kind: str) -> tuple[dict, dict]:
     work = tempfile.mkdtemp(prefix="ember_aot_build_")
     try:
         torch.export.save(ep, os.path.join(work, "program.pt2"))
+        with open(os.path.join(work, "pytree_modules.json"), "w") as f:
+            json.dump(spec_modules(ep), f)  # the child registers these types before it loads the program
         from ember.config import environment
         extra = {"TRITON_INTERPRET": "0"} if kind == "cuda" else {}
         env = environment.for_child(TRITON_CACHE_DIR=os.path.join(work, "triton_cache"), **extra)

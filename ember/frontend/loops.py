@@ -315,6 +315,9 @@ def driven_loops(code: types.CodeType, failing: int, scope: "Scope | None") -> l
     """The loops a break at ``failing`` makes a driver for: those around it that ``scope`` does not
     drive already (outermost first); empty when the break is straight-line code of its scope."""
     around = loops_around(code, failing)
+    for lp in around:
+        if inlined_comprehension(code, lp):
+            raise LoopUnsupported(f"the loop at instruction {lp.first} is an inlined comprehension")
     if scope is not None:
         driven = set()
         s = scope
@@ -323,6 +326,17 @@ def driven_loops(code: types.CodeType, failing: int, scope: "Scope | None") -> l
             s = s.parent
         around = [lp for lp in around if (lp.first, lp.last) not in driven and lp.first in scope.inside]
     return around
+
+
+def inlined_comprehension(code: types.CodeType, lp: Loop) -> bool:
+    """3.12+ runs comprehensions inside their function's frame (PEP 709): the loop keeps the result
+    being built and the saved iteration variable (LOAD_FAST_AND_CLEAR) on the stack under the
+    iterator. A driver built around such a loop crashed CPython 3.12 (SIGSEGV), so these loops are
+    not driven: the whole loop runs as Python, as before drivers existed."""
+    if bc.PY < (3, 12) or lp.kind != "for":
+        return False
+    instrs = bc.decode(code)  # the prologue: LOAD_FAST_AND_CLEAR var; SWAP 2; BUILD_LIST 0; SWAP 2; FOR_ITER
+    return any(instrs[k].opname == "LOAD_FAST_AND_CLEAR" for k in range(max(0, lp.first - 6), lp.first))
 
 
 # ---- the driver's bytecode ---------------------------------------------------------------------

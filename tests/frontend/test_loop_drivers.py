@@ -164,3 +164,21 @@ def test_loop_analysis():
     assert w.kind == "while"
     # 3.12 places handlers after the function body and jumps back from there: no loop of its own
     assert [lp.kind for lp in L.find_loops(try_inside_body.__code__)] == ["for"]
+
+
+def _comprehensions_and_a_loop(x, it):
+    rest = [(k, c) for k, (_, c) in it]
+    for a in x:
+        rest.append(a)
+    return rest, {a for a in x}
+
+
+def test_inlined_comprehensions_are_not_driven():
+    """3.12 inlines comprehensions into the function's frame (PEP 709); a driver around one crashed
+    CPython 3.12, so such loops run as Python. Before 3.12 a comprehension is a code object of its own."""
+    from ember.frontend import bytecode as bc
+    from ember.frontend import loops as L
+
+    code = _comprehensions_and_a_loop.__code__
+    found = [L.inlined_comprehension(code, lp) for lp in L.find_loops(code)]
+    assert found == ([True, False, True] if bc.PY >= (3, 12) else [False])
