@@ -165,6 +165,13 @@ def key_of(gm: fx.GraphModule, args: list, opts) -> str:
                 raise NotCacheable(f"a {type(t).__name__} attribute")
             h.update(_describe_tensor(t, {}).encode())
             h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    describe_inputs(h, args)
+    return h.hexdigest()
+
+
+def describe_inputs(h, args) -> None:
+    """Feed ``h`` what a compiled graph depends on in its inputs (each tensor's metadata, which share
+    storage, other values) and the global state its trace read; raises NotCacheable."""
     storages: dict = {}
     devices = set()
     for a in args:
@@ -175,7 +182,6 @@ def key_of(gm: fx.GraphModule, args: list, opts) -> str:
             h.update(_describe_value(a).encode())
         h.update(b"|")
     h.update(repr(_global_state(devices)).encode())
-    return h.hexdigest()
 
 
 # ------------------------------------------------------------------------------ graphs as data

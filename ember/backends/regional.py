@@ -42,7 +42,7 @@ import torch.fx as fx
 
 from ember.config import config
 from ember.diagnostics import logging as elog
-from ember.locks import COMPILE_LOCK
+from ember.distributed.buckets import CompiledPart
 
 PASS_NAME = "regional"
 MIN_REGION_OPS = 4  # a smaller repeated call (one Linear) is cheaper to fuse with its neighbours than to share
@@ -170,26 +170,17 @@ def structure(nodes) -> str:
 
 def part_key(gm: fx.GraphModule, args: list, key: tuple) -> str:
     """The sharing key of compiling ``gm`` for ``args`` now; raises NotShareable."""
-    from ember.aot.cache import NotCacheable, _describe_tensor, _describe_value, _global_state
+    from ember.aot.cache import NotCacheable, describe_inputs
 
     if torch._C._are_functorch_transforms_active():
         raise NotShareable("a functorch transform is active")
     h = hashlib.sha256(repr(key).encode())
     h.update(_settings().encode())  # a compile under other settings (native_cpu, $CXX, ...) is not this one
     h.update(structure([n for n in gm.graph.nodes]).encode())
-    storages: dict = {}
-    devices = set()
     try:
-        for a in args:
-            if isinstance(a, torch.Tensor):
-                h.update(_describe_tensor(a, storages).encode())
-                devices.add(str(a.device))
-            else:
-                h.update(_describe_value(a).encode())
-            h.update(b"|")
+        describe_inputs(h, args)
     except NotCacheable as exc:
         raise NotShareable(str(exc)) from None
-    h.update(repr(_global_state(devices)).encode())
     return h.hexdigest()
 
 
@@ -294,7 +285,7 @@ def split_regions(gm: fx.GraphModule, example_inputs, compiler, key: tuple):
         part = getattr(split, name)
         part.meta["ember_split"] = dict(pass_name=PASS_NAME, index=index, count=len(names), parent=id(gm),
                                         region=index in region_parts)
-        setattr(split, name, SharedPart(part, compiler, key))
+        setattr(split, name, _shared_part(part, compiler, key))
     split.meta["ember_split"] = dict(pass_name=PASS_NAME, count=len(names), parent=id(gm))
     _bump("splits")
     elog.artifact("graph_code", f"{PASS_NAME}: graph split into {len(names)} parts, {len(region_parts)} of them "
@@ -307,22 +298,7 @@ def _structure_names(runs) -> list:
     return [call[1] for call in runs]
 
 
-class SharedPart(torch.nn.Module):
-    """One part of a split graph: compiled at its first call with that call's inputs, or the
-    callable of an identical part compiled before."""
-
-    def __init__(self, gm: fx.GraphModule, compiler, key: tuple):
-        super().__init__()
-        self.gm = gm
-        self.compiler = compiler
-        self.key = key
-        self.fn = None
-
-    def forward(self, *args):
-        fn = self.fn
-        if fn is None:
-            with COMPILE_LOCK:  # another thread may have compiled it meanwhile
-                if self.fn is None:
-                    self.fn = shared_compile(self.gm, list(args), self.compiler, self.key)
-                fn = self.fn
-        return fn(*args)
+def _shared_part(gm: fx.GraphModule, compiler, key: tuple) -> CompiledPart:
+    """One part of a split graph: compiled at its first call with that call's inputs (the DDP pass's
+    CompiledPart), or the callable of an identical part compiled before."""
+    return CompiledPart(gm, functools.partial(shared_compile, compiler=compiler, key=key))
