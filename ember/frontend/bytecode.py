@@ -21,6 +21,10 @@ SUPPORTED = ((3, 11), (3, 12))
 # 3.12 call layout (NULL below the callable), and the frontend has never run end to end on 3.13.
 DECODES = SUPPORTED + ((3, 13),)
 
+# How many instructions past its target an exhausted FOR_ITER resumes: 3.11 targets the loop's exit;
+# 3.12 targets END_FOR and skips it; 3.13 targets END_FOR and skips it and the POP_TOP after it.
+FOR_ITER_SKIP = {(3, 11): 0, (3, 12): 1}.get(PY, 2)
+
 # BINARY_OP argument -> (symbol, is_inplace); from CPython's own table so it cannot drift.
 NB_OPS = [(sym.rstrip("="), sym.endswith("=") and sym not in ("==",)) for _name, sym in dis._nb_ops]
 
