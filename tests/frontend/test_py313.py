@@ -182,3 +182,19 @@ def test_for_iter_exhausted_skips_end_for_and_pop_top():
     assert len(tx.stack) == 1
     H.FOR_ITER(tx, _ins("FOR_ITER", 3, 40, target=7))
     assert tx.stack == [] and tx.ip == 9
+
+
+def test_generated_bytecode_runs_on_python313():
+    """Loop drivers and break functions (torch-free code generation) run natively on 3.13: the
+    3.11/3.12 tests of that code, run by a 3.13 pytest (a crash or a wrong value fails)."""
+    py = _python313()
+    if py is None:
+        pytest.skip("no python3.13 on this machine")
+    site = os.environ.get("EMBER_PY313_SITE", "/tmp/py313")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([site, str(ROOT)]))
+    if subprocess.run([py, "-c", "import bytecode, pytest"], env=env, capture_output=True).returncode:
+        pytest.skip(f"python3.13 cannot import `bytecode` and `pytest`: pip install --target {site} bytecode pytest")
+    r = subprocess.run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest",
+                        "tests/frontend/test_loop_drivers.py", "tests/frontend/test_break_native.py"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
