@@ -84,6 +84,20 @@ def exception_handler(code: types.CodeType, offset: int):
     return None
 
 
+# fast locals an instruction assigns or unbinds (3.13's superinstructions carry a pair of names)
+_WRITES_ONE = ("STORE_FAST", "DELETE_FAST", "LOAD_FAST_AND_CLEAR")
+
+
+def fast_locals_written(ins: Instr) -> tuple:
+    if ins.opname in _WRITES_ONE:
+        return (ins.argval,)
+    if ins.opname == "STORE_FAST_STORE_FAST":
+        return tuple(ins.argval)
+    if ins.opname == "STORE_FAST_LOAD_FAST":
+        return (ins.argval[0],)
+    return ()
+
+
 def index_at(code: types.CodeType, offset: int) -> int:
     """Decoded instruction index at a byte offset."""
     return next(i.index for i in decode(code) if i.offset >= offset)

@@ -48,7 +48,8 @@ _TERMINAL = {"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE"}
 # an instruction that completes a statement: a region may start right after one
 _STATEMENT_END = {"STORE_FAST", "STORE_DEREF", "STORE_GLOBAL", "STORE_NAME", "STORE_ATTR", "STORE_SUBSCR",
                   "STORE_SLICE", "DELETE_FAST", "DELETE_DEREF", "DELETE_GLOBAL", "DELETE_NAME", "DELETE_ATTR",
-                  "DELETE_SUBSCR", "POP_TOP", "NOP", "RESUME", "POP_EXCEPT", "END_FOR", "PRINT_EXPR"}
+                  "DELETE_SUBSCR", "POP_TOP", "NOP", "RESUME", "POP_EXCEPT", "END_FOR", "PRINT_EXPR",
+                  "STORE_FAST_STORE_FAST"}  # 3.13 (not STORE_FAST_LOAD_FAST: it also starts the next statement)
 
 
 class LoopUnsupported(Exception):
@@ -362,8 +363,7 @@ def _restored_names(code: types.CodeType, scope: Scope) -> list:
     """The locals a driver takes back from a segment: only what the loop can change (the fast
     locals it stores or deletes) and every cell."""
     cells = set(code.co_cellvars)
-    stored = {i.argval for k, i in enumerate(bc.decode(code)) if k in scope.inside
-              and i.opname in ("STORE_FAST", "DELETE_FAST", "LOAD_FAST_AND_CLEAR")}
+    stored = {n for k, i in enumerate(bc.decode(code)) if k in scope.inside for n in bc.fast_locals_written(i)}
     return [n for n in code.co_varnames if n in stored and n not in cells] + list(code.co_cellvars)
 
 

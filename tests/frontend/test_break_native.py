@@ -6,7 +6,10 @@ CPython runs it (3.11, 3.12, and 3.13 through tests/frontend/test_py313.py): the
 callable up to 3.12 and above it on 3.13, and 3.13 passes keyword names to CALL_KW on the stack."""
 import contextlib
 import io
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(__file__))  # test_loop_drivers' run_driven
 
 from ember.frontend import bytecode as bc, resume as R
 
@@ -86,3 +89,23 @@ def test_method_call():
 
 def test_star_call():
     _both(star_call, (2, (1, 2)), [2, *_callee_pair(brk), (1, 2)])
+
+
+def fib_swap(n):
+    a = b = 1
+    for i in range(n):
+        a, b = b, a + b  # 3.13: LOAD_FAST_LOAD_FAST ... STORE_FAST_STORE_FAST
+        print("ab", a, b)
+    return a, b
+
+
+def test_driver_gives_back_locals_of_a_pair_store():
+    """A loop driver restores the locals its segments assign: on 3.13 a tuple swap stores both
+    names with one STORE_FAST_STORE_FAST, which the driver must count as writing both."""
+    from test_loop_drivers import run_driven
+    out_eager, out_driven = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out_eager):
+        want = fib_swap(5)
+    with contextlib.redirect_stdout(out_driven):
+        got = run_driven(fib_swap, (5,), {"a": 1, "b": 1})
+    assert got == want and out_driven.getvalue() == out_eager.getvalue()
