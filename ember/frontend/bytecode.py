@@ -16,9 +16,9 @@ from ember.frontend.errors import CompileError
 
 PY = sys.version_info[:2]
 SUPPORTED = ((3, 11), (3, 12))
-# 3.13: decoding and the handler table cover it (handlers/py313.py), checked by tests/frontend/py313_runner.py;
-# it stays out of SUPPORTED because the graph-break code generation (resume.py, loops.py) still emits the
-# 3.12 call layout (NULL below the callable), and the frontend has never run end to end on 3.13.
+# 3.13: decoding, the handler table (handlers/py313.py) and the graph-break code generation cover it, and
+# what runs without torch is tested on 3.13 (tests/frontend/test_py313.py). It stays out of SUPPORTED
+# until the frontend has run end to end on 3.13: there is no torch for 3.13 where ember is developed.
 DECODES = SUPPORTED + ((3, 13),)
 
 # How many instructions past its target an exhausted FOR_ITER resumes: 3.11 targets the loop's exit;
@@ -107,7 +107,7 @@ def check_python_version() -> None:
     if PY not in SUPPORTED:
         raise CompileError(
             f"ember supports CPython 3.11 and 3.12; this is {sys.version.split()[0]}"
-            + (" (3.13's bytecode is decoded, but graph-break code generation is not ported yet). "
+            + (" (3.13's bytecode is decoded, but ember has not been run end to end on 3.13 yet). "
                if PY in DECODES else ". ")
             + "Use Python 3.11 or 3.12, or call the function without ember.compile."
         )
