@@ -79,7 +79,32 @@ def handled_on(version: tuple) -> dict[str, str]:
 # ---- corpus ------------------------------------------------------------------------------------
 def corpus_functions() -> list:
     import tests.frontend.py313_corpus as corpus
-    return [v for k, v in vars(corpus).items() if isinstance(v, types.FunctionType) and not k.startswith("_")]
+    out = []
+    for k, v in vars(corpus).items():
+        if isinstance(v, types.FunctionType) and not k.startswith("_"):
+            out.append(v)
+        elif isinstance(v, type) and v.__module__ == corpus.__name__:  # methods (super(), ...)
+            out += [m for m in vars(v).values() if isinstance(m, types.FunctionType)]
+    return out
+
+
+def hot(n):
+    """Run often enough for 3.13 to specialize it (and, were the JIT on, to attach executors)."""
+    acc = 0
+    for i in range(n):
+        acc += len([i]) + abs(-i)
+    return acc
+
+
+def check_specialization_hidden(failures: list) -> None:
+    # decode() reads co_code, which CPython de-specializes: ENTER_EXECUTOR, RESUME_CHECK, BINARY_OP_ADD_INT...
+    # must never reach the handler table, however hot the function
+    for _ in range(200):
+        hot(100)
+    names = {i.opname for i in bc.decode(hot.__code__)}
+    specialized = sorted(n for n in names if n not in dis.opmap or n == "ENTER_EXECUTOR")
+    if specialized:
+        failures.append(f"decode() of a hot function shows specialized instructions: {specialized}")
 
 
 def all_code(code: types.CodeType):
@@ -124,6 +149,13 @@ KNOWN_UNHANDLED = {"CALL_INTRINSIC_2", "CLEANUP_THROW", "GET_AWAITABLE", "GET_AI
                    "MATCH_KEYS", "SETUP_FINALLY", "SETUP_CLEANUP", "SETUP_WITH", "POP_BLOCK"}
 
 
+# 3.13's new or changed opcodes: the corpus must contain each, or the coverage check proves little
+MUST_SEE = {"LOAD_FAST_LOAD_FAST", "STORE_FAST_LOAD_FAST", "STORE_FAST_STORE_FAST", "CALL", "CALL_KW",
+            "CALL_FUNCTION_EX", "LOAD_GLOBAL", "LOAD_ATTR", "LOAD_SUPER_ATTR", "TO_BOOL", "COMPARE_OP",
+            "MAKE_FUNCTION", "SET_FUNCTION_ATTRIBUTE", "CONVERT_VALUE", "FORMAT_SIMPLE", "FORMAT_WITH_SPEC",
+            "FOR_ITER", "END_FOR", "RETURN_CONST"}
+
+
 def main() -> int:
     failures: list[str] = []
     if bc.PY != (3, 13):
@@ -137,6 +169,10 @@ def main() -> int:
             n_code += 1
             for name in check_decode(code, failures):
                 seen.setdefault(name, code.co_qualname)
+    check_specialization_hidden(failures)
+    absent = sorted(MUST_SEE - set(seen))
+    if absent:
+        failures.append(f"the corpus no longer exercises {absent}")
     table = handled_on((3, 13))
     missing = sorted(n for n in seen if n not in table and n not in KNOWN_UNHANDLED)
     for n in missing:
