@@ -98,6 +98,17 @@ def fast_locals_written(ins: Instr) -> tuple:
     return ()
 
 
+def cells_loaded(code: types.CodeType, ins: Instr) -> tuple:
+    """Cell variables ``ins`` pushes as cells (to build a closure): LOAD_CLOSURE up to 3.12; 3.13
+    dropped it for a LOAD_FAST of the cell's slot."""
+    if ins.opname == "LOAD_CLOSURE":
+        return (ins.argval,)
+    if PY >= (3, 13) and ins.opname in ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST"):
+        names = ins.argval if isinstance(ins.argval, tuple) else (ins.argval,)
+        return tuple(n for n in names if n in code.co_cellvars or n in code.co_freevars)
+    return ()
+
+
 def index_at(code: types.CodeType, offset: int) -> int:
     """Decoded instruction index at a byte offset."""
     return next(i.index for i in decode(code) if i.offset >= offset)

@@ -300,7 +300,7 @@ def check_cells(code: types.CodeType, region: "Region") -> None:
     cell, which is only invisible if the variable is never assigned again (by this code or by an
     inner function). So a region that makes closures needs its captured cells to be write-once."""
     instrs = bc.decode(code)
-    captured = {i.argval for i in instrs[region.start:region.end + 1] if i.opname == "LOAD_CLOSURE"}
+    captured = {n for i in instrs[region.start:region.end + 1] for n in bc.cells_loaded(code, i)}
     if not captured:
         return
     inner_writes = set()

@@ -82,6 +82,8 @@ class _Tx:
         self.locals = dict(locals_)
         self.f_globals = {}
         self.ip = 0
+        self.cells = {}
+        self.code = _Tx.__init__.__code__  # no cell variables
 
     def push(self, v):
         self.stack.append(v)
@@ -198,3 +200,26 @@ def test_generated_bytecode_runs_on_python313():
                         "tests/frontend/test_loop_drivers.py", "tests/frontend/test_break_native.py"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+
+
+def test_load_fast_of_a_cell_slot_pushes_the_cell():
+    # 3.13 builds a closure tuple with LOAD_FAST of the cell variables (LOAD_CLOSURE became a pseudo-op)
+    from ember.frontend.interpreter import CellVariable
+
+    def outer():
+        a = 1
+        return lambda: a
+    cell = CellVariable(C(1))
+    tx = _Tx(x=C(2))
+    tx.cells, tx.code = {"a": cell}, outer.__code__
+    H.LOAD_FAST(tx, _ins("LOAD_FAST", 0, "a"))
+    H.LOAD_FAST(tx, _ins("LOAD_FAST", 1, "x"))
+    assert tx.stack[0] is cell and tx.stack[1].as_constant() == 2
+
+
+def test_cells_loaded_sees_closure_builds():
+    def outer():
+        a = 1
+        return lambda: a
+    loaded = {n for i in bc.decode(outer.__code__) for n in bc.cells_loaded(outer.__code__, i)}
+    assert loaded == {"a"}

@@ -44,7 +44,7 @@ def LOAD_CONST(tx, inst):
 _UNBOUND = object()
 
 
-@register("LOAD_FAST", "LOAD_FAST_CHECK")
+@register("LOAD_FAST", "LOAD_FAST_CHECK", versions=((3, 11), (3, 12)))  # 3.13: handlers/py313.py
 def LOAD_FAST(tx, inst):
     v = tx.locals.get(inst.argval, _UNBOUND)
     if v is _UNBOUND:

@@ -12,7 +12,8 @@ Semantics follow https://docs.python.org/3.13/library/dis.html. The 3.13 changes
   conversion happens (and breaks, for a tensor) at TO_BOOL / COMPARE_OP, which native code re-runs;
 * MAKE_FUNCTION takes only the code object; SET_FUNCTION_ATTRIBUTE adds defaults, closure, ...;
 * FORMAT_VALUE is split into CONVERT_VALUE, FORMAT_SIMPLE and FORMAT_WITH_SPEC;
-* END_FOR pops one value, and an exhausted FOR_ITER skips both END_FOR and the POP_TOP after it.
+* END_FOR pops one value, and an exhausted FOR_ITER skips both END_FOR and the POP_TOP after it;
+* LOAD_CLOSURE is gone: a closure's cells are loaded with LOAD_FAST of the cell variable's slot.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from ember.frontend.handlers import register
 from ember.frontend.handlers.calls import CALL_FUNCTION_EX as _call_function_ex_312
 from ember.frontend.handlers.containers import _CONVERSIONS
 from ember.frontend.handlers.jumps import _next_item
-from ember.frontend.handlers.loads_stores import LOAD_FAST, STORE_FAST, _getattr
+from ember.frontend.handlers.loads_stores import LOAD_FAST as _load_fast_312, STORE_FAST, _getattr
 from ember.frontend.interpreter import is_null
 from ember.frontend.variables.base import NULL, ConstantVariable
 from ember.frontend.variables.dicts import DictVariable
@@ -38,6 +39,15 @@ class _Named:
 
     def __init__(self, name):
         self.argval = name
+
+
+@register("LOAD_FAST", "LOAD_FAST_CHECK", versions=V313)
+def LOAD_FAST(tx, inst):
+    name = inst.argval
+    if name in tx.cells and (name in tx.code.co_cellvars or name in tx.code.co_freevars):
+        tx.push(tx.cells[name])  # the cell itself, for a closure tuple (3.12's LOAD_CLOSURE)
+    else:
+        _load_fast_312(tx, inst)
 
 
 # ---- superinstructions over locals: argval is the pair of names (dis resolves oparg>>4, oparg&15) --
