@@ -210,7 +210,7 @@ def break_call(frame, fn, start: int, exc: Unsupported, ctx: BreakContext, trace
     fn_break = ctx.break_fn(fn, start, exc.frame_index, nulls, tuple(names), scope)
     wrap_at = None
     inst = R.bc.decode(frame.code)[exc.frame_index]
-    if (exc.inner_depth > 1 or exc.compile_callee) and inst.opname in ("CALL", "CALL_FUNCTION_EX") and start == R.call_start(frame.code, exc.frame_index):
+    if (exc.inner_depth > 1 or exc.compile_callee) and inst.opname in ("CALL", "CALL_KW", "CALL_FUNCTION_EX") and start == R.call_start(frame.code, exc.frame_index):
         wrap_at = _callable_position(frame.stack, inst)  # the callee is on the stack: compile it on its own
     return BreakCall(fn, fn_break, list(frame.stack), values, wrap_at, ctx, contexts)
 
@@ -267,12 +267,13 @@ def _loop_exit(resume_for, top: bool):
 
 
 def _callable_position(stack: list, inst) -> int | None:
-    if inst.opname == "CALL":
-        below = len(stack) - inst.arg - 2
+    if inst.opname in ("CALL", "CALL_KW"):
+        # [NULL, fn] / [method, self] up to 3.12; [fn, NULL] / [method, self] on 3.13 (CALL_KW: names on top)
+        below = len(stack) - inst.arg - 2 - (inst.opname == "CALL_KW")
         if below < 0:
             return None
         return below + 1 if isinstance(stack[below], NullVariable) else below
-    pos = len(stack) - 2 - (inst.arg & 1)
+    pos = len(stack) - 2 - (inst.arg & 1) - (R.bc.PY >= (3, 13))  # 3.13: func, NULL, callargs[, kwargs]
     return pos if pos >= 0 else None
 
 

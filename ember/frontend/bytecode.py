@@ -16,6 +16,14 @@ from ember.frontend.errors import CompileError
 
 PY = sys.version_info[:2]
 SUPPORTED = ((3, 11), (3, 12))
+# 3.13: decoding, the handler table (handlers/py313.py) and the graph-break code generation cover it, and
+# what runs without torch is tested on 3.13 (tests/frontend/test_py313.py). It stays out of SUPPORTED
+# until the frontend has run end to end on 3.13: there is no torch for 3.13 where ember is developed.
+DECODES = SUPPORTED + ((3, 13),)
+
+# How many instructions past its target an exhausted FOR_ITER resumes: 3.11 targets the loop's exit;
+# 3.12 targets END_FOR and skips it; 3.13 targets END_FOR and skips it and the POP_TOP after it.
+FOR_ITER_SKIP = {(3, 11): 0, (3, 12): 1}.get(PY, 2)
 
 # BINARY_OP argument -> (symbol, is_inplace); from CPython's own table so it cannot drift.
 NB_OPS = [(sym.rstrip("="), sym.endswith("=") and sym not in ("==",)) for _name, sym in dis._nb_ops]
@@ -76,6 +84,31 @@ def exception_handler(code: types.CodeType, offset: int):
     return None
 
 
+# fast locals an instruction assigns or unbinds (3.13's superinstructions carry a pair of names)
+_WRITES_ONE = ("STORE_FAST", "DELETE_FAST", "LOAD_FAST_AND_CLEAR")
+
+
+def fast_locals_written(ins: Instr) -> tuple:
+    if ins.opname in _WRITES_ONE:
+        return (ins.argval,)
+    if ins.opname == "STORE_FAST_STORE_FAST":
+        return tuple(ins.argval)
+    if ins.opname == "STORE_FAST_LOAD_FAST":
+        return (ins.argval[0],)
+    return ()
+
+
+def cells_loaded(code: types.CodeType, ins: Instr) -> tuple:
+    """Cell variables ``ins`` pushes as cells (to build a closure): LOAD_CLOSURE up to 3.12; 3.13
+    dropped it for a LOAD_FAST of the cell's slot."""
+    if ins.opname == "LOAD_CLOSURE":
+        return (ins.argval,)
+    if PY >= (3, 13) and ins.opname in ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST"):
+        names = ins.argval if isinstance(ins.argval, tuple) else (ins.argval,)
+        return tuple(n for n in names if n in code.co_cellvars or n in code.co_freevars)
+    return ()
+
+
 def index_at(code: types.CodeType, offset: int) -> int:
     """Decoded instruction index at a byte offset."""
     return next(i.index for i in decode(code) if i.offset >= offset)
@@ -84,8 +117,10 @@ def index_at(code: types.CodeType, offset: int) -> int:
 def check_python_version() -> None:
     if PY not in SUPPORTED:
         raise CompileError(
-            f"ember supports CPython 3.11 and 3.12; this is {sys.version.split()[0]}. "
-            "Use Python 3.11 or 3.12, or call the function without ember.compile."
+            f"ember supports CPython 3.11 and 3.12; this is {sys.version.split()[0]}"
+            + (" (3.13's bytecode is decoded, but ember has not been run end to end on 3.13 yet). "
+               if PY in DECODES else ". ")
+            + "Use Python 3.11 or 3.12, or call the function without ember.compile."
         )
 
 

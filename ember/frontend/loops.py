@@ -48,7 +48,8 @@ _TERMINAL = {"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE"}
 # an instruction that completes a statement: a region may start right after one
 _STATEMENT_END = {"STORE_FAST", "STORE_DEREF", "STORE_GLOBAL", "STORE_NAME", "STORE_ATTR", "STORE_SUBSCR",
                   "STORE_SLICE", "DELETE_FAST", "DELETE_DEREF", "DELETE_GLOBAL", "DELETE_NAME", "DELETE_ATTR",
-                  "DELETE_SUBSCR", "POP_TOP", "NOP", "RESUME", "POP_EXCEPT", "END_FOR", "PRINT_EXPR"}
+                  "DELETE_SUBSCR", "POP_TOP", "NOP", "RESUME", "POP_EXCEPT", "END_FOR", "PRINT_EXPR",
+                  "STORE_FAST_STORE_FAST"}  # 3.13 (not STORE_FAST_LOAD_FAST: it also starts the next statement)
 
 
 class LoopUnsupported(Exception):
@@ -57,6 +58,20 @@ class LoopUnsupported(Exception):
 
 def _call(n: int) -> list:
     return ([bclib.Instr("PRECALL", n)] if bc.PY < (3, 12) else []) + [bclib.Instr("CALL", n)]
+
+
+def null_and(*load) -> list:
+    """A callable for CALL without ``self``: [NULL, callable] up to 3.12, [callable, NULL] on 3.13."""
+    if bc.PY >= (3, 13):
+        return [*load, bclib.Instr("PUSH_NULL")]
+    return [bclib.Instr("PUSH_NULL"), *load]
+
+
+def callable_under_tos(*load) -> list:
+    """[.., x] -> [.., callable and its NULL (in the running version's order), x]: ready for CALL 1."""
+    if bc.PY >= (3, 13):
+        return [*load, bclib.Instr("SWAP", 2), bclib.Instr("PUSH_NULL"), bclib.Instr("SWAP", 2)]
+    return [bclib.Instr("PUSH_NULL"), bclib.Instr("SWAP", 2), *load, bclib.Instr("SWAP", 2)]
 
 
 def _pop_jump(if_true: bool, label) -> bclib.Instr:
@@ -72,7 +87,7 @@ def _successors(ins, instrs) -> list:
     if ins.target is not None:
         out.append(ins.target)
         if ins.opname == "FOR_ITER" and bc.PY >= (3, 12):
-            out.append(ins.target + 1)  # an exhausted 3.12 FOR_ITER lands past its END_FOR
+            out.append(ins.target + bc.FOR_ITER_SKIP)  # an exhausted 3.12+ FOR_ITER lands past its END_FOR
     if ins.opname not in _UNCONDITIONAL | _TERMINAL and ins.index + 1 < len(instrs):
         out.append(ins.index + 1)
     return out
@@ -139,7 +154,8 @@ def find_loops(code: types.CodeType) -> tuple:
             continue
         for_heads.add(ins.index)
         if bc.PY >= (3, 12):
-            last, exit_ = ins.target, ins.target + 1  # END_FOR belongs to the loop
+            # END_FOR (3.13: and its POP_TOP) belongs to the loop
+            last, exit_ = ins.target + bc.FOR_ITER_SKIP - 1, ins.target + bc.FOR_ITER_SKIP
         else:
             last, exit_ = ins.target - 1, ins.target
         entry = ins.index
@@ -344,9 +360,8 @@ def segment_call(depth: int, segment, then: list) -> list:
     """At a body entry with ``depth`` stack values: ``r = segment(stack copy, locals())`` with the
     stack left in place (a handler around the loop expects it if the segment raises), then ``then``."""
     out = [bclib.Instr("COPY", depth) for _ in range(depth)]
-    out += [bclib.Instr("BUILD_TUPLE", depth), bclib.Instr("PUSH_NULL"), bclib.Instr("SWAP", 2),
-            bclib.Instr("LOAD_CONST", segment), bclib.Instr("SWAP", 2),
-            bclib.Instr("PUSH_NULL"), bclib.Instr("LOAD_CONST", builtins.locals), *_call(0), *_call(2)]
+    out += [bclib.Instr("BUILD_TUPLE", depth), *callable_under_tos(bclib.Instr("LOAD_CONST", segment)),
+            *null_and(bclib.Instr("LOAD_CONST", builtins.locals)), *_call(0), *_call(2)]
     return out + then
 
 
@@ -362,8 +377,7 @@ def _restored_names(code: types.CodeType, scope: Scope) -> list:
     """The locals a driver takes back from a segment: only what the loop can change (the fast
     locals it stores or deletes) and every cell."""
     cells = set(code.co_cellvars)
-    stored = {i.argval for k, i in enumerate(bc.decode(code)) if k in scope.inside
-              and i.opname in ("STORE_FAST", "DELETE_FAST", "LOAD_FAST_AND_CLEAR")}
+    stored = {n for k, i in enumerate(bc.decode(code)) if k in scope.inside for n in bc.fast_locals_written(i)}
     return [n for n in code.co_varnames if n in stored and n not in cells] + list(code.co_cellvars)
 
 
@@ -438,15 +452,14 @@ def dispatch_block(label, code: types.CodeType, scope: Scope, stop_labels: dict,
         pushes += [push, bclib.Instr("LOAD_CONST", 1), bclib.Instr("BINARY_SUBSCR"),
                    bclib.Instr("LOAD_CONST", slice(None, None, -1)), bclib.Instr("BINARY_SUBSCR"),
                    bclib.Instr("UNPACK_SEQUENCE", depths[t]), bclib.Instr("JUMP_BACKWARD", lab)]
-    out += [to_exit, bclib.Instr("PUSH_NULL"), bclib.Instr("SWAP", 2), bclib.Instr("LOAD_CONST", exit_fn),
-            bclib.Instr("SWAP", 2), *_call(1), bclib.Instr("RETURN_VALUE")]
+    out += [to_exit, *callable_under_tos(bclib.Instr("LOAD_CONST", exit_fn)), *_call(1), bclib.Instr("RETURN_VALUE")]
     return out + pushes
 
 
 def stop_epilogue(label, target: int, depth: int) -> list:
     """A native scoped copy reached a stop: ``return (target, (stack...), locals())``."""
     return [label, bclib.Instr("BUILD_TUPLE", depth), bclib.Instr("LOAD_CONST", target), bclib.Instr("SWAP", 2),
-            bclib.Instr("PUSH_NULL"), bclib.Instr("LOAD_CONST", builtins.locals), *_call(0),
+            *null_and(bclib.Instr("LOAD_CONST", builtins.locals)), *_call(0),
             bclib.Instr("BUILD_TUPLE", 3), bclib.Instr("RETURN_VALUE")]
 
 

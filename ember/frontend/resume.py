@@ -202,7 +202,7 @@ def plan_region(code: types.CodeType, start: int, failing: int, stack_nulls: lis
     if bc.PY >= (3, 12):  # FOR_ITER jumps past END_FOR when exhausted: keep END_FOR inside
         for ins in instrs[start:end + 1]:
             if ins.opname == "FOR_ITER" and ins.target == end + 1 and instrs[end + 1].opname == "END_FOR":
-                end += 1
+                end += bc.FOR_ITER_SKIP
     lowest_null = next((i for i, is_null in enumerate(stack_nulls) if is_null), None)
     if lowest_null is not None:
         # a pending call's NULL cannot be packed into a tuple: run on until the call consumes it
@@ -220,8 +220,8 @@ def plan_region(code: types.CodeType, start: int, failing: int, stack_nulls: lis
     check_cells(code, region)
     for ins in instrs[start:end + 1]:
         if ins.target is not None and not (start <= ins.target <= end):
-            if _exits_past_end_for(ins, instrs):  # 3.12: the loop really resumes after END_FOR
-                region.exits[ins.target + 1] = depths[ins.target + 1]
+            if _exits_past_end_for(ins, instrs):  # 3.12+: the loop really resumes after END_FOR
+                region.exits[ins.target + bc.FOR_ITER_SKIP] = depths[ins.target + bc.FOR_ITER_SKIP]
                 continue
             if ins.target < start and (scope is None or not scope.stops_copy(ins.target)):
                 raise CannotResume("a jump backwards out of the native region")
@@ -238,7 +238,7 @@ def plan_region(code: types.CodeType, start: int, failing: int, stack_nulls: lis
 
 
 def _exits_past_end_for(ins, instrs) -> bool:
-    """3.12's FOR_ITER, when exhausted, pops the iterator and jumps *past* the END_FOR it targets."""
+    """3.12+'s FOR_ITER, when exhausted, pops the iterator and jumps *past* the END_FOR it targets."""
     return ins.opname == "FOR_ITER" and bc.PY >= (3, 12) and instrs[ins.target].opname == "END_FOR"
 
 
@@ -274,6 +274,8 @@ def _lowest_reached(instrs, depths, start: int, end: int) -> int:
             low = min(low, d - ins.arg - 2)
         elif ins.opname == "CALL":
             low = min(low, depths[ins.index + 1] - 1 if ins.index + 1 < len(depths) and depths[ins.index + 1] is not None else d)
+        elif ins.opname == "CALL_KW":  # 3.13: callable, self_or_null, args, kwnames
+            low = min(low, d - ins.arg - 3)
         elif ins.opname == "CALL_FUNCTION_EX":
             low = min(low, d - 3 - (ins.arg & 1))
         else:
@@ -298,7 +300,7 @@ def check_cells(code: types.CodeType, region: "Region") -> None:
     cell, which is only invisible if the variable is never assigned again (by this code or by an
     inner function). So a region that makes closures needs its captured cells to be write-once."""
     instrs = bc.decode(code)
-    captured = {i.argval for i in instrs[region.start:region.end + 1] if i.opname == "LOAD_CLOSURE"}
+    captured = {n for i in instrs[region.start:region.end + 1] for n in bc.cells_loaded(code, i)}
     if not captured:
         return
     inner_writes = set()
@@ -375,10 +377,11 @@ def build_continuation(code: types.CodeType, start: int, *, stack_nulls: list, b
                 tgt = label_index.get(ins.arg)
                 if tgt is not None and not (region.start <= tgt <= region.end):
                     if _exits_past_end_for(decoded[k], decoded):
-                        # the jump lands one instruction past its label: give it an END_FOR to skip
-                        skip = bclib.Label()
-                        body = _epilogue(bclib.Label(), region.exits[tgt + 1], resume_for(tgt + 1))
-                        epilogues.extend([skip, bclib.Instr("END_FOR"), *body])
+                        # the jump lands past its label: give it the END_FOR (3.13: END_FOR, POP_TOP) to skip
+                        skip, past = bclib.Label(), tgt + bc.FOR_ITER_SKIP
+                        body = _epilogue(bclib.Label(), region.exits[past], resume_for(past))
+                        skipped = [bclib.Instr("END_FOR")] + [bclib.Instr("POP_TOP")] * (bc.FOR_ITER_SKIP - 1)
+                        epilogues.extend([skip, *skipped, *body])
                         ins.arg = skip
                     else:
                         ins.arg = exit_label(tgt)
@@ -426,8 +429,7 @@ _CALLABLE_CONTINUES = {"LOAD_ATTR", "LOAD_METHOD", "BINARY_SUBSCR", "LOAD_SUPER_
 
 def _wrap_tos(wrapper) -> list:
     """[..., X] -> [..., wrapper(X)] (X is never NULL)."""
-    return [bclib.Instr("PUSH_NULL"), bclib.Instr("SWAP", 2), bclib.Instr("LOAD_CONST", wrapper),
-            bclib.Instr("SWAP", 2), *_call(1)]
+    return [*L.callable_under_tos(bclib.Instr("LOAD_CONST", wrapper)), *_call(1)]
 
 
 def _wrap_region_calls(items, real, decoded, code, region, wrapper) -> None:
@@ -455,14 +457,18 @@ def _wrap_region_calls(items, real, decoded, code, region, wrapper) -> None:
             plain = "LOAD_GLOBAL" if d.opname == "LOAD_GLOBAL" else "LOAD_ATTR"
             arg = (False, name) if (plain == "LOAD_GLOBAL" or bc.PY >= (3, 12)) else name
             pos = _identity_index(items, ins)
-            items[pos:pos + 1] = [bclib.Instr(plain, arg, location=ins.location), *_wrap_tos(guarded),
-                                  bclib.Instr("PUSH_NULL"), bclib.Instr("SWAP", 2)]
+            # [NULL, wrapped] up to 3.12; 3.13 wants [wrapped, NULL]
+            with_null = [bclib.Instr("PUSH_NULL")] + ([] if bc.PY >= (3, 13) else [bclib.Instr("SWAP", 2)])
+            items[pos:pos + 1] = [bclib.Instr(plain, arg, location=ins.location), *_wrap_tos(guarded), *with_null]
             continue
-        if d.opname in ("LOAD_FAST", "LOAD_DEREF") and k > region.start and decoded[k - 1].opname == "PUSH_NULL" \
+        if bc.PY >= (3, 13) and d.opname in ("LOAD_FAST", "LOAD_DEREF") and k + 1 < len(decoded) \
+                and decoded[k + 1].opname == "PUSH_NULL":  # 3.13: the NULL follows the callable
+            after = _wrap_tos(guarded)
+        elif d.opname in ("LOAD_FAST", "LOAD_DEREF") and k > region.start and decoded[k - 1].opname == "PUSH_NULL" \
                 and k + 1 < len(decoded) and decoded[k + 1].opname not in _CALLABLE_CONTINUES:
             after = _wrap_tos(guarded)
         elif d.opname == "CALL_FUNCTION_EX":
-            depth = 2 + (d.arg & 1)
+            depth = 2 + (d.arg & 1) + (bc.PY >= (3, 13))  # 3.13: func, NULL, callargs[, kwargs]
             pos = _identity_index(items, ins)
             items[pos:pos] = [bclib.Instr("SWAP", depth), *_wrap_tos(guarded), bclib.Instr("SWAP", depth)]
             continue
@@ -519,9 +525,8 @@ def _epilogue(label, depth: int, resume_fn) -> list:
     return [
         label,
         bclib.Instr("BUILD_TUPLE", depth),
-        bclib.Instr("PUSH_NULL"), bclib.Instr("SWAP", 2),
-        bclib.Instr("LOAD_CONST", resume_fn), bclib.Instr("SWAP", 2),
-        bclib.Instr("PUSH_NULL"), bclib.Instr("LOAD_CONST", builtins.locals), *_call(0),
+        *L.callable_under_tos(bclib.Instr("LOAD_CONST", resume_fn)),
+        *L.null_and(bclib.Instr("LOAD_CONST", builtins.locals)), *_call(0),
         *_call(2),
         bclib.Instr("RETURN_VALUE"),
     ]

@@ -13,8 +13,11 @@ from ember.frontend.errors import Unsupported
 HANDLERS: dict[str, Callable] = {}
 
 
-def register(*opnames: str, versions: tuple = ((3, 11), (3, 12))):
-    """Register a handler for ``opnames`` on Python versions ``versions[0]`` through ``versions[1]``."""
+def register(*opnames: str, versions: tuple = ((3, 11), (3, 13))):
+    """Register a handler for ``opnames`` on Python versions ``versions[0]`` through ``versions[1]``.
+
+    The default covers every version whose semantics for the opcode are the same; an opcode whose
+    stack effect or argument changed gets one registration per range (e.g. 3.13's CALL)."""
     lo, hi = versions
 
     def deco(fn):
@@ -35,5 +38,5 @@ def unsupported(*opnames: str, reason: str):
 
 
 from ember.frontend.handlers import (  # noqa: E402,F401  (registration side effects)
-    arithmetic, blocks, calls, containers, jumps, loads_stores,
+    arithmetic, blocks, calls, containers, jumps, loads_stores, py313,
 )

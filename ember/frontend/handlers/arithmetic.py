@@ -20,7 +20,7 @@ def BINARY_OP(tx, inst):
     tx.push(B.apply_operator(tx, fn, a, b))
 
 
-@register("COMPARE_OP")
+@register("COMPARE_OP", versions=((3, 11), (3, 12)))
 def COMPARE_OP(tx, inst):
     b = tx.pop()
     a = tx.pop()
@@ -61,7 +61,7 @@ _INTRINSIC_UNARY_POSITIVE = 5
 _INTRINSIC_LIST_TO_TUPLE = 6
 
 
-@register("CALL_INTRINSIC_1", versions=((3, 12), (3, 12)))
+@register("CALL_INTRINSIC_1", versions=((3, 12), (3, 13)))
 def CALL_INTRINSIC_1(tx, inst):
     if inst.arg == _INTRINSIC_UNARY_POSITIVE:
         tx.push(B.call_builtin(tx, operator.pos, [tx.pop()], {}))
@@ -94,7 +94,7 @@ def DELETE_SUBSCR(tx, inst):
     obj.call_method(tx, "__delitem__", [key], {})
 
 
-@register("BINARY_SLICE", versions=((3, 12), (3, 12)))
+@register("BINARY_SLICE", versions=((3, 12), (3, 13)))
 def BINARY_SLICE(tx, inst):
     stop = tx.pop()
     start = tx.pop()
@@ -102,7 +102,7 @@ def BINARY_SLICE(tx, inst):
     tx.push(tx.getitem(obj, SliceVariable(start, stop, ConstantVariable(None))))
 
 
-@register("STORE_SLICE", versions=((3, 12), (3, 12)))
+@register("STORE_SLICE", versions=((3, 12), (3, 13)))
 def STORE_SLICE(tx, inst):
     stop = tx.pop()
     start = tx.pop()

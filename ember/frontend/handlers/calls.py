@@ -10,12 +10,12 @@ from ember.frontend.variables.functions import NestedFunctionVariable
 from ember.frontend.variables.sequences import TupleVariable
 
 
-@register("KW_NAMES")
+@register("KW_NAMES", versions=((3, 11), (3, 12)))
 def KW_NAMES(tx, inst):
     tx.kw_names = tx.code.co_consts[inst.arg]  # dis leaves argval unresolved on 3.11
 
 
-@register("CALL")
+@register("CALL", versions=((3, 11), (3, 12)))
 def CALL(tx, inst):
     args = tx.popn(inst.arg)
     below, top = tx.stack[-2], tx.stack[-1]
@@ -34,7 +34,7 @@ def CALL(tx, inst):
     tx.push(fn.call(tx, args, kwargs))
 
 
-@register("CALL_FUNCTION_EX")
+@register("CALL_FUNCTION_EX", versions=((3, 11), (3, 12)))
 def CALL_FUNCTION_EX(tx, inst):
     kwargs_vt = tx.pop() if inst.arg & 1 else None
     args_vt = tx.pop()
@@ -55,7 +55,7 @@ _MAKE_FUNCTION_ANNOTATIONS = 0x04
 _MAKE_FUNCTION_CLOSURE = 0x08
 
 
-@register("MAKE_FUNCTION")
+@register("MAKE_FUNCTION", versions=((3, 11), (3, 12)))
 def MAKE_FUNCTION(tx, inst):
     code = tx.pop().as_constant()
     flags = inst.arg

@@ -124,7 +124,7 @@ def UNPACK_EX(tx, inst):
 _CONVERSIONS = {0: None, 1: str, 2: repr, 3: ascii}
 
 
-@register("FORMAT_VALUE")
+@register("FORMAT_VALUE", versions=((3, 11), (3, 12)))
 def FORMAT_VALUE(tx, inst):
     spec = tx.pop().as_constant() if inst.arg & 0x04 else ""
     value = tx.pop()

@@ -91,7 +91,7 @@ def RETURN_VALUE(tx, inst):
     tx.returned = tx.pop()
 
 
-@register("RETURN_CONST", versions=((3, 12), (3, 12)))
+@register("RETURN_CONST", versions=((3, 12), (3, 13)))
 def RETURN_CONST(tx, inst):
     tx.returned = VariableTracker.const(inst.argval)
 
@@ -128,7 +128,7 @@ def SEND_311(tx, inst):
         tx.push(item)
 
 
-@register("SEND", versions=((3, 12), (3, 12)))
+@register("SEND", versions=((3, 12), (3, 13)))
 def SEND_312(tx, inst):
     tx.pop()
     item = _next_item(tx, tx.stack[-1])
@@ -139,6 +139,6 @@ def SEND_312(tx, inst):
         tx.push(item)
 
 
-@register("END_SEND", versions=((3, 12), (3, 12)))
+@register("END_SEND", versions=((3, 12), (3, 13)))
 def END_SEND(tx, inst):
     del tx.stack[-2]

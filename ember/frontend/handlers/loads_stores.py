@@ -44,7 +44,7 @@ def LOAD_CONST(tx, inst):
 _UNBOUND = object()
 
 
-@register("LOAD_FAST", "LOAD_FAST_CHECK")
+@register("LOAD_FAST", "LOAD_FAST_CHECK", versions=((3, 11), (3, 12)))  # 3.13: handlers/py313.py
 def LOAD_FAST(tx, inst):
     v = tx.locals.get(inst.argval, _UNBOUND)
     if v is _UNBOUND:
@@ -54,7 +54,7 @@ def LOAD_FAST(tx, inst):
     tx.push(v)
 
 
-@register("LOAD_FAST_AND_CLEAR", versions=((3, 12), (3, 12)))
+@register("LOAD_FAST_AND_CLEAR", versions=((3, 12), (3, 13)))
 def LOAD_FAST_AND_CLEAR(tx, inst):
     # 3.12 inlined comprehensions save the outer binding (possibly unbound) and restore it after.
     tx.push(realize(tx, tx.locals.pop(inst.argval, NULL)))
@@ -74,7 +74,7 @@ def DELETE_FAST(tx, inst):
     tx.locals.pop(inst.argval, None)
 
 
-@register("LOAD_GLOBAL")
+@register("LOAD_GLOBAL", versions=((3, 11), (3, 12)))
 def LOAD_GLOBAL(tx, inst):
     if inst.arg & 1:
         tx.push(NULL)

@@ -48,7 +48,8 @@ class PassThroughVariable(VariableTracker):
 # instructions that only move a value, so a lazy one stays lazy through them
 _MOVES = frozenset({"STORE_FAST", "POP_TOP", "NOP", "SWAP", "COPY", "LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_CONST",
                     "LOAD_GLOBAL", "LOAD_DEREF", "JUMP_FORWARD", "JUMP_BACKWARD", "RESUME", "RETURN_VALUE",
-                    "PUSH_NULL", "RETURN_CONST"})
+                    "PUSH_NULL", "RETURN_CONST",
+                    "LOAD_FAST_LOAD_FAST", "STORE_FAST_STORE_FAST", "STORE_FAST_LOAD_FAST"})  # 3.13
 
 
 def realize(tx, v):
