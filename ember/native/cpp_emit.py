@@ -37,7 +37,7 @@ import sympy
 import torch
 
 from ember.native import ir, ops
-from ember.native.scope import Names, Scope
+from ember.native.scope import Names, Scope, node_value
 from ember.native.cpp_prelude import PRELUDE  # the e_* helpers the registry's "cpp" spellings call
 from ember.native.scheduler import Kernel
 from ember.native.symbolic import FloorDiv, IMod, is_static
@@ -212,18 +212,7 @@ class CppKernelEmitter(Names):
         return self.emit(scope, compute_dtype(dt), code)
 
     # -- nodes ---------------------------------------------------------------------------------
-    def node_value(self, name, scope):
-        if self.k.roles[name] != "inner":
-            return self.outer_vals[name]
-        s = scope
-        while s is not None:
-            if name in s.node_vals:
-                return s.node_vals[name]
-            s = s.parent
-        n = self.nodes[name]
-        v = self.cast(self.value(self.k.bodies[name], scope), self.k.bodies[name].dtype, n.layout.dtype, scope)
-        scope.node_vals[name] = v
-        return v
+    node_value = node_value  # (scope.py: shared by both renderers)
 
     def store(self, name, v, scope):
         n = self.nodes[name]

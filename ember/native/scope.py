@@ -35,3 +35,20 @@ class Names:
     def new_tmp(self):
         self.tmp += 1
         return f"tmp{self.tmp - 1}"
+
+
+def node_value(emitter, name, scope):
+    """The value of a node of ``emitter``'s kernel as seen from ``scope``, for either renderer: an
+    outer node's loaded value, or an inner node's value found in an enclosing scope or computed
+    here (recomputed for inner nodes of an earlier loop) and cast to the node's dtype."""
+    if emitter.k.roles[name] != "inner":
+        return emitter.outer_vals[name]
+    s = scope
+    while s is not None:
+        if name in s.node_vals:
+            return s.node_vals[name]
+        s = s.parent
+    body = emitter.k.bodies[name]
+    v = emitter.cast(emitter.value(body, scope), body.dtype, emitter.nodes[name].layout.dtype, scope)
+    scope.node_vals[name] = v
+    return v

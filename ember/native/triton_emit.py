@@ -36,7 +36,7 @@ import sympy
 import torch
 
 from ember.native import ir, ops
-from ember.native.scope import Names, Scope
+from ember.native.scope import Names, Scope, node_value
 from ember.native.scheduler import Kernel
 from ember.native.split_reduction import contiguous_reduction
 from ember.native.symbolic import is_static, print_expr
@@ -309,21 +309,7 @@ class TritonKernelEmitter(Names):
         return hit
 
     # -- nodes ---------------------------------------------------------------------------------
-    def node_value(self, name, scope):
-        """The value of a node of this kernel as seen from scope (recomputed for inner nodes
-        of an earlier loop)."""
-        if self.k.roles[name] != "inner":
-            return self.outer_vals[name]
-        s = scope
-        while s is not None:
-            if name in s.node_vals:
-                return s.node_vals[name]
-            s = s.parent
-        n = self.nodes[name]
-        v = self.value(self.k.bodies[name], scope)
-        v = self.cast(v, self.k.bodies[name].dtype, n.layout.dtype, scope)
-        scope.node_vals[name] = v
-        return v
+    node_value = node_value  # (scope.py: shared by both renderers)
 
     def store(self, name, v, scope, mask):
         n = self.nodes[name]
