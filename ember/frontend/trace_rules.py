@@ -66,6 +66,11 @@ def _build_special() -> dict:
         torch.jit.is_scripting: constant_result(False),
         torch.jit.is_tracing: constant_result(False),
         torch._C._get_tracing_state: constant_result(None),
+        # nn.TransformerEncoderLayer / MultiheadAttention take a fused "fast path" in eval mode
+        # without grad (torch._transformer_encoder_layer_fwd, _native_multi_head_attention). Those
+        # ops have no fake/meta kernels, so tracing them fails (seen with torch 2.11 exporting a
+        # ViT); the regular path computes the same attention from ops the graph understands.
+        torch.backends.mha.get_fastpath_enabled: constant_result(False),
     }
     for name in ("is_fx_tracing", "is_fx_symbolic_tracing"):
         fn = getattr(torch.fx._symbolic_trace, name, None)

@@ -785,7 +785,10 @@ def run_case(c: Case) -> None:
 
     import ember  # noqa: F401 - imported before forking
 
-    if os.environ.get("BREAKS_NO_FORK"):
+    # A CUDA build of torch starts autograd's device threads at the first backward of the process
+    # (pytest-xdist workers have run other tests' backward before these), and torch refuses autograd
+    # in a child forked after that. There the cases run inline: xdist restarts a crashed worker.
+    if os.environ.get("BREAKS_NO_FORK") or torch.version.cuda:
         problems = _run_case_inline(c)
     else:
         w = _worker()
