@@ -59,6 +59,7 @@ class Tally:
         self.not_compiled = 0  # answers of a compiled model that do not show compiled graphs
         self.graph_calls: list[int] = []
         self.graphs: set = set()
+        self.renderers: dict = {}  # the native backend's graphs by renderer (cpp / triton / aten)
         self.fallbacks = 0
         self.examples: list[str] = []
 
@@ -101,6 +102,7 @@ def one_request(session, url, body, expected, tally: Tally, compiled: bool, rtol
         if compiled:
             tally.graph_calls.append(stats["graph_calls"])
             tally.graphs.add(stats["graphs"])
+            tally.renderers.update(stats.get("renderers") or {})
             tally.fallbacks = max(tally.fallbacks, stats["eager_fallbacks"])
             if stats["graph_calls"] < 1 or stats["eager_fallbacks"]:
                 tally.not_compiled += 1
@@ -142,7 +144,8 @@ def _row(model: str, tally: Tally, wall: float, batches, clients: int) -> dict:
         "samples_per_s": sum(len(b) for b in batches) / wall, "wall_s": wall,
         "compiled": not model.endswith("_eager"), "not_compiled_answers": tally.not_compiled,
         "graph_calls_during_test": (calls[-1] - calls[0] + 1) if calls else 0,
-        "graphs": sorted(tally.graphs), "eager_fallbacks": tally.fallbacks, "examples": tally.examples,
+        "graphs": sorted(tally.graphs), "renderers": dict(tally.renderers), "eager_fallbacks": tally.fallbacks,
+        "examples": tally.examples,
     }
 
 

@@ -73,12 +73,22 @@ class EmberHandler(BaseHandler):
             return 0
         return counters.fallbacks()
 
+    @staticmethod
+    def _renderers() -> dict:
+        """How the native backend ran each graph it compiled: {"cpp"|"triton"|"aten": graphs}."""
+        try:
+            from ember.diagnostics import counters
+        except ImportError:
+            return {}
+        return {k.split(".", 1)[1]: v for k, v in counters.compiled_snapshot().items() if k.startswith("native_graphs.")}
+
     def stats(self) -> dict:
         """What proves the answer came from compiled code (see the module docstring)."""
         c = self.counter
         return {"backend": self.backend_name,
                 "graphs": c.frame_count if c else 0,
                 "graph_calls": c.call_count if c else 0,
+                "renderers": self._renderers(),
                 "eager_fallbacks": self._fallbacks() - self._fallbacks_at_start}
 
     def handle(self, data, context):

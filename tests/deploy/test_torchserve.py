@@ -108,6 +108,8 @@ def test_torchserve_serves_ember_compiled_model(tmp_path):
             # grew during the test, no eager fallback, and no compile after the warm-up
             assert r["not_compiled_answers"] == 0 and r["eager_fallbacks"] == 0, (name, r)
             assert r["graph_calls_during_test"] > 0 and len(r["graphs"]) == 1 and r["graphs"][0] >= 1, (name, r)
+    if shutil.which("c++") or shutil.which("g++"):  # the native backend's default on a CPU: C++ kernels
+        assert rows["tinynet_ember"]["renderers"].get("cpp", 0) >= 1, rows["tinynet_ember"]
     assert report["passed"] and proc.returncode == 0, out[-4000:]
     with socket.socket() as s:  # the server is gone: nothing listens on its inference port
         assert s.connect_ex(("127.0.0.1", port)) != 0, "TorchServe still running after run.sh"
