@@ -185,8 +185,10 @@ def test_seed_from_an_argument_is_guarded():
 
 @pytest.mark.parametrize("backend", ["aot_eager", "ember"])
 def test_backends_keep_the_stream(backend):
-    # the backends trace the draws into ATen random ops and keep their order (native scheduler)
+    # the backends trace the draws into ATen random ops and keep their order (native scheduler);
+    # the seed still runs on the second call (a seed traced into the graph would be dropped by them)
     check(every_draw, backend=backend)
+    check(shuffle_an_input, lambda: (torch.arange(6, dtype=torch.float64),), backend=backend)
 
 
 def test_issue_example_equals_torch_manual_seed_stream():

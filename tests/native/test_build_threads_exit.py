@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+pytest.importorskip("torch")  # (the child process imports ember)
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HANG_S = 240  # far above a loaded machine's start-up and exit (~15 s): only a hang reaches it
 

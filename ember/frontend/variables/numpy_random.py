@@ -25,7 +25,8 @@ How each part is placed:
 - A call that cannot be traced (a scalar draw such as ``np.random.rand()``, whose value would be a
   Python number; ``choice(..., p=...)``, which checks the probabilities' values; ``shuffle`` of a
   list) is a graph break that runs the same draw eagerly on torch's stream: ``reconstruct`` gives the
-  break the eager form of the function, so every call in compiled code uses one stream.
+  break the eager form of the function, so every call in compiled code uses one stream. (So the
+  function object itself, returned or stored by compiled code, is that eager form, not NumPy's.)
 
 ``np.random`` names not in ``GRAPH_FUNCTIONS`` (``permutation``, ``default_rng``, ``beta``, ...) are
 not modelled: graph breaks running NumPy itself, on NumPy's stream (torch.compile does the same).
