@@ -24,7 +24,7 @@ JOIN_AT_EXIT_S = 1.0  # how long exit lets threads whose compiler was killed cle
 
 class BuildThreads:
     def __init__(self, n: int, name: str):
-        self.n = max(1, n)
+        self._max_workers = max(1, n)  # (ThreadPoolExecutor's name for it, which tests read)
         self.name = name
         self.jobs: "queue.SimpleQueue" = queue.SimpleQueue()
         self.threads: list = []
@@ -40,7 +40,7 @@ class BuildThreads:
                 fut.cancel()
                 return fut
             self.jobs.put((fut, fn, args))
-            if len(self.threads) < self.n:
+            if len(self.threads) < self._max_workers:
                 t = threading.Thread(target=self._work, name=f"{self.name}-{len(self.threads)}", daemon=True)
                 self.threads.append(t)
                 t.start()
