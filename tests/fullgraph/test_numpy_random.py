@@ -261,3 +261,29 @@ def test_config_setting_is_documented():
     from ember.config import markdown_table
 
     assert "`use_numpy_random_stream` | `False`" in markdown_table()
+
+
+def choice_with_p_positional(x):
+    return x + torch.from_numpy(np.random.choice(3, 3, True, [0.5, 0.25, 0.25]).astype(np.float64))
+
+
+def choice_of_a_2d_array(x):
+    return np.random.choice(np.ones((2, 2)), 2)
+
+
+def test_choice_with_p_positional_breaks_and_matches():
+    x = torch.zeros(3, dtype=torch.float64)
+    with pytest.raises(ember.CompileError, match="probabilities"):
+        ember.compile(choice_with_p_positional, backend="eager", fullgraph=True)(x)
+    torch.manual_seed(SEED)
+    expected = oracle(choice_with_p_positional, x)
+    torch.manual_seed(SEED)
+    assert_equal(expected, ember.compile(choice_with_p_positional, backend="eager")(x))
+
+
+def test_choice_of_a_2d_array_raises_like_numpy():
+    x = torch.zeros(3, dtype=torch.float64)
+    with pytest.raises(ember.CompileError, match="1-d"):
+        ember.compile(choice_of_a_2d_array, backend="eager", fullgraph=True)(x)
+    with pytest.raises(ValueError):
+        ember.compile(choice_of_a_2d_array, backend="eager")(x)

@@ -86,8 +86,9 @@ def randint(low, high=None, size=None):
     return torch.randint(low, high, size=_shape(size))
 
 
-def choice(a, size=None, replace=True):
+def choice(a, size=None, replace=True, p=None):
     """Uniform choice (``p`` given is a break: its sum is checked against 1, a value)."""
+    assert p is None, "np.random.choice(p=...) is not traced (NumpyRandomVariable.call)"
     if not isinstance(a, torch.Tensor):
         a = torch.arange(a)
     num = math.prod(_shape(size)) if size is not None else 1
@@ -131,7 +132,11 @@ def eager_function(name: str):
     graph_fn = GRAPH_FUNCTIONS[name]
 
     def run(*args, **kwargs):
-        if name == "choice" and kwargs.get("p") is not None:  # the probabilities given: torch._numpy's
+        if name == "choice" and isinstance(args[0] if args else kwargs.get("a"), np.ndarray) and \
+                (args[0] if args else kwargs["a"]).ndim != 1:
+            raise ValueError("a must be 1-dimensional")  # (NumPy's check and message)
+        if name == "choice" and _SIGNATURES["choice"].bind(*args, **kwargs).arguments.get("p") is not None:
+            # the probabilities given: torch._numpy's choice, which checks them
             import torch._numpy as tnp
             result = _from_tnp(tnp.random.choice.__wrapped__(*_to_tensors(args), **_to_tensors(kwargs)))
         elif name == "shuffle":
@@ -184,21 +189,27 @@ class NumpyRandomVariable(VariableTracker):
         if any(isinstance(v, trackers.TensorVariable) for v in values):
             raise Unsupported(f"np.random.{self.name} of a torch tensor (eager converts it through __array__)",
                               hint="call .numpy() on the tensor first")
-        if self.name == "choice" and not _is_none(kwargs.get("p")):
-            raise Unsupported("np.random.choice(..., p=...) checks that the probabilities sum to 1 (their values)")
-        if self._scalar_draw(tx, args, kwargs):
+        bound = self._bind(args, kwargs)
+        if self.name == "choice":
+            if not _is_none(bound.get("p")):
+                raise Unsupported("np.random.choice(..., p=...) checks that the probabilities sum to 1 (their values)")
+            a = bound["a"]
+            if isinstance(a, NumpyArrayVariable) and a.tensor.fake.dim() != 1:
+                raise Unsupported("np.random.choice of an array that is not 1-d (ValueError in eager)")
+        scalar = not args if self.name in ("rand", "randn") else _is_none(bound.get("size"))
+        if scalar:
             raise Unsupported(f"np.random.{self.name}() without a size draws a Python number (a value a graph "
                               "cannot return to Python code)", hint="draw an array: pass size=1")
         return numpy_call(tx, GRAPH_FUNCTIONS[self.name], list(args), kwargs)
 
-    def _scalar_draw(self, tx, args, kwargs) -> bool:
+    def _bind(self, args, kwargs) -> dict:
+        """The arguments by parameter name (rand/randn take sizes only: none)."""
         if self.name in ("rand", "randn"):
-            return not args
+            return {}
         try:
-            bound = _SIGNATURES[self.name].bind(*args, **kwargs)
+            return _SIGNATURES[self.name].bind(*args, **kwargs).arguments
         except TypeError as exc:
             raise Unsupported(f"np.random.{self.name}: {exc} (TypeError in eager)") from None
-        return _is_none(bound.arguments.get("size"))
 
     def _seed(self, tx, args, kwargs):
         values = [*args, *kwargs.values()]
