@@ -278,3 +278,13 @@ def test_a_torch_compile_checkpoint_loads_into_an_ember_compiled_module():
     saved = {f"_orig_mod.{k}": v for k, v in src.state_dict().items()}  # what torch.compile's wrapper saves
     ember.compile(dst).load_state_dict(saved)
     assert torch.equal(dst.weight, src.weight) and torch.equal(dst.bias, src.bias)
+
+
+def test_use_numpy_random_stream_maps_to_ember_config(notices):
+    assert ember.config.use_numpy_random_stream is False
+    with Session():
+        import torch._dynamo
+
+        torch._dynamo.config.use_numpy_random_stream = True
+        assert ember.config.use_numpy_random_stream is True
+    assert ember.config.use_numpy_random_stream is False

@@ -148,6 +148,15 @@ MUTANTS: list[Mutant] = [
       T_AOT, why="a view of a detached input comes back requiring grad"),
     M("aot_double_backward_silent", AOT, "            if create_graph:\n                result = _poison(result)\n",
       "", T_AOT, why="double backward through a compiled graph silently gives zero"),
+    M("native_random_order", "ember/native/scheduler.py", "            self.after[id(a)] = b\n", "",
+      "tests/native/test_cpp.py", "-k", "random_ops_keep_program_order",
+      why="a fused kernel reorders draws: other numbers than eager for the same seed"),
+    M("np_random_seed_after_draw", "ember/frontend/variables/numpy_random.py",
+      "        if drawn:\n", "        if False:\n", "tests/fullgraph/test_numpy_random.py",
+      why="np.random.seed after a draw of the same graph is hoisted before it"),
+    M("np_random_seed_dropped", "ember/frontend/convert.py", "                      return_expr=return_expr, ns=cg.ns, before_call=before_call)",
+      "                      return_expr=return_expr, ns=cg.ns, before_call=[])", "tests/fullgraph/test_numpy_random.py",
+      why="np.random.seed in compiled code has no effect"),
 ]
 
 

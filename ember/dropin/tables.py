@@ -24,6 +24,7 @@ DYNAMO_CONFIG = {
     "recompile_limit": Knob("recompile_limit", note="ember.config.recompile_limit"),
     "suppress_errors": Knob("suppress_errors", note="ember.config.suppress_errors"),
     "automatic_dynamic_shapes": Knob("automatic_dynamic", note="ember.config.automatic_dynamic"),
+    "use_numpy_random_stream": Knob("use_numpy_random_stream", note="ember.config.use_numpy_random_stream"),
     "assume_static_by_default": Knob(session="assume_static_by_default",
                                      note="False: torch.compile(dynamic=None) compiles as dynamic=True"),
     "disable": Knob(session="disable", note="True: compiled functions run their original code "

@@ -463,7 +463,7 @@ def _next(tx, fn, it, *default):
         if item is None:
             if default:
                 return default[0]
-            raise Unsupported("next() on an exhausted iterator (StopIteration)")
+            raise TracedException(StopIteration, [], "next() on an exhausted iterator (StopIteration)")
         return item
     return it.call_method(tx, "__next__", [], {})
 

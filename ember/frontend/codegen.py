@@ -156,8 +156,10 @@ def render_signature(sig: inspect.Signature, ns: dict, skip_first: bool = False)
 
 
 def build_entry(*, name: str, header: str, params: str, self_binding: str | None, guard_lines: list[str],
-                body_lines: list[str], call_line: str | None, return_expr: str, ns: dict):
-    """Assemble, compile and return (function, source text)."""
+                body_lines: list[str], call_line: str | None, return_expr: str, ns: dict,
+                before_call: list[str] = ()):
+    """Assemble, compile and return (function, source text). ``before_call``: lines run once the
+    guards passed, before the graph (np.random.seed on torch's stream)."""
     src = [f"def {name}({params}):", f"    # {header}"]
     if self_binding:
         src.append(f"    {self_binding}")
@@ -165,6 +167,7 @@ def build_entry(*, name: str, header: str, params: str, self_binding: str | None
     src += [f"        {ln}" for ln in guard_lines] or ["        pass"]
     src.append("    except Exception:")
     src.append("        return __MISS")
+    src += [f"    {ln}" for ln in before_call]
     if call_line:
         src.append(f"    {call_line}")
     src += [f"    {ln}" for ln in body_lines]

@@ -26,7 +26,7 @@ from ember.frontend import resume
 from ember.frontend.breaks import (BreakContext, BreakRecord, ScopedReturn, break_call, frame_function, log_break,
                                    resume_frame_state, stop_result)
 from ember.frontend.interpreter import BreakHere, CellVariable, InstructionTranslator, StopHere, Tracer
-from ember.frontend.output_graph import OutputGraph
+from ember.frontend.output_graph import OutputGraph, is_random_target
 from ember.frontend.sources import ConstSource, LocalSource
 from ember.frontend.variables.base import VariableTracker
 from ember.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
@@ -274,12 +274,14 @@ def _finish(root, output: OutputGraph, result, backend, t0, self_name, guard_fil
         self_binding = f"{self_name} = __root_self"
     name = f"__ember_entry_{entry_id}"
     header = f"ember: compiled from {root.name} at {root.location()}; {len(output.guards)} guards, {op_count} graph ops"
+    before_call = [f"{cg.const(torch.manual_seed, 'manual_seed')}({s})  # np.random.seed({s}) on torch's "
+                   "stream, before the graph's draws" for s in output.seeds]
     if failure is not None:  # the guards alone: the cache raises the failure (or runs eagerly) where they pass
         header += f"; backend failed: {failure.headline}"
-        body, return_expr = [], "None"
+        body, return_expr, before_call = [], "None", []
     build_args = dict(name=name, header=header, params=params, self_binding=self_binding,
                       guard_lines=guard_section, body_lines=body, call_line=call_line,
-                      return_expr=return_expr, ns=cg.ns)
+                      return_expr=return_expr, ns=cg.ns, before_call=before_call)
     fn, text = build_entry(**build_args)
     elog.artifact("guards", f"entry {entry_id} guards:\n" + "\n".join(guard_section))
     elog.artifact("output_code", text)
@@ -318,12 +320,6 @@ def backend_failure(backend, exc: Exception, root: RootSpec, entry_id: int, op_c
     return BackendCompilerFailed(message, backend_name=name, inner_exception=exc, headline=headline, advice=advice)
 
 
-_RANDOM_OPS = {"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout",
-               "rand", "rand_like", "randn", "randn_like", "randint", "randint_like", "randperm", "bernoulli",
-               "multinomial", "normal", "poisson", "rrelu", "gumbel_softmax", "uniform_", "normal_",
-               "bernoulli_", "exponential_", "geometric_", "log_normal_", "cauchy_", "random_"}
-
-
 def _is_impure(node: fx.Node) -> bool:
     if node.op in ("placeholder", "output") or node.meta.get("ember_returns_input"):
         return True
@@ -333,7 +329,7 @@ def _is_impure(node: fx.Node) -> bool:
     name = getattr(t, "__name__", "")
     if name in ("setitem", "_set_grad_enabled", "_enter_autocast", "_exit_autocast", "_assert_async"):
         return True
-    if name in _RANDOM_OPS:  # an unused dropout still advances the generator: keep eager's random stream
+    if is_random_target(t):  # an unused dropout still advances the generator: keep eager's random stream
         return True
     return name.endswith("_") and not name.endswith("__")
 

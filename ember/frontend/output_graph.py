@@ -89,6 +89,9 @@ class OutputGraph:
         self.wrap_cache: dict = {}
 
         self.side_effects = SideEffects()
+        # np.random.seed values met before the graph's first draw: the entry runs them before the graph
+        # (variables/numpy_random.py says why a seed is no graph node)
+        self.seeds: list[int] = []
 
     # ---- the entry namespace ----------------------------------------------------------------
     def globals_ns(self, g: dict) -> str:
@@ -297,6 +300,22 @@ class OutputGraph:
 
     def op_nodes(self) -> int:
         return sum(1 for n in self.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+
+    def random_nodes(self) -> list[str]:
+        """The names of the graph's nodes that draw random numbers so far."""
+        return [n.name for n in self.graph.nodes if n.op in ("call_function", "call_method") and is_random_target(n.target)]
+
+
+# ops drawing from the global generator (by name: torch functions, Tensor methods and F.* share them)
+RANDOM_OPS = {"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout",
+              "rand", "rand_like", "randn", "randn_like", "randint", "randint_like", "randperm", "bernoulli",
+              "multinomial", "normal", "poisson", "rrelu", "gumbel_softmax", "uniform_", "normal_",
+              "bernoulli_", "exponential_", "geometric_", "log_normal_", "cauchy_", "random_"}
+
+
+def is_random_target(target) -> bool:
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    return name in RANDOM_OPS or getattr(target, "ember_random", False)
 
 
 # calls whose answer is a tensor's storage offset (which the tensor guard does not check)

@@ -13,6 +13,8 @@ Units build in parallel, in the background (``submit``): a build thread per unit
 (a process of its own, so threads overlap fully; as many as ``runtime.compile_threads()``, the
 setting that sizes the Triton build workers), while this process goes on generating code (a
 training step's backward graph while its forward builds). ``library`` waits for a unit's build.
+The threads never hold up the process's exit: builds still queued or running then are cancelled
+(``build_threads``).
 
 Whether the compiler works is checked once per process, at first use (``problem``): a unit holding
 only the prelude and an OpenMP loop, built and loaded through the same cache (so a warm process
@@ -35,6 +37,7 @@ import tempfile
 import threading
 
 from ember import diskcache
+from ember.native import build_threads
 
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17",
          # signed overflow wraps (eager's int arithmetic does); errno-free math lets sqrt vectorize.
@@ -50,7 +53,7 @@ _FUTURES: dict = {}    # source path -> Future of its CDLL, while a build thread
 _LOCK = threading.Lock()
 BUILDS = {"count": 0, "seconds": 0.0}  # compiler runs in this process (tests, reports)
 _THREADS = [0]
-_POOL: list = []       # the ThreadPoolExecutor of the build threads, once started
+_POOL: list = []       # the build threads (build_threads.BuildThreads), once started
 _PROBED: dict = {}     # compiler path -> None (works) or why it does not
 _WARNED: set = set()   # compiler paths (None: none found) the warning was given for
 _PROBE_LOCK = threading.Lock()
@@ -118,9 +121,8 @@ def write_source(text: str, base: str | None = None) -> str:
 
 def _executor():
     if not _POOL:
-        from concurrent.futures import ThreadPoolExecutor
         from ember.native.runtime import compile_threads
-        _POOL.append(ThreadPoolExecutor(max_workers=compile_threads(), thread_name_prefix="ember-cpp-build"))
+        _POOL.append(build_threads.start(compile_threads(), "ember-cpp-build"))
     return _POOL[0]
 
 
@@ -251,7 +253,10 @@ def _compile(cxx: str, source: bytes) -> bytes:
         src, out = os.path.join(tmp, "k.cpp"), os.path.join(tmp, "k.so")
         with open(src, "wb") as f:
             f.write(source)
-        proc = subprocess.run([cxx, *FLAGS, src, "-o", out], capture_output=True, text=True)
+        cmd = [cxx, *FLAGS, src, "-o", out]
+        # in a build thread: through the pool, which kills the compiler if the process exits meanwhile
+        proc = _POOL[0].run(cmd) if _POOL and threading.current_thread() in _POOL[0].threads else \
+            subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"{cxx} failed to build ember's generated kernels ({src}):\n{proc.stderr[-4000:]}")
         with open(out, "rb") as f:

@@ -27,6 +27,7 @@ import functools
 import math
 
 import sympy
+import torch
 
 from ember.native import ir
 from ember.native.options import NativeOptions
@@ -222,6 +223,10 @@ def _same_index(w, r, ranges) -> bool:
     return sympy.expand(ir.simplify_index(w, known) - ir.simplify_index(r, known)) == 0
 
 
+def _draws_random(target) -> bool:
+    return torch.Tag.nondeterministic_seeded in getattr(target, "tags", ())
+
+
 def _reads(n):
     """[(buffer, index or None, indirect)] of a node; None index for extern (whole-buffer) reads."""
     if isinstance(n, ir.ExternNode):
@@ -262,6 +267,13 @@ class Scheduler:
             grp = _Group(n, i)
             self.groups.append(grp)
             self.group_of[id(n)] = grp
+        # ops drawing random numbers run in program order, each after the one before it: the
+        # generator's state is an input of each that no buffer shows (a draw moved before another
+        # would give both different numbers than eager)
+        self.after = {}  # id(node) -> the next random node
+        draws = [n for n in g.nodes if isinstance(n, ir.ExternNode) and _draws_random(n.target)]
+        for a, b in zip(draws, draws[1:]):
+            self.after[id(a)] = b
 
     # -- legality ------------------------------------------------------------------------------
     def _succ(self, grp):
@@ -278,6 +290,9 @@ class Scheduler:
             return set(live)
         out = set()
         for n in grp.members:
+            nxt = self.after.get(id(n))
+            if nxt is not None and self.group_of[id(nxt)] is not grp:
+                out.add(self.group_of[id(nxt)])
             for b in _writes(n):
                 for c in self.consumers.get(b, ()):
                     cg = self.group_of[id(c)]

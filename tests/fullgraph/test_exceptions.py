@@ -161,6 +161,31 @@ def returned_exception_object(x):
     return x * 2, e, e.args, e.code
 
 
+@cases.case(x1)
+def stop_iteration_from_next(x):
+    it = iter([x])
+    first = next(it)
+    try:
+        next(it)
+    except StopIteration as e:
+        return first * 2, type(e).__name__, e.args
+
+
+@cases.case(x1)
+def generator_raising_stop_iteration(x):
+    def gen():
+        yield x
+        next(iter(()))  # PEP 479: leaving the generator, it is a RuntimeError
+        yield x + 1
+
+    out = []
+    try:
+        for v in gen():
+            out.append(v * 2)
+    except RuntimeError as e:
+        return out, str(e)
+
+
 @pytest.mark.parametrize("c", cases, ids=cases.ids())
 def test_case(c):
     run(c)
@@ -175,3 +200,21 @@ def test_uncaught_custom_exception_raises_like_eager():
     with pytest.raises(CodedError) as info:
         ember.compile(f)(torch.ones(2))
     assert info.value.code == 9 and info.value.args == ("boom",)
+
+
+def test_stop_iteration_inside_map_function_breaks():
+    # eager: map passes the function's StopIteration on as its own, ending the consumer (list()
+    # returns early): not modelled, so a graph break (never a trace that would catch it instead)
+    import ember
+
+    def f(x):
+        it = iter([1])
+        try:
+            return list(map(lambda v: next(it) + v, [1, 2, 3])), x
+        except StopIteration:
+            return "caught", x
+
+    x = torch.randn(2)
+    with pytest.raises(ember.CompileError, match="StopIteration"):
+        ember.compile(f, backend="eager", fullgraph=True)(x)
+    assert ember.compile(f, backend="eager")(x)[0] == f(x)[0] == [2]

@@ -100,3 +100,19 @@ def test_max_of_multi_element_tensors_still_breaks():
 
     with pytest.raises(ember.CompileError, match="max"):
         ember.compile(f, fullgraph=True)(torch.randn(3), torch.randn(3))
+
+
+def test_max_of_a_tensor_and_a_number_still_breaks():
+    # eager returns whichever wins: the Python number itself or the tensor (a type decided by the
+    # data); torch.compile returns a tensor either way (torch.clamp), ember breaks the graph
+    import ember
+
+    def f(a):
+        return max(0.5, a), min(a, 0.5)
+
+    for v in (0.1, 0.9):
+        a = torch.tensor([v])
+        with pytest.raises(ember.CompileError, match="max"):
+            ember.compile(f, fullgraph=True)(a)
+        expected, actual = f(a), ember.compile(f, backend="eager")(a)
+        assert [type(e) for e in expected] == [type(c) for c in actual] and expected == actual

@@ -359,3 +359,23 @@ def test_parallel_regions_follow_torch_threads(threads, native_cache, monkeypatc
         assert "#pragma omp parallel for" in open(compiled.ember_native["kernels"][0]).read()
     finally:
         torch.set_num_threads(old)
+
+
+def test_random_ops_keep_program_order(native_cache):
+    """Draws run in the graph's order even when one waits on a fused kernel (the uniform_ of an
+    ``empty`` buffer) and a later one does not: the generator's state orders them, no buffer does."""
+    def f(x):
+        a = torch.empty(3, dtype=torch.float64).uniform_()
+        b = torch.randn((2, 2), dtype=torch.float64)
+        d = torch.arange(5)
+        i = torch.multinomial(torch.ones_like(d) / d.shape[0], 3, replacement=True)
+        return x + a, b, d[i], torch.rand(2)
+
+    x = torch.zeros(3, dtype=torch.float64)
+    gm = trace(f, [x])
+    compiled = compile_aten_graph(gm, [x], options={**CPP, "cache_dir": native_cache})
+    torch.manual_seed(0)
+    expected = f(x)
+    torch.manual_seed(0)
+    for e, a in zip(expected, compiled(x)):
+        torch.testing.assert_close(a, e, rtol=0, atol=0)

@@ -8,5 +8,5 @@ the package imports them all, so the build table is complete before the first tr
 from ember.frontend.variables.base import ConstantVariable, NullVariable, VariableTracker  # noqa: F401
 from ember.frontend.variables import (  # noqa: F401  (each registers its builders)
     autograd, contexts, deques, dict_subclasses, dict_views, dicts, distributions, exceptions, functions, iterators, model_outputs,
-    modules, numpy_arrays, objects, sequences, sets, symbolic, tensor,
+    modules, numpy_arrays, numpy_random, objects, sequences, sets, symbolic, tensor,
 )

@@ -83,6 +83,21 @@ def find_method(cls: type, name: str) -> "_Method | None":
     return None
 
 
+class ContainerMethods:
+    """What the builtin containers' trackers share (list/tuple: sequences.py, dict: dicts.py):
+    ``c.__getitem__(k)`` is the tracker's ``getitem``, and a method no table handles is a graph
+    break naming the container's type (the trackers model its methods one by one)."""
+
+    METHODS = MethodTable()
+
+    @METHODS("__getitem__")
+    def _getitem(self, tx, args, kwargs):
+        return self.getitem(tx, args[0])
+
+    def method_missing(self, tx, name, args, kwargs):
+        raise Unsupported(f"{self.py_type.__name__}.{name}()")
+
+
 class VariableTracker:
     """A symbolic Python value. ``source`` says where the real value lives at run time (None when
     the value was made during tracing)."""

@@ -3,9 +3,10 @@
 Such an object is a dict whose type is the user's class: items behave as a dict's, the class's own
 Python methods are inlined with the object as ``self``, its ``__init__`` runs when it is made
 (``super().__init__(...)`` is ``dict.__init__``, i.e. ``update``). Only classes that change no dict
-behaviour are modelled: a dunder of their own other than ``__init__`` (``__getitem__``,
-``__missing__``, ``__setitem__``...), a ``__slots__`` or a C base other than ``dict`` itself make the
-construction a graph break. Instance attributes (``d.tag = 1``) live on the tracker. Returned, the
+behaviour are modelled: a dunder of their own other than ``__init__`` and ``__missing__``
+(``__getitem__``, ``__setitem__``...), a ``__slots__`` or a C base other than ``dict`` itself make the
+construction a graph break. ``__missing__`` is what ``d[key]`` (only it, as in eager) calls for a
+missing key: inlined with the object and the key. Instance attributes (``d.tag = 1``) live on the tracker. Returned, the
 object is rebuilt without running ``__init__`` again (it ran in the trace).
 """
 from __future__ import annotations
@@ -14,13 +15,14 @@ import types
 
 from ember.frontend.errors import Unsupported
 from ember.frontend.variables.base import MethodTable, VariableTracker, helpers, trackers
-from ember.frontend.variables.dicts import DictVariable
+from ember.frontend.variables.dicts import DictVariable, const_key
 
 # class-body names that change nothing about how the instances behave as dicts
 _INERT = {"__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__annotations__", "__init__",
           "__firstlineno__", "__static_attributes__", "__orig_bases__", "__parameters__", "__type_params__",
           "__annotate__", "__annotate_func__", "__annotations_cache__",
-          "__slotnames__"}  # (copyreg caches __slotnames__ on a class once an instance is copied)
+          "__slotnames__",  # (copyreg caches __slotnames__ on a class once an instance is copied)
+          "__missing__"}  # (a Python function: inlined by UserDictVariable.getitem)
 
 
 @helpers.add
@@ -35,6 +37,8 @@ def is_plain_dict_subclass(cls) -> bool:
             return False  # a C class, or collections' own dicts (modelled elsewhere)
         if any(n.startswith("__") and n.endswith("__") and n not in _INERT for n in klass.__dict__):
             return False
+        if "__missing__" in klass.__dict__ and not isinstance(klass.__dict__["__missing__"], types.FunctionType):
+            return False  # a staticmethod, a C function...: not inlined
     return True
 
 
@@ -82,6 +86,12 @@ class UserDictVariable(DictVariable):
         if name not in self.attrs:
             raise Unsupported(f"deleting attribute '{name}' of {self.describe()}")
         del self.attrs[name]
+
+    def getitem(self, tx, key):
+        missing = _python_attr(self.py_type, "__missing__")
+        if isinstance(missing, types.FunctionType) and const_key(tx, key) not in self.items:
+            return trackers.UserMethodVariable(missing, self).call(tx, [key], {})
+        return super().getitem(tx, key)
 
     def call_method(self, tx, name, args, kwargs):
         attr = _python_attr(self.py_type, name)

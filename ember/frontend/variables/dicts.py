@@ -11,7 +11,7 @@ from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ItemSource
 from ember.frontend.variables.base import (
-    ConstantVariable, MethodTable, VariableTracker, guard, helpers, register_builder, trackers,
+    ContainerMethods, ConstantVariable, MethodTable, VariableTracker, guard, helpers, register_builder, trackers,
 )
 
 
@@ -22,7 +22,7 @@ def const_key(tx, k: VariableTracker):
     return helpers.hashable_key(k)
 
 
-class DictVariable(VariableTracker):
+class DictVariable(ContainerMethods, VariableTracker):
     """A dict with constant keys. ``items`` maps the Python key to (key VT, value VT)."""
 
     METHODS = MethodTable()
@@ -93,13 +93,6 @@ class DictVariable(VariableTracker):
         if hasattr(self.py_type, name):
             return trackers.BoundMethodVariable(self, name)
         raise AttributeError(f"'{self.py_type.__name__}' object has no attribute '{name}'")
-
-    def method_missing(self, tx, name, args, kwargs):
-        raise Unsupported(f"{self.py_type.__name__}.{name}()")
-
-    @METHODS("__getitem__")
-    def _getitem(self, tx, args, kwargs):
-        return self.getitem(tx, args[0])
 
     @METHODS("get")
     def _get(self, tx, args, kwargs):

@@ -9,9 +9,10 @@ runs at run time, in Python's order.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 
-from ember.frontend.errors import Unsupported
+from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend import polyfills
 from ember.frontend.variables.base import ConstantVariable, MethodTable, VariableTracker, helpers, trackers
 from ember.frontend.variables.sequences import TupleVariable
@@ -51,7 +52,7 @@ class IteratorVariable(VariableTracker):
     def _next(self, tx, args, kwargs):
         item = self.next(tx)
         if item is None:
-            raise Unsupported("next() on an exhausted iterator (StopIteration)")
+            raise TracedException(StopIteration, [], "next() on an exhausted iterator (StopIteration)")
         return item
 
     @METHODS("__iter__")
@@ -80,6 +81,18 @@ class ListIteratorVariable(IteratorVariable):
 
     def reconstruct(self, cg):
         return f"iter({TupleVariable(self.items[self.index:]).reconstruct(cg)})"
+
+
+@contextlib.contextmanager
+def _stop_iteration_breaks(what: str):
+    """Around a user callable an iterator calls to make its item: a StopIteration it raises ends
+    the consumer's iteration in eager (the C iterator passes it on as its own); not modelled: a break."""
+    try:
+        yield
+    except TracedException as exc:
+        if issubclass(exc.exc_type, StopIteration):
+            raise Unsupported(f"a StopIteration raised by the function of a {what} object") from None
+        raise
 
 
 def next_of(tx, it: VariableTracker):
@@ -116,7 +129,8 @@ class MapIteratorVariable(IteratorVariable):
             if item is None:
                 return None
             row.append(item)
-        return self.fn.call(tx, row, {})
+        with _stop_iteration_breaks("map"):
+            return self.fn.call(tx, row, {})
 
     def reconstruct(self, cg):
         args = ", ".join(cg.reconstruct(v) for v in (self.fn, *self.iters))
@@ -137,7 +151,8 @@ class FilterIteratorVariable(IteratorVariable):
             if self.fn.is_constant() and self.fn.as_constant() is None:
                 keep = item.truth(tx)
             else:
-                keep = self.fn.call(tx, [item], {}).truth(tx)
+                with _stop_iteration_breaks("filter"):
+                    keep = self.fn.call(tx, [item], {}).truth(tx)
             if keep:
                 return item
         return None
@@ -260,8 +275,14 @@ class GeneratorVariable(IteratorVariable):
         frame.yielded = None
         try:
             frame.run()
-        except BaseException:
+        except TracedException as exc:
             self.done = True  # an exception leaving a generator finishes it
+            if issubclass(exc.exc_type, StopIteration):  # PEP 479: a RuntimeError from it
+                raise TracedException(RuntimeError, [VariableTracker.const("generator raised StopIteration")],
+                                      "a StopIteration leaving a generator (RuntimeError)") from None
+            raise
+        except BaseException:
+            self.done = True
             raise
         if frame.yielded is None:  # returned
             self.done = True

@@ -12,7 +12,7 @@ from ember.frontend.errors import Unsupported
 from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ItemSource
 from ember.frontend.variables.base import (
-    CONST_TYPES, ConstantVariable, MethodTable, VariableTracker, guard, helpers, is_namedtuple_cls, register_builder,
+    ContainerMethods, CONST_TYPES, ConstantVariable, MethodTable, VariableTracker, guard, helpers, is_namedtuple_cls, register_builder,
     trackers,
 )
 
@@ -22,7 +22,7 @@ def pull(tx, iterable: VariableTracker):
     return helpers.iterate(tx, iterable)
 
 
-class BaseSequenceVariable(VariableTracker):
+class BaseSequenceVariable(ContainerMethods, VariableTracker):
     py_type: type = tuple
     METHODS = MethodTable()
 
@@ -68,13 +68,6 @@ class BaseSequenceVariable(VariableTracker):
             return self.items[operator.index(k)]
         except IndexError:
             raise Unsupported(f"index {k} out of range for {self.describe()} (IndexError)") from None
-
-    def method_missing(self, tx, name, args, kwargs):
-        raise Unsupported(f"{self.py_type.__name__}.{name}()")
-
-    @METHODS("__getitem__")
-    def _getitem(self, tx, args, kwargs):
-        return self.getitem(tx, args[0])
 
     @METHODS("index")
     def _index(self, tx, args, kwargs):
