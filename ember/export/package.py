@@ -265,6 +265,7 @@ def _native(ep: ExportedProgram, kind: str, renderer: str) -> tuple[dict, dict]:
                 with open(full, "rb") as f:
                     files["native/triton_cache/" + os.path.relpath(full, cache)] = f.read()
         return files, {"renderer": renderer, "kernel_paths": kernel_names, "binaries": binaries,
+                       "launches": record.get("launches", {}),
                        "constants": record["constants"], "sizes": record["sizes"], "report": record["report"]}
     finally:
         import shutil
