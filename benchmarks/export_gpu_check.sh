@@ -7,7 +7,7 @@
 #   bash benchmarks/export_gpu_check.sh 2>&1 | tee /tmp/export_gpu_check.log
 #
 # What proves each point:
-#   * "3 passed" from test_aot_gpu.py (tiny ResNet, GPT-2, ResNet-50; "2 passed, 1 skipped" without torchvision), each child line "cuda aot ok import .. load .. first ..
+#   * "4 passed" from test_aot_gpu.py (tiny ResNet, GPT-2, ResNet-50 packages; new batch sizes reuse kernels; "3 passed, 1 skipped" without torchvision), each child line "cuda aot ok import .. load .. first ..
 #     batches 4 kernels {'renderer': 'triton', 'kernels_loaded': N, 'kernels_jit': 0, ...} jit_runs 0"
 #   * startup.py's line "ember:aot load + first call beyond moving the weights: X s" with X <= 0.5
 #     (and kernels from binaries N, through Triton's JIT 0), written to

@@ -94,3 +94,42 @@ def test_cuda_package_fresh_process(name, tmp_path):
     assert "cuda aot ok" in res.stdout
     # every kernel came straight from its packaged binary: Triton's JIT never ran
     assert "'kernels_jit': 0" in res.stdout and "jit_runs 0" in res.stdout, res.stdout
+    if name == "tiny_resnet":  # a package for another Triton is refused, naming it
+        with zipfile.ZipFile(tmp_path / "m.ember") as src, zipfile.ZipFile(tmp_path / "t.ember", "w") as dst:
+            for n in src.namelist():
+                data = src.read(n)
+                if n == "manifest.json":
+                    m = json.loads(data)
+                    m["environment"]["triton"] = "0.0"
+                    data = json.dumps(m).encode()
+                dst.writestr(n, data)
+        with pytest.raises(ee.PackageMismatch, match=r"built for triton='0.0'"):
+            ee.aot_load(str(tmp_path / "t.ember"))
+
+
+def test_new_batch_sizes_reuse_the_compiled_kernels():
+    """ember.compile with dynamic shapes: a batch size met for the first time launches the kernels
+    compiled for the first one (DynamicLaunch adopts them), with no Triton JIT run, and matches eager."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    import ember
+    from triton.runtime.jit import JITFunction
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.LayerNorm(64)).cuda()
+    f = ember.compile(m, dynamic=True)
+    with torch.no_grad():
+        f(torch.randn(4, 64, device="cuda"))
+        f(torch.randn(5, 64, device="cuda"))  # (the frontend's dynamic recompile, if any, happens here)
+        runs, real = [], JITFunction.run
+
+        def counted(self, *a, **k):
+            runs.append(self.__name__)
+            return real(self, *a, **k)
+        JITFunction.run = counted
+        try:
+            for b in (7, 33, 100):
+                x = torch.randn(b, 64, device="cuda")
+                torch.testing.assert_close(f(x), m(x), rtol=1e-4, atol=1e-4)
+        finally:
+            JITFunction.run = real
+    assert not runs, runs
