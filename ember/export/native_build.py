@@ -102,7 +102,8 @@ def build(workdir: str, device: str, renderer: str = "triton") -> dict:
             if path.endswith(".cpp"):
                 cpp_build.library(path)  # (built by the call above: this finds it)
                 binaries[path] = cpp_build.binary_paths(path)[1]
-    launches = compiled_launches(info["wrapper"], os.environ.get("TRITON_CACHE_DIR")) if device == "cuda" else {}
+    from ember.config import environment
+    launches = compiled_launches(info["wrapper"], environment.get("TRITON_CACHE_DIR")) if device == "cuda" else {}
     record = {"wrapper": info["wrapper"], "kernels": info.get("kernels", []), "constants": list(constants),
               "binaries": binaries, "renderer": renderer, "sizes": info.get("sizes", ""), "launches": launches,
               "report": {k: v for k, v in (info.get("report") or {}).items() if isinstance(v, (int, float, str))}}
@@ -118,18 +119,15 @@ def compiled_launches(wrapper_path: str, cache_root: str | None) -> dict:
     from (argument names, signature, constants), with the pointer alignment it was built for.
     Sites that cannot be recorded are left out (they go through Triton's JIT, finding the binary
     in the packaged cache)."""
-    import sys as _sys
-
     from ember.native.build_worker import module_name
     from ember.native.dynamic_launch import DynamicLaunch
     from ember.native.runtime import Launch
 
-    mod = _sys.modules.get(module_name(wrapper_path))
+    mod = sys.modules.get(module_name(wrapper_path))
     out: dict = {}
     if mod is None or not cache_root:
         return out
     for name, site in vars(mod).items():
-        nargs = None
         if isinstance(site, DynamicLaunch):
             site = next((s for s in site.sites.values() if s.kernel is not None), None)
         if not isinstance(site, Launch) or site.kernel is None or site.checks is None:
