@@ -42,11 +42,13 @@ def write(zf: zipfile.ZipFile, tensors: list) -> list:
         pos += len(data)
     info = zipfile.ZipInfo(ENTRY, date_time=(1980, 1, 1, 0, 0, 0))
     info.compress_type = zipfile.ZIP_STORED
-    # data starts after the 30-byte local header, the name and the extra field
-    start = zf.fp.tell() + 30 + len(ENTRY.encode())
+    # data starts after the 30-byte local header, the name and the extra field (ours, then the
+    # 20-byte zip64 field zipfile appends for an entry past 2 GiB)
+    zip64 = pos >= zipfile.ZIP64_LIMIT
+    start = zf.fp.tell() + 30 + len(ENTRY.encode()) + (20 if zip64 else 0)
     pad = -(start + 4) % ALIGN
     info.extra = struct.pack("<HH", _EXTRA_ID, pad) + b"\0" * pad
-    with zf.open(info, "w", force_zip64=pos > 2 ** 31) as f:
+    with zf.open(info, "w", force_zip64=zip64) as f:
         for c in chunks:
             f.write(c)
     return records
