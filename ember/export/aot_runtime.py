@@ -20,7 +20,6 @@ dynamic dims' ranges and static sizes, runs the wrapper and rebuilds the output 
 """
 from __future__ import annotations
 
-import io
 import importlib
 import json
 import platform
@@ -192,7 +191,7 @@ def _load_native(files: dict, record: dict, dev, fallback, path: str):
     folder = tempfile.mkdtemp(prefix="ember_aot_")  # mode 0700: the loader trusts only its own files
     atexit.register(shutil.rmtree, folder, True)
     for rel, data in files.items():
-        if rel == "graph.py" or rel == "constants.pt":
+        if rel == "graph.py" or rel == "constants.bin":
             continue
         dest = os.path.join(folder, rel)
         if not os.path.abspath(dest).startswith(folder + os.sep):
@@ -224,8 +223,8 @@ def _load_native(files: dict, record: dict, dev, fallback, path: str):
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
-    consts = torch.load(io.BytesIO(files["constants.pt"]), map_location=dev, weights_only=True)
-    call = mod.make_call([consts[k] for k in record["constants"]], fallback)
+    consts = weights_blob.read(path, record["constant_records"], dev, "native/constants.bin")
+    call = mod.make_call(consts, fallback)
     call_info = {"renderer": renderer, "kernels_loaded": 0, "kernels_jit": 0, "reason": None}
     if record.get("launches"):
         _adopt_binaries(mod, record["launches"], os.path.join(folder, "triton_cache"), call_info)

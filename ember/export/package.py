@@ -39,6 +39,7 @@ from ember.export.capture import ExportError
 
 log = logging.getLogger("ember.export")
 KERNELS = ("cpp", "triton", "aten")
+NATIVE_CONSTANTS = "native/constants.bin"
 
 # globals the FX code generator may reference, and what the runtime namespace binds them to
 _RUNTIME_GLOBALS = {
@@ -176,6 +177,10 @@ def aot_compile(ep: ExportedProgram, package_path: str, device: str = "cpu", *, 
     tmp = f"{package_path}.tmp{os.getpid()}"
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as zf:  # stored: weights are mapped
         manifest["weights"] = weights_blob.write(zf, weights)
+        if "native" in manifest:  # the native wrapper's own constants, mapped the same way
+            consts = manifest["native"].pop("constant_tensors")
+            manifest["native"]["constant_records"] = weights_blob.write(
+                zf, [consts[k] for k in manifest["native"]["constants"]], NATIVE_CONSTANTS)
         zf.writestr("wrapper.py", wrapper)
         for rel, data in kernel_files.items():
             zf.writestr(rel, data)
@@ -256,8 +261,7 @@ def _native(ep: ExportedProgram, kind: str, renderer: str) -> tuple[dict, dict]:
                 binaries[base] = os.path.splitext(base)[0] + ".so"
                 with open(so, "rb") as f:
                     files[f"native/kernels/{binaries[base]}"] = f.read()
-        with open(os.path.join(work, "native_constants.pt"), "rb") as f:
-            files["native/constants.pt"] = f.read()
+        constants = torch.load(os.path.join(work, "native_constants.pt"), weights_only=True)
         cache = os.path.join(work, "triton_cache")
         for root, _, names in os.walk(cache):
             for n in names:
@@ -265,7 +269,7 @@ def _native(ep: ExportedProgram, kind: str, renderer: str) -> tuple[dict, dict]:
                 with open(full, "rb") as f:
                     files["native/triton_cache/" + os.path.relpath(full, cache)] = f.read()
         return files, {"renderer": renderer, "kernel_paths": kernel_names, "binaries": binaries,
-                       "launches": record.get("launches", {}),
+                       "launches": record.get("launches", {}), "constant_tensors": constants,
                        "constants": record["constants"], "sizes": record["sizes"], "report": record["report"]}
     finally:
         import shutil

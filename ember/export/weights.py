@@ -28,9 +28,9 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def write(zf: zipfile.ZipFile, tensors: list) -> list:
-    """Write ``tensors`` as the aligned ``weights.bin`` entry of ``zf`` (opened for writing, stored);
-    returns the manifest records: [{"dtype", "shape", "offset", "nbytes"}], offsets within the entry."""
+def write(zf: zipfile.ZipFile, tensors: list, entry: str = ENTRY) -> list:
+    """Write ``tensors`` as the aligned ``entry`` of ``zf`` (opened for writing, stored); returns the
+    manifest records: [{"dtype", "shape", "offset", "nbytes"}], offsets within the entry."""
     records, chunks, pos = [], [], 0
     for t in tensors:
         t = t.detach().contiguous().cpu()
@@ -40,12 +40,12 @@ def write(zf: zipfile.ZipFile, tensors: list) -> list:
         pos += pad
         records.append({"dtype": _dtype_name(t.dtype), "shape": list(t.shape), "offset": pos, "nbytes": len(data)})
         pos += len(data)
-    info = zipfile.ZipInfo(ENTRY, date_time=(1980, 1, 1, 0, 0, 0))
+    info = zipfile.ZipInfo(entry, date_time=(1980, 1, 1, 0, 0, 0))
     info.compress_type = zipfile.ZIP_STORED
     # data starts after the 30-byte local header, the name and the extra field (ours, then the
     # 20-byte zip64 field zipfile appends for an entry past 2 GiB)
     zip64 = pos >= zipfile.ZIP64_LIMIT
-    start = zf.fp.tell() + 30 + len(ENTRY.encode()) + (20 if zip64 else 0)
+    start = zf.fp.tell() + 30 + len(entry.encode()) + (20 if zip64 else 0)
     pad = -(start + 4) % ALIGN
     info.extra = struct.pack("<HH", _EXTRA_ID, pad) + b"\0" * pad
     with zf.open(info, "w", force_zip64=zip64) as f:
@@ -67,10 +67,10 @@ def data_offset(path: str, entry: str = ENTRY) -> int:
     return info.header_offset + 30 + name_len + extra_len
 
 
-def read(path: str, records: list, device: torch.device) -> list:
-    """The weights of the package at ``path``, viewed in a copy-on-write mapping of the file (moved
-    to ``device`` if that is not the CPU)."""
-    base = data_offset(path)
+def read(path: str, records: list, device: torch.device, entry: str = ENTRY) -> list:
+    """The tensors of ``entry`` of the package at ``path``, viewed in a copy-on-write mapping of the
+    file (moved to ``device`` if that is not the CPU)."""
+    base = data_offset(path, entry)
     with open(path, "rb") as f:
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
     out = []
