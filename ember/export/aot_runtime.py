@@ -4,19 +4,22 @@ This module imports torch and the standard library only (never ember's frontend,
 so a server that calls ``aot_load`` starts in ``import torch`` plus reading one file. At load it:
 
 1. reads ``manifest.json`` from the package (a zip) and refuses a package built for another torch,
-   Triton, device kind or CPU feature set, saying which and how to fix it;
-2. loads the weights (``weights.pt``, ``torch.load(weights_only=True)``) onto the target device;
+   Triton, device kind or CPU (feature flags the package's C++ code may use), saying which and how
+   to fix it;
+2. maps the weights (``weights.bin``, ``weights.py``): no copy on the CPU, one copy to the GPU;
 3. ``exec``s the generated wrapper (``wrapper.py``: plain Python calling ATen ops) into a fresh
-   namespace; a CUDA package's ``native/`` entries (ember's native wrapper, its Triton kernels and
-   their compiled binaries) replace it with the native wrapper, Triton finding the binaries in the
-   package's cache, so nothing is compiled.
+   namespace; a package's ``native/`` entries (ember's native wrapper and its kernels: C++ units
+   with their ``.so`` files, or Triton kernels with their compiled binaries) replace it with the
+   native wrapper: the ``.so`` files are loaded as they are, Triton finds its binaries in the
+   package's cache, so nothing is compiled. The native wrapper imports its small runtime modules
+   (``ember.native.runtime``, ``ember.native.cpp_build`` or Triton), never ember's frontend or the
+   code generator.
 
 The returned ``AOTModule`` flattens the call's (args, kwargs) like the exported program, checks the
 dynamic dims' ranges and static sizes, runs the wrapper and rebuilds the output structure.
 """
 from __future__ import annotations
 
-import io
 import importlib
 import json
 import platform
@@ -25,7 +28,9 @@ import zipfile
 import torch
 import torch.utils._pytree as pytree
 
-FORMAT = "ember-aot/1"
+from ember.export import weights as weights_blob
+
+FORMAT = "ember-aot/2"  # /2: weights.bin (mapped), C++ kernels
 
 
 class PackageMismatch(RuntimeError):
@@ -40,6 +45,19 @@ def cpu_features() -> str:
         return "unknown"
 
 
+def cpu_flags() -> list:
+    """This CPU's feature flags (``/proc/cpuinfo``; empty where unknown): what code built with
+    ``-march=native`` may use."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return sorted(set(line.split(":", 1)[1].split()))
+    except OSError:
+        pass
+    return []
+
+
 def triton_version() -> str | None:
     try:
         from importlib.metadata import version
@@ -51,7 +69,7 @@ def triton_version() -> str | None:
 def environment(device: str) -> dict:
     """What a package records about the machine it was built for, and is checked against at load."""
     env = {"torch": torch.__version__, "device": device, "machine": platform.machine(),
-           "cpu_features": cpu_features()}
+           "cpu_features": cpu_features(), "cpu_flags": cpu_flags()}
     if device == "cuda":
         env["triton"] = triton_version()
         env["cuda"] = torch.version.cuda
@@ -75,6 +93,13 @@ def check_environment(recorded: dict, path: str) -> None:
             raise PackageMismatch(f"{path} was built for {key}={recorded.get(key)!r} but this process has "
                                   f"{key}={here.get(key)!r}; rebuild the package here with "
                                   "ember.export.aot_compile (or load it where it was built)")
+    if recorded.get("native_cpu_code"):  # its .so files may use any feature of the CPU they were built on
+        missing = sorted(set(recorded.get("cpu_flags") or ()) - set(here["cpu_flags"]))
+        if missing and here["cpu_flags"]:
+            raise PackageMismatch(f"{path} holds C++ kernels built for a CPU with features this CPU lacks "
+                                  f"({', '.join(missing[:12])}{'...' if len(missing) > 12 else ''}); rebuild the "
+                                  "package on this machine with ember.export.aot_compile, or build it with "
+                                  "kernels='aten'")
 
 
 class AOTModule:
@@ -141,10 +166,9 @@ def aot_load(path: str, device: str | None = None) -> AOTModule:
                                   f"(found {manifest.get('format')!r}); rebuild it with ember.export.aot_compile")
         check_environment(manifest["environment"], path)
         wrapper = zf.read("wrapper.py").decode()
-        weights_blob = zf.read("weights.pt")
         native = {n[len("native/"):]: zf.read(n) for n in zf.namelist() if n.startswith("native/")}
     dev = torch.device(device or manifest["environment"]["device"])
-    weights = torch.load(io.BytesIO(weights_blob), map_location=dev, weights_only=True)
+    weights = weights_blob.read(path, manifest["weights"], dev)
     namespace: dict = {"__name__": f"ember_aot_{manifest['name']}", "torch": torch}
     exec(compile(wrapper, f"<ember aot package {path}: wrapper.py>", "exec"), namespace)
     if native:
@@ -153,16 +177,21 @@ def aot_load(path: str, device: str | None = None) -> AOTModule:
 
 
 def _load_native(files: dict, record: dict, dev, fallback, path: str):
-    """ember's native wrapper with its Triton kernels: the files go to a private folder, Triton's
-    cache is pointed at the binaries they came with (so nothing is compiled), and the wrapper's
-    ``make_call`` gives the function to run. Imports ``ember.native.runtime`` (the wrapper's own
-    small runtime) and Triton; not the frontend or the code generator."""
+    """ember's native wrapper with its kernels: the files go to a private folder (removed at exit);
+    C++ units get their packaged ``.so`` registered as their build (``cpp_build.register_prebuilt``),
+    Triton's cache is pointed at the binaries the package came with; so nothing is compiled. The
+    wrapper's ``make_call`` gives the function to run. Imports ``ember.native.runtime`` (the
+    wrapper's own small runtime), ``ember.native.cpp_build`` or Triton; not the frontend or the code
+    generator."""
+    import atexit
     import os
+    import shutil
     import tempfile
 
     folder = tempfile.mkdtemp(prefix="ember_aot_")  # mode 0700: the loader trusts only its own files
+    atexit.register(shutil.rmtree, folder, True)
     for rel, data in files.items():
-        if rel == "graph.py" or rel == "constants.pt":
+        if rel == "graph.py" or rel == "constants.bin":
             continue
         dest = os.path.join(folder, rel)
         if not os.path.abspath(dest).startswith(folder + os.sep):
@@ -170,15 +199,84 @@ def _load_native(files: dict, record: dict, dev, fallback, path: str):
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         with open(dest, "wb") as f:
             f.write(data)
-    from ember.config import environment
-    environment.set("TRITON_CACHE_DIR", os.path.join(folder, "triton_cache"))  # read by Triton at each lookup
+    renderer = record.get("renderer", "triton")
+    if renderer == "cpp":
+        from ember.native import cpp_build
+        for unit, so in record["binaries"].items():
+            cpp_build.register_prebuilt(os.path.join(folder, "kernels", unit), os.path.join(folder, "kernels", so))
+    else:
+        from ember.config import environment
+        environment.set("TRITON_CACHE_DIR", os.path.join(folder, "triton_cache"))  # read by Triton at each lookup
     src = files["graph.py"].decode()
     for original, base in record["kernel_paths"].items():
         src = src.replace(repr(original), repr(os.path.join(folder, "kernels", base)))
     graph_path = os.path.join(folder, "graph.py")
     with open(graph_path, "w") as f:
         f.write(src)
-    from ember.native.cache import load_module, sha
-    mod = load_module(graph_path, sha(src))
-    consts = torch.load(io.BytesIO(files["constants.pt"]), map_location=dev, weights_only=True)
-    return mod.make_call([consts[k] for k in record["constants"]], fallback)
+    # imported as a file of this private folder (not through ember.native.cache, whose loader also
+    # readies Triton's helpers: a C++ package's process never imports Triton)
+    import hashlib
+    import importlib.util
+    import sys
+    name = "ember_aot_graph_" + hashlib.sha256(src.encode()).hexdigest()[:32]
+    spec = importlib.util.spec_from_file_location(name, graph_path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    consts = weights_blob.read(path, record["constant_records"], dev, "native/constants.bin")
+    call = mod.make_call(consts, fallback)
+    call_info = {"renderer": renderer, "kernels_loaded": 0, "kernels_jit": 0, "reason": None}
+    if record.get("launches"):
+        _adopt_binaries(mod, record["launches"], os.path.join(folder, "triton_cache"), call_info)
+    try:
+        call.ember_aot = call_info
+    except AttributeError:
+        pass
+    return call
+
+
+class _LauncherSource:
+    """What Triton's launcher is generated from (``CompiledKernel.src``): argument names, signature
+    and constants, as the package recorded them."""
+
+    class _Fn:
+        def __init__(self, arg_names):
+            self.arg_names = arg_names
+            self.launch_metadata = None
+
+    def __init__(self, entry: dict):
+        self.fn = self._Fn(entry["arg_names"])
+        self.signature = dict(entry["signature"])
+        self.constants = {tuple(k): v for k, v in entry["constants"]}
+
+
+def _adopt_binaries(mod, launches: dict, cache: str, info: dict) -> None:
+    """Give each launch site its kernel straight from the package's binary and metadata (Triton's
+    ``CompiledKernel``: the cubin is loaded, the launcher comes from the packaged cache), so the
+    first call runs no Triton JIT (no source hashing, no specialization, no cache lookups). A site
+    this cannot handle (another Triton's internals) keeps the JIT path, which finds the binary in
+    the packaged cache: slower to start, same result; ``info`` counts both and says why."""
+    import os
+    try:
+        from triton.compiler.compiler import CompiledKernel
+        from ember.native.dynamic_launch import DynamicLaunch
+    except Exception as e:  # noqa: BLE001
+        info["reason"] = f"{type(e).__name__}: {e}"
+        info["kernels_jit"] = len(launches)
+        return
+    for name, entry in launches.items():
+        site = getattr(mod, name, None)
+        try:
+            group = {f: os.path.join(cache, rel) for f, rel in entry["files"].items()}
+            kernel = CompiledKernel(_LauncherSource(entry), group, entry["hash"])
+            checks = tuple(tuple(c) for c in entry["checks"])
+            if isinstance(site, DynamicLaunch):
+                kernel.run  # noqa: B018 - loads the binary and the launcher now, or raises here
+                site.template = (kernel, checks, entry["nargs"])
+                ok = True
+            else:
+                ok = site.adopt(kernel, checks, entry["nargs"])
+        except Exception as e:  # noqa: BLE001 - any surprise in Triton's internals: the JIT path
+            ok = False
+            info["reason"] = f"{name}: {type(e).__name__}: {e}"
+        info["kernels_loaded" if ok else "kernels_jit"] += 1

@@ -1,18 +1,24 @@
-"""Build the CUDA part of an AOT package: ember's Triton kernels, compiled, with their binaries.
+"""Build the native part of an AOT package: ember's kernels, compiled, with their binaries
+(Triton kernels for CUDA, or on CPU under Triton's interpreter; the C++ renderer's units for CPU).
 
-Runs in a child process (``python -m ember.export.native_build WORKDIR DEVICE``) with empty ember and
-Triton caches of its own (in WORKDIR), so every kernel the package needs is compiled there and lands in that Triton
-cache, whatever this or another process compiled before:
+Runs in a child process (``python -m ember.export.native_build WORKDIR DEVICE RENDERER``) with empty
+ember and Triton caches of its own (in WORKDIR), so every kernel the package needs is compiled there
+(the Triton binaries land in that Triton cache, the C++ ``.so`` files in that ember cache), whatever
+this or another process compiled before:
 
 1. load the exported program that ``package.aot_compile`` saved in WORKDIR (``program.pt2``);
 2. retrace its ATen graph with the decompositions the "ember" backend gives the autograd layer;
-3. compile it with ``ember.native.backend.compile_aten_graph`` (symbolic sizes stay kernel arguments);
-4. call it once on the example inputs, so Triton compiles every kernel into WORKDIR/triton_cache;
-5. write WORKDIR/native.json: the wrapper's path, its kernel files and the graph's constants.
+3. compile it with ``ember.native.backend.compile_aten_graph`` (symbolic sizes stay kernel arguments:
+   one wrapper and one set of kernels for every size the program's Dims allow; a graph the backend
+   can only compile per size is an error here, naming why, not a package that compiles at load);
+4. call it once on the example inputs, so Triton compiles every kernel into WORKDIR/triton_cache
+   (or the C++ units are built into ``.so`` files);
+5. write WORKDIR/native.json: the wrapper's path, its kernel files (and each C++ unit's ``.so``)
+   and the graph's constants.
 
-``package.aot_compile`` then zips the wrapper (kernel paths made relative), the kernel sources and
-the Triton cache into the package; ``aot_runtime`` restores them and points Triton at that cache, so
-loading compiles nothing.
+``package.aot_compile`` then zips the wrapper (kernel paths made relative), the kernel sources, the
+``.so`` files and the Triton cache into the package; ``aot_runtime`` restores them, registers the
+``.so`` files with ``cpp_build`` and points Triton at that cache, so loading compiles nothing.
 """
 from __future__ import annotations
 
@@ -58,7 +64,7 @@ def retrace_for_native(ep, device: str):
     return traced, real
 
 
-def build(workdir: str, device: str) -> dict:
+def build(workdir: str, device: str, renderer: str = "triton") -> dict:
     import torch
 
     from ember.config import config
@@ -73,21 +79,76 @@ def build(workdir: str, device: str) -> dict:
                 importlib.import_module(name)
     ep = torch.export.load(os.path.join(workdir, "program.pt2"))
     gm, real = retrace_for_native(ep, device)
-    compiled = compile_aten_graph(gm, real, force_triton=device == "cpu")  # (CPU: the interpreter, for tests)
+    cpp = renderer == "cpp"
+    # (Triton on CPU: the interpreter, for tests; C++: the default CPU path, asked for explicitly so
+    # that EMBER_NATIVE_CPU in the environment does not change what the package holds)
+    compiled = compile_aten_graph(gm, real, force_triton=device == "cpu" and not cpp,
+                                  options={"cpu_codegen": "cpp"} if cpp else None)
     info = getattr(compiled, "ember_native", None) or {}
     if not info.get("wrapper"):
-        raise RuntimeError(f"the native backend runs this graph as it is ({info.get('reason')}); no kernels to package")
-    compiled(*real)  # Triton compiles every kernel now, into this process's (empty) cache
+        raise RuntimeError(f"the native backend runs this graph as it is ({info.get('reason')}); no kernels to "
+                           "package (aot_compile(..., kernels='aten') packages the ATen graph instead)")
+    compiled(*real)  # every kernel is built now: Triton into this process's (empty) cache, C++ into .so files
     if device == "cuda":
         torch.cuda.synchronize()
+    if info.get("reason"):  # a C++ unit the compiler refused: the graph would run its ATen code
+        raise RuntimeError(f"building the kernels failed: {info['reason']}")
     constants = {t: getattr(gm, t).detach().cpu() for t in info.get("constants", [])}
     torch.save(constants, os.path.join(workdir, "native_constants.pt"))
+    binaries = {}
+    if cpp:
+        from ember.native import cpp_build
+        for path in info.get("kernels", []):
+            if path.endswith(".cpp"):
+                cpp_build.library(path)  # (built by the call above: this finds it)
+                binaries[path] = cpp_build.binary_paths(path)[1]
+    from ember.config import environment
+    launches = compiled_launches(info["wrapper"], environment.get("TRITON_CACHE_DIR")) if device == "cuda" else {}
     record = {"wrapper": info["wrapper"], "kernels": info.get("kernels", []), "constants": list(constants),
+              "binaries": binaries, "renderer": renderer, "sizes": info.get("sizes", ""), "launches": launches,
               "report": {k: v for k, v in (info.get("report") or {}).items() if isinstance(v, (int, float, str))}}
     with open(os.path.join(workdir, "native.json"), "w") as f:
         json.dump(record, f)
     return record
 
 
+def compiled_launches(wrapper_path: str, cache_root: str | None) -> dict:
+    """Per launch site of the wrapper (its ``launchN`` globals), the Triton kernel the example call
+    compiled for it, as ``aot_runtime`` rebuilds it without Triton's JIT: the cache files of its
+    binary and metadata (relative to the Triton cache), and what Triton's launcher is generated
+    from (argument names, signature, constants), with the pointer alignment it was built for.
+    Sites that cannot be recorded are left out (they go through Triton's JIT, finding the binary
+    in the packaged cache)."""
+    from ember.native.build_worker import module_name
+    from ember.native.dynamic_launch import DynamicLaunch
+    from ember.native.runtime import Launch
+
+    mod = sys.modules.get(module_name(wrapper_path))
+    out: dict = {}
+    if mod is None or not cache_root:
+        return out
+    for name, site in vars(mod).items():
+        if isinstance(site, DynamicLaunch):
+            site = next((s for s in site.sites.values() if s.kernel is not None), None)
+        if not isinstance(site, Launch) or site.kernel is None or site.checks is None:
+            continue
+        k = site.kernel
+        src = getattr(k, "src", None)
+        group = getattr(k, "metadata_group", None)
+        if src is None or not group:
+            continue
+        nargs = len(site.fn.arg_names) - sum(n in site.meta for n in site.fn.arg_names)
+        entry = {"hash": k.hash, "files": {f: os.path.relpath(p, cache_root) for f, p in group.items()},
+                 "arg_names": list(src.fn.arg_names), "signature": dict(src.signature),
+                 "constants": [[list(key), value] for key, value in src.constants.items()],
+                 "checks": [list(c) for c in site.checks], "nargs": nargs}
+        try:
+            json.dumps(entry)
+        except TypeError:  # a constant JSON cannot hold: this site goes through the JIT
+            continue
+        out[name] = entry
+    return out
+
+
 if __name__ == "__main__":
-    build(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "cuda")
+    build(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "cuda", sys.argv[3] if len(sys.argv) > 3 else "triton")

@@ -7,18 +7,22 @@ The package is a zip holding:
                     and where mutated buffers and inputs go
     wrapper.py      the generated program: ``def forward(<weights...>, <inputs...>)`` as plain Python
                     calling ATen ops, one line per node of the exported ATen graph, with provenance
-    weights.pt      parameters, buffers and constants in the wrapper's order (``torch.save`` of a list)
-    kernels/        compiled kernels, for packages that carry them (see ``_kernels``)
+    weights.bin     parameters, buffers and constants in the wrapper's order, raw and 64-byte aligned
+                    (``weights.py``: aot_load maps them, nothing is copied)
+    native/         ember's native wrapper for the program (``graph.py``: sizes are arguments, so one
+                    wrapper serves every size the Dims allow), its kernels and their binaries: the
+                    C++ renderer's units and ``.so`` files (CPU), or Triton kernels and the Triton
+                    cache holding their compiled binaries (CUDA); see ``native_build.py``
 
 Everything that needs tracing, FX or a compiler happens here; ``aot_runtime.aot_load`` only reads the
-zip, loads tensors and ``exec``s the wrapper.
+zip, maps the weights, loads the binaries and ``exec``s the wrappers.
 """
 from __future__ import annotations
 
 import ast
 import builtins
-import io
 import json
+import logging
 import os
 import re
 import zipfile
@@ -29,8 +33,13 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
+from ember.export import weights as weights_blob
 from ember.export.aot_runtime import FORMAT, environment
 from ember.export.capture import ExportError
+
+log = logging.getLogger("ember.export")
+KERNELS = ("cpp", "triton", "aten")
+NATIVE_CONSTANTS = "native/constants.bin"
 
 # globals the FX code generator may reference, and what the runtime namespace binds them to
 _RUNTIME_GLOBALS = {
@@ -89,22 +98,29 @@ def aot_compile(ep: ExportedProgram, package_path: str, device: str = "cpu", *, 
                 kernels: str | None = None) -> str:
     """Write ``ep`` to ``package_path`` as an ember AOT package for ``device`` ("cpu" or "cuda").
 
-    The CPU package runs the exported ATen graph through a generated Python wrapper (each op one
-    ATen call: no tracing, FX or compilation at load). A CUDA package by default also carries ember's native
-    wrapper, its Triton kernels and their compiled binaries (``kernels="triton"``, the default;
-    ``kernels="aten"`` packages only the ATen wrapper; ``kernels="triton"`` on CPU runs the kernels in
-    Triton's interpreter, for tests); the ATen wrapper stays as the fallback the
-    native wrapper calls for inputs laid out unlike the example's. Export the model on the device
-    the package is for (the ATen graph records its tensors' devices). Returns ``package_path``."""
+    ``kernels`` says what runs the program:
+
+    * ``"cpp"`` (the default on CPU): ember's native wrapper with the C++ renderer's kernels, built
+      here into ``.so`` files that the package carries (built with ``-march=native``: the package
+      records this CPU's feature flags and refuses a CPU that lacks one). Without a working C++
+      compiler the package falls back to ``"aten"``, with a warning.
+    * ``"triton"`` (the default on CUDA): ember's native wrapper with its Triton kernels and their
+      compiled binaries; on CPU it runs the kernels in Triton's interpreter (for tests).
+    * ``"aten"``: only the generated Python wrapper calling one ATen op per node.
+
+    Sizes of the program's Dims stay kernel arguments, so one package serves every size in their
+    ranges, with no compiling at load. The ATen wrapper is always in the package: the native wrapper
+    calls it for inputs laid out unlike the example's. Export the model on the device the package
+    is for (the ATen graph records its tensors' devices). Returns ``package_path``."""
     if not isinstance(ep, ExportedProgram):
         raise TypeError(f"aot_compile expects a torch.export.ExportedProgram (from ember.export.export), got "
                         f"{type(ep).__name__}")
     kind = torch.device(device).type
     if kind not in ("cpu", "cuda"):
         raise ValueError(f"aot_compile: device must be 'cpu' or 'cuda', got {device!r}")
-    kernels = kernels or ("triton" if kind == "cuda" else "aten")
-    if kernels not in ("triton", "aten"):
-        raise ValueError(f"aot_compile: kernels must be 'triton' or 'aten', got {kernels!r}")
+    kernels = kernels or ("triton" if kind == "cuda" else _cpu_default())
+    if kernels not in KERNELS or (kind == "cuda" and kernels == "cpp"):
+        raise ValueError(f"aot_compile: kernels must be one of {KERNELS} ('cpp' on CPU only), got {kernels!r}")
     on = {t.device.type for t in [*ep.state_dict.values(), *ep.constants.values()] if isinstance(t, torch.Tensor)}
     if on - {kind}:
         raise ValueError(f"aot_compile: the program's weights are on {sorted(on)}, but the package is for {kind!r}; "
@@ -155,17 +171,20 @@ def aot_compile(ep: ExportedProgram, package_path: str, device: str = "cpu", *, 
     }
     wrapper = _wrapper_source(gm, label, len(weights))
     kernel_files: dict = {}
-    if kernels == "triton":
-        kernel_files, manifest["native"] = _native_triton(ep, kind)
-    blob = io.BytesIO()
-    torch.save(weights, blob)
+    if kernels != "aten":
+        kernel_files, manifest["native"] = _native(ep, kind, kernels)
+        manifest["environment"]["native_cpu_code"] = kernels == "cpp"
     tmp = f"{package_path}.tmp{os.getpid()}"
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as zf:  # stored: weights load fast
-        zf.writestr("manifest.json", json.dumps(manifest, indent=1))
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as zf:  # stored: weights are mapped
+        manifest["weights"] = weights_blob.write(zf, weights)
+        if "native" in manifest:  # the native wrapper's own constants, mapped the same way
+            consts = manifest["native"].pop("constant_tensors")
+            manifest["native"]["constant_records"] = weights_blob.write(
+                zf, [consts[k] for k in manifest["native"]["constants"]], NATIVE_CONSTANTS)
         zf.writestr("wrapper.py", wrapper)
-        zf.writestr("weights.pt", blob.getvalue())
         for rel, data in kernel_files.items():
             zf.writestr(rel, data)
+        zf.writestr("manifest.json", json.dumps(manifest, indent=1))
     os.replace(tmp, package_path)  # a reader never sees a half-written package
     return package_path
 
@@ -191,10 +210,22 @@ def spec_modules(ep: ExportedProgram) -> list:
     return sorted(mods)
 
 
-def _native_triton(ep: ExportedProgram, kind: str) -> tuple[dict, dict]:
-    """The package's Triton kernels (CUDA; on CPU only under Triton's interpreter, which tests use): ({zip entry: bytes}, manifest record). The build runs in a child
-    process with empty caches (``native_build.py``), so every Triton binary the wrapper needs is in
-    the Triton cache it leaves behind, which goes into the package whole."""
+def _cpu_default() -> str:
+    """"cpp" where a C++ compiler builds and loads ember's kernels here, else "aten" (warned)."""
+    from ember.native import cpp_build
+    why = cpp_build.problem()
+    if why is None:
+        return "cpp"
+    log.warning("ember.export.aot_compile: no working C++ compiler (%s); the CPU package runs the ATen graph "
+                "(kernels='aten'). Install g++ to package ember's C++ kernels.", why)
+    return "aten"
+
+
+def _native(ep: ExportedProgram, kind: str, renderer: str) -> tuple[dict, dict]:
+    """The package's native wrapper and kernels: ({zip entry: bytes}, manifest record). The build runs
+    in a child process with empty caches (``native_build.py``), so every binary the wrapper needs is
+    in what it leaves behind: the ``.so`` of each C++ unit, or the Triton cache (Triton kernels for
+    CUDA; on CPU only under Triton's interpreter, which tests use), which goes into the package whole."""
     import subprocess
     import sys
     import tempfile
@@ -207,31 +238,39 @@ def _native_triton(ep: ExportedProgram, kind: str) -> tuple[dict, dict]:
         from ember.config import environment
         extra = {"TRITON_INTERPRET": "0"} if kind == "cuda" else {}
         env = environment.for_child(TRITON_CACHE_DIR=os.path.join(work, "triton_cache"), **extra)
-        res = subprocess.run([sys.executable, "-m", "ember.export.native_build", work, kind], env=env,
+        res = subprocess.run([sys.executable, "-m", "ember.export.native_build", work, kind, renderer], env=env,
                              capture_output=True, text=True)
         if res.returncode != 0:
             tail = "\n".join(res.stderr.strip().splitlines()[-15:])
-            raise ExportError(f"aot_compile: building the Triton kernels failed:\n{tail}")
+            raise ExportError(f"aot_compile: building the {renderer} kernels failed (kernels='aten' packages the "
+                              f"ATen graph instead):\n{tail}")
         with open(os.path.join(work, "native.json")) as f:
             record = json.load(f)
         files: dict = {}
         with open(record["wrapper"], "rb") as f:
             files["native/graph.py"] = f.read()
         kernel_names = {}
+        binaries = {}
         for path in record["kernels"]:  # (interpreted kernels have no binaries: the cache stays empty)
             base = os.path.basename(path)  # kernels are named by their SHA-256, unique in a flat folder
             kernel_names[path] = base
             with open(path, "rb") as f:
                 files[f"native/kernels/{base}"] = f.read()
-        with open(os.path.join(work, "native_constants.pt"), "rb") as f:
-            files["native/constants.pt"] = f.read()
+            so = record["binaries"].get(path)
+            if so is not None:  # the C++ unit's library, built for this compiler and CPU
+                binaries[base] = os.path.splitext(base)[0] + ".so"
+                with open(so, "rb") as f:
+                    files[f"native/kernels/{binaries[base]}"] = f.read()
+        constants = torch.load(os.path.join(work, "native_constants.pt"), weights_only=True)
         cache = os.path.join(work, "triton_cache")
         for root, _, names in os.walk(cache):
             for n in names:
                 full = os.path.join(root, n)
                 with open(full, "rb") as f:
                     files["native/triton_cache/" + os.path.relpath(full, cache)] = f.read()
-        return files, {"kernel_paths": kernel_names, "constants": record["constants"], "report": record["report"]}
+        return files, {"renderer": renderer, "kernel_paths": kernel_names, "binaries": binaries,
+                       "launches": record.get("launches", {}), "constant_tensors": constants,
+                       "constants": record["constants"], "sizes": record["sizes"], "report": record["report"]}
     finally:
         import shutil
         shutil.rmtree(work, ignore_errors=True)

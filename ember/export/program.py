@@ -139,10 +139,37 @@ def _output_plan(cap: Capture, inputs: list[_Input]) -> tuple[list, pytree.TreeS
     return plan, out_spec
 
 
+def _module_path(source: str) -> str:
+    """The FQN of a module from the frontend's source name: ``self.blocks[0].attn`` -> ``blocks.0.attn``
+    (a module not reached from the root keeps its source name)."""
+    path = re.sub(r"\[['\"]?([^\]'\"]*)['\"]?\]", r".\1", source)
+    if path == "self":
+        return ""
+    return path[len("self."):] if path.startswith("self.") else path
+
+
+def _torch_export_meta(gm: fx.GraphModule) -> None:
+    """``nn_module_stack`` and ``source_fn_stack`` on the captured graph's nodes, in torch.export's
+    form, from the module calls the frontend recorded (``ember_module_calls``, outermost first):
+    {"L__self__<fqn>": (fqn, "module.Class")} and [(node name, the function or method called)].
+    ``make_fx`` copies both onto the ATen nodes each node becomes (``preserve_node_meta``)."""
+    for node in gm.graph.nodes:
+        if node.op not in ("call_function", "call_method", "call_module"):
+            continue
+        stack = {}
+        for call in node.meta.get("ember_module_calls", ()):
+            path = _module_path(call[2])
+            stack["L__self__" + path] = (path, call[3] if len(call) > 3 else call[1])
+        if stack:
+            node.meta["nn_module_stack"] = stack
+        node.meta["source_fn_stack"] = [(node.name, node.target)]
+
+
 def _trace_aten(cap: Capture, inputs: list[_Input], positions: list[int], plan: list, fake_mode, templates):
     """Functional ATen graph: (all program inputs) -> (new values of mutated inputs..., user outputs...)."""
     mutated: list[int] = []
     interp_gm = cap.gm
+    _torch_export_meta(interp_gm)
 
     def program(*prims):
         with functionalize():

@@ -171,6 +171,18 @@ def library(path: str) -> ctypes.CDLL:
     return lib
 
 
+def register_prebuilt(path: str, so: str) -> None:
+    """Use the library at ``so`` as the build of the translation unit at ``path`` (an AOT package's
+    ``.so``, built by ``aot_compile`` on a machine with this CPU's features: ``aot_runtime`` checks
+    that). Nothing is compiled and no compiler need exist; the package's loader wrote both files
+    into a private folder of its own."""
+    with _LOCK:
+        lib = _LIBS[path] = ctypes.CDLL(so)
+        lib.ember_set_num_threads.argtypes = [ctypes.c_int]
+        lib.ember_take_error.restype = ctypes.c_int
+        _THREADS[0] = 0  # set on the next sync_threads
+
+
 _PROBE = r"""
 // ember: does this compiler build the prelude and an OpenMP loop, and does the result load?
 extern "C" long ember_probe(long n) {

@@ -33,7 +33,8 @@ import torch
 import torch.fx
 
 from ember.native import ir
-from ember.native.symbolic import SymbolicUnsupported, active, eq, has_symbolic_inputs, norm, norm_sizes
+from ember.native.symbolic import (FloorDiv, SymbolicUnsupported, active, eq, has_symbolic_inputs, is_static, norm,
+                                    norm_sizes)
 
 aten = torch.ops.aten
 LOWERINGS: dict = {}   # OpOverload -> fn(L, node, *args, **kwargs) -> value
@@ -403,9 +404,15 @@ class GraphLowering:
         eager value) stay broadcast instead of being copied."""
         if isinstance(v, Stored) and _aligned(v.sizes, v.strides, v.offset, align):
             return ir.BufferArg(v.buf, v.sizes, v.strides, v.offset)
-        eager = tuple(meta.stride()) if isinstance(meta, torch.Tensor) and tuple(meta.shape) == v.sizes else None
+        eager = None
+        if isinstance(meta, torch.Tensor):
+            try:  # (SymInt sizes translated to this graph's size symbols)
+                eager = norm_sizes(meta.stride()) if norm_sizes(meta.shape) == tuple(v.sizes) else None
+            except SymbolicUnsupported:
+                eager = None
         like = v.strides if isinstance(v, Stored) else eager or ir.contiguous_strides(v.sizes)
-        bcast = [s > 1 and st == 0 for s, st in zip(v.sizes, like)]
+        # (a symbolic size with stride 0 is broadcast for every size: eager expanded it)
+        bcast = [st == 0 and (not is_static(s) or s > 1) for s, st in zip(v.sizes, like)]
         base_sizes = tuple(1 if b else s for s, b in zip(v.sizes, bcast))
         strides = _padded_strides(base_sizes, memory_order(like, self.sv.hint), align)
         base = Lazy(base_sizes, v.dtype, v.device, v.load)
@@ -762,8 +769,8 @@ def _padded_strides(sizes, order, align) -> tuple:
     rounded up to a multiple of align: rows padded for aligned vector loads."""
     strides, acc, inner = [0] * len(sizes), 1, True
     for d in reversed(order):
-        if not inner:
-            acc = -(-acc // align) * align
+        if not inner:  # (a symbolic row length rounds up at run time: FloorDiv of a size >= 0)
+            acc = -(-acc // align) * align if is_static(acc) else FloorDiv(acc + (align - 1), align) * align
         strides[d] = acc
         if sizes[d] != 1:  # a size-1 dim takes an aligned stride, and no room
             acc *= sizes[d]

@@ -59,7 +59,7 @@ class Launch:
     always aligned), and a mismatch takes the normal path. Under the interpreter, or when launch hooks
     (profilers) are set at the first call, every call takes the normal path.
     """
-    __slots__ = ("fn", "grid", "meta", "fresh", "fast", "direct", "spec", "ahead")
+    __slots__ = ("fn", "grid", "meta", "fresh", "fast", "direct", "spec", "ahead", "kernel", "checks")
 
     def __init__(self, fn, grid, meta, fresh=(), spec=None):
         self.fn, self.grid, self.meta = fn, tuple(grid) + (1,) * (3 - len(grid)), meta
@@ -70,6 +70,7 @@ class Launch:
         self.fast = None
         self.direct = True  # may call Triton's C launcher itself (see _direct_launcher)
         self.ahead = None  # the cache hash of the build a worker process did for this site (build_pool)
+        self.kernel = self.checks = None  # Triton's CompiledKernel and the alignment checks, once known
 
     def __call__(self, *args):
         fast = self.fast
@@ -104,25 +105,34 @@ class Launch:
         kernel = self._slow(args)
         if self.ahead is not None and getattr(kernel, "hash", self.ahead) != self.ahead:
             build_pool.STATS["key_mismatch"] += 1  # built twice: the worker keyed it differently
+        checks = tuple((i, (a.data_ptr() & 15) == 0) for i, a in enumerate(args)
+                       if hasattr(a, "data_ptr") and i not in self.fresh)
+        self.adopt(kernel, checks, len(args))
+        return None
+
+    def adopt(self, kernel, checks, nargs: int) -> bool:
+        """Take the fast path with ``kernel`` (Triton's CompiledKernel for this site's function and
+        meta, specialized for pointers aligned as ``checks`` says), without Triton's JIT: at a
+        site's first call, for a new grid of a ``DynamicLaunch``, or for a kernel an AOT package
+        loaded from its binary. False (the normal path stays) under launch hooks or the interpreter."""
         try:
             from triton import knobs
             from triton.runtime import driver
             if (kernel is None or not hasattr(kernel, "packed_metadata") or _hook_set(knobs.runtime.launch_enter_hook)
                     or _hook_set(knobs.runtime.launch_exit_hook)):
-                return None
-            names = self.fn.arg_names
-            consts = tuple(self.meta[n] for n in names[len(args):])
-            checks = tuple((i, (a.data_ptr() & 15) == 0) for i, a in enumerate(args)
-                           if hasattr(a, "data_ptr") and i not in self.fresh)
+                return False
+            consts = tuple(self.meta[n] for n in self.fn.arg_names[nargs:])
             active = driver.active
             g = self.grid
             launch, extra = (_direct_launcher(kernel.run, kernel.packed_metadata) if self.direct
                              else (kernel.run, (kernel.packed_metadata, None, None, None)))
             self.fast = (launch, g[0], g[1], g[2], active.get_current_stream, active.get_current_device(),
-                         kernel.function, extra, checks, consts)
+                         kernel.function, extra, tuple(checks), consts)
+            self.kernel, self.checks = kernel, tuple(checks)
         except Exception:  # any surprise in Triton's internals: keep the normal path
             self.fast = None
-        return None
+            return False
+        return True
 
 
 def compile_threads() -> int:

@@ -68,9 +68,10 @@ def build(name: str):
         return TinyResNet().eval(), image, (lambda out: out)
     if name == "tiny_vit":
         return TinyViT().eval(), image, (lambda out: out)
-    if name == "resnet18":
+    if name in ("resnet18", "resnet50"):
         import torchvision
-        return torchvision.models.resnet18(num_classes=10).eval(), (lambda b: (torch.randn(b, 3, 64, 64),)), (lambda o: o)
+        net = getattr(torchvision.models, name)(num_classes=10)
+        return net.eval(), (lambda b: (torch.randn(b, 3, 64, 64),)), (lambda o: o)
     if name == "vit":
         import timm
         m = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, num_classes=10)
@@ -80,3 +81,4 @@ def build(name: str):
 
 NEEDS = {"gpt2": "transformers", "bert": "transformers", "llama": "transformers", "resnet18": "torchvision",
          "vit": "timm", "tiny_resnet": None, "tiny_vit": None}
+GPU_ONLY = {"resnet50": "torchvision"}  # (too slow for the CPU round trips)

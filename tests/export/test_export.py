@@ -184,3 +184,58 @@ def test_argument_errors():
         ee.export(torch.nn.Linear(2, 2), torch.randn(3, 2))
     with pytest.raises(ee.ExportError, match="expects an nn.Module"):
         ee.export(lambda x: x, (torch.randn(2),))
+
+
+class _Inner(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x)) * 2  # INNER-LINE
+
+
+class _Nested(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([_Inner(), _Inner()])
+        self.d = torch.nn.ModuleDict({"a": _Inner()})
+        self.head = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return self.head(self.d["a"](x)).sum()
+
+
+def test_nodes_carry_nn_module_stack_like_torch_export():
+    """nn_module_stack (torch.export's form: outermost first, "L__self__<fqn>" -> (fqn, class)),
+    source_fn_stack and stack_trace on the ATen nodes; they survive save/load, and
+    torch.export.unflatten (which reads nn_module_stack) rebuilds the module tree."""
+    m = _Nested()
+    ep = ee.export(m, (torch.randn(2, 4),))
+    nodes = {n.name: n for n in ep.graph.nodes}
+    inner = f"{__name__}._Inner"
+    addmm, relu = nodes["addmm_1"], nodes["relu_1"]  # the second block's linear and relu
+    assert addmm.meta["nn_module_stack"] == {
+        "L__self__": ("", f"{__name__}._Nested"), "L__self__blocks.1": ("blocks.1", inner),
+        "L__self__blocks.1.lin": ("blocks.1.lin", "torch.nn.modules.linear.Linear")}
+    assert list(relu.meta["nn_module_stack"].values())[-1] == ("blocks.1", inner)
+    assert list(nodes["relu_2"].meta["nn_module_stack"].values())[-1] == ("d.a", inner)
+    assert list(nodes["sum_1"].meta["nn_module_stack"]) == ["L__self__"]
+    assert relu.meta["source_fn_stack"][-1][1] is torch.relu
+    line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if "# INNER-LINE" in text)
+    assert f'{__file__}", line {line}, in forward' in relu.meta["stack_trace"]
+    assert all("nn_module_stack" not in n.meta for n in ep.graph.nodes if n.op == "placeholder")
+
+    buf = io.BytesIO()
+    ee.save(ep, buf)
+    buf.seek(0)
+    loaded = {n.name: n for n in ee.load(buf).graph.nodes}
+    assert loaded["addmm_1"].meta["nn_module_stack"] == addmm.meta["nn_module_stack"]
+    assert loaded["relu_1"].meta["source_fn_stack"]
+
+    flat = torch.export.unflatten(ep)
+    assert isinstance(getattr(flat.blocks, "1").lin, torch.nn.Module) and hasattr(flat.d, "a")
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(flat(x), m(x))

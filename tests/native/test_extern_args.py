@@ -68,6 +68,25 @@ def test_attention_bias_gets_padded_rows_and_keeps_broadcast_heads():
     assert k.layout.storage_numel <= 2 * 79 * 80  # one copy per batch, not per head
 
 
+def test_attention_bias_with_a_symbolic_batch_is_padded_symbolically():
+    """GPT-2 exported with a dynamic batch for a CUDA AOT package: its [B, 1, L, L] mask expanded over
+    the heads is padded with the batch left symbolic (this raised ``TypeError: cannot determine truth
+    value`` and sent the whole graph to the per-size fallback, so the package held no kernels)."""
+    q, m = torch.empty(2, 2, 79, 16, device="meta"), torch.empty(2, 1, 79, 79, device="meta")
+    gm = trace(lambda q, m: _efficient_attention(q, (m * 2).expand(q.shape[0], 2, 79, 79)), [q, m],
+               tracing_mode="symbolic")
+    g, _, _, _ = backend.plan(gm, [q, m], dict(backend.DEFAULT_OPTIONS))
+    assert g.sizevars.symbolic
+    (k,) = [n for n in g.nodes if isinstance(n, ir.ComputedNode)]
+    bias = _externs(g)[0].args[3]
+    assert bias.name == k.name and bias.strides[1:] == (0, 80, 1)  # heads broadcast, rows padded to 80
+    batch = bias.sizes[0]
+    assert not isinstance(batch, int) and bias.strides[0] == 79 * 80
+    # the row padding of a symbolic row length rounds up at run time
+    assert lowering._padded_strides((batch, 7), [0, 1], 8) == (8, 1)
+    assert str(lowering._padded_strides((3, batch), [0, 1], 8)[0]) == f"8*FloorDiv({batch} + 7, 8)"
+
+
 def test_aligned_bias_is_passed_as_it_is():
     q, m = torch.empty(2, 2, 80, 16, device="meta"), torch.empty(2, 2, 80, 80, device="meta")
     g, _ = _lower(lambda q, m: _efficient_attention(q, m), [q, m])

@@ -60,7 +60,9 @@ def _tag_module_call(graph, before, module, source) -> None:
     end while the call is traced (placeholders, inserted at the front, are skipped)."""
     if before is not None and getattr(before, "_erased", False):
         return  # cannot tell where the call began: leave it unmarked (no regional compile for it)
-    call = (next(_CALL_SERIAL), type(module).__qualname__, source_name(source))
+    # (serial, class name, source, class's module-qualified name: ember.export's nn_module_stack)
+    call = (next(_CALL_SERIAL), type(module).__qualname__, source_name(source),
+            f"{type(module).__module__}.{type(module).__qualname__}")
     node = before.next if before is not None else next(iter(graph.nodes), None)
     root = getattr(graph, "_root", None)
     while node is not None and node is not root:
