@@ -85,7 +85,7 @@ class CppKernelEmitter(ReductionEmitter, Names):
         self.vars = ir.node_vars(len(k.ranges))
         self.kept = [i for i in range(len(k.ranges)) if i not in k.reduced]
         self.checked = False  # the kernel may record an error (see PRELUDE's ember_fail)
-        self.row_cache, self.stage_sets, self._rdeps = {}, {}, {}
+        self.row_cache, self.stage_sets, self._rdeps, self.row_in_output = {}, {}, {}, {}
         self.row_scope = None  # while a reduction loop is built: the scope of its row (values before the loop)
         self.welford: dict = {}  # sum node -> the sum of squared deviations from its mean (var_mean's pair)
 
