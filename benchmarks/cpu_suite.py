@@ -202,6 +202,7 @@ def compiler_fn(compiler: str):
         # torch's shape machinery, which ember's first call would import anyway (it pulls torch._dynamo's
         # package in through torch.fx.experimental.validator): an import, as torch.compile's is below
         import torch.fx.experimental.symbolic_shapes  # noqa: F401
+        import torch.fx.experimental.validator  # noqa: F401 - (ShapeEnv imports it, and torch._dynamo, lazily)
         return ember.compile, round(time.perf_counter() - t0, 3)
     if compiler.startswith("torch"):
         import torch._dynamo  # noqa: F401 - what torch.compile imports first; the peer, never ember's code

@@ -139,7 +139,7 @@ static inline double e_tanh(double x) { return std::tanh(x); }
 // NaN-propagating max/min as OpenMP reductions, so `omp simd` vectorizes them too
 #pragma omp declare reduction(e_max : float, double, int64_t, int32_t, int16_t, int8_t, uint8_t : omp_out = e_maximum(omp_out, omp_in)) initializer(omp_priv = omp_orig)
 #pragma omp declare reduction(e_min : float, double, int64_t, int32_t, int16_t, int8_t, uint8_t : omp_out = e_minimum(omp_out, omp_in)) initializer(omp_priv = omp_orig)
-// Welford lanes (cpp_emit._welford_stage): W running (mean, M2) pairs of `count` elements each,
+// Welford lanes (cpp_reduce._welford_stage): W running (mean, M2) pairs of `count` elements each,
 // merged pairwise (Chan et al.: equal counts, so the mean moves half the difference)
 template <class T, int W> static inline void e_welford_lanes(T* m, T* m2, int64_t count, T& mean, T& M2) {
   T c = T(count);

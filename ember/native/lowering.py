@@ -779,6 +779,6 @@ def _padded_strides(sizes, order, align) -> tuple:
 
 
 def lower(gm: torch.fx.GraphModule, example_inputs) -> tuple[ir.GraphIR, GraphLowering]:
-    from ember.native import lower_ops, lower_views  # noqa: F401  (fill the tables)
+    from ember.native import lower_ops, lower_pool, lower_views  # noqa: F401  (fill the tables)
     L = GraphLowering(gm, example_inputs)
     return L.run(), L

@@ -70,6 +70,16 @@ def gen(*specs):
     return make
 
 
+def _pool_input(dt, dev):
+    """(2, 3, 9, 11) with a NaN, two NaNs in one window, a plane of -inf (padding must not win) and tied maxima."""
+    t = torch.randn(2, 3, 9, 11, device=dev)
+    t[0, 0, 1, 1] = float("nan")
+    t[0, 0, 4, 4] = t[0, 0, 5, 5] = float("nan")
+    t[0, 1] = float("-inf")
+    t[1, 2, 2:6, 3:7] = 2.5
+    return t.to(dt)
+
+
 X = (13, 37)          # odd sizes: mask tails in x and r
 X3 = (5, 7, 9)
 g1 = gen(X)
@@ -302,6 +312,15 @@ OPS: list[Case] = [
                                  torch.var_mean(a, (0, 1), correction=0), torch.std(a)), gen(X3), rtol=1e-4, looped=True),
     C("norm_ords", lambda a: (torch.linalg.vector_norm(a, 1, dim=1), torch.linalg.vector_norm(a, float("inf"), dim=0),
                               torch.linalg.vector_norm(a, 3.0)), g1, rtol=1e-4),
+    # ---- max pooling (lower_pool.py): windows with padding, ceil_mode, stride 1; NaN, -inf and ties ----
+    C("max_pool2d", lambda x: (F.max_pool2d(x, 2), F.max_pool2d(x, 3, 2, 1, ceil_mode=True, return_indices=True),
+                               F.max_pool2d(x, (3, 2), (1, 2), (1, 0), return_indices=True)),
+      lambda dt, dev: [_pool_input(dt, dev)], dtypes=LOWP),
+    C("max_pool2d_of_bn_relu", lambda x, m, v: F.max_pool2d(F.relu(F.batch_norm(x, m, v.abs() + 0.1)), 2, return_indices=True),
+      gen((2, 4, 9, 11), (4,), (4,)), rtol=1e-4, atol=1e-5),
+    C("max_pool2d_chlast_3d", lambda x, y: (F.max_pool2d(x, 3, 2, ceil_mode=True), F.max_pool2d(y, 2, 1, return_indices=True)),
+      lambda dt, dev: [torch.randn(2, 3, 9, 8, device=dev).to(dt).to(memory_format=torch.channels_last),
+                       torch.randn(3, 7, 5, device=dev).to(dt)]),
     C("empty_reductions", lambda a: (a.prod(0), a.prod(), a.any(0), a.all(0), a.sum(0, keepdim=True), a.mean(0)), gen((0, 5))),
 ]
 

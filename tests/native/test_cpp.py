@@ -296,15 +296,22 @@ def test_warm_process_loads_without_compiling(tmp_path):
     assert "BUILDS 2" in runs[0].stdout and "BUILDS 0" in runs[1].stdout, [r.stdout for r in runs]
 
 
-def test_softmax_keeps_exp_in_a_row_buffer():
-    """exp(x - max) is computed once per element: kept in a stack row buffer by the sum's loop and
-    read back by the normalizing loop (the same schedule as Triton's; only the C++ spelling differs)."""
+def test_softmax_keeps_exp_in_a_row_buffer(native_cache):
+    """exp(x - max) is computed once per element: kept by the sum's loop and read back by the
+    normalizing loop (the same schedule as Triton's; only the C++ spelling differs). An fp32 output
+    keeps it in its own elements (scaled in place); a bf16 output cannot hold a float exactly, so a
+    stack row buffer keeps it."""
     from ember.native.backend import plan
-    x = torch.randn(64, 300)
-    gm = trace(lambda x: torch.softmax(x, -1), [x])
-    _, _, _, emitted = plan(gm, [x], {}, "cpp")
-    (src,) = [ck.source for _, ck in emitted]
-    assert src.count("e_exp(") == 1 and "row0[" in src, src
+    for dtype, row_buffer in ((torch.float32, False), (torch.bfloat16, True)):
+        x = torch.randn(64, 300, dtype=dtype)
+        gm = trace(lambda x: torch.softmax(x, -1), [x])
+        _, _, _, emitted = plan(gm, [x], {}, "cpp")
+        (src,) = [ck.source for _, ck in emitted]
+        assert src.count("e_exp(") == 1 and ("row0[" in src) == row_buffer, src
+        if not row_buffer:  # written by the sum's loop, read back and overwritten by the last one
+            assert src.count("out_ptr0[((300 * v0) + v1)] = ") == 2 and "= out_ptr0[" in src, src
+        compiled = compile_aten_graph(gm, [x], options={**CPP, "cache_dir": native_cache})
+        compare(compiled(x), torch.softmax(x, -1), None, None, True)
 
 
 MODELS = {

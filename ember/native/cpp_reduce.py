@@ -1,0 +1,380 @@
+"""Reductions of the C++ renderer (a mixin of ``cpp_emit.CppKernelEmitter``): the loop stages of a row
+reduction with their accumulators, the per-row buffers that keep costly values a later stage reads
+again, Welford's one-pass mean and variance, and column reductions (the reduced range outside the
+contiguous one). See cpp_emit's docstring for where each is used."""
+from __future__ import annotations
+
+import torch
+
+from ember.native import ir, ops
+from ember.native.cpp_spelling import (SIMD_REDUCTION, STORAGE, CScope, combine, compute_dtype, ctype, identity, indent,
+                                       linear, parallel_for)
+from ember.native.symbolic import is_static
+
+# rows up to this many elements keep costly values a later loop needs in a stack buffer (32 KiB of fp32)
+ROW_CACHE_NUMEL = 8192
+# column reductions: kept points reduced side by side per block (accumulators on the stack)
+COLUMN_BLOCK = 256
+# Welford lanes: one AVX-512 vector of floats (two AVX2 vectors)
+WELFORD_LANES = 16
+COSTLY = ops.HEAVY | {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "sin", "cos", "truediv"}
+
+
+class ReductionEmitter:
+    """The reduction half of ``cpp_emit.CppKernelEmitter`` (which provides value, store, _loops...)."""
+
+    # -- row buffers: a costly value a later loop needs again is kept, not recomputed -------------
+    def _stage_exprs(self, nodes) -> dict:
+        """The r-dependent Exprs a stage computes for ``nodes`` (in-kernel inner nodes expanded), in
+        walk order: dicts, not sets, so the row buffers are planned in the same order in every
+        process (an Expr's hash varies with PYTHONHASHSEED; a different source would miss the
+        disk cache of a warm process)."""
+        roots, out, seen = [self.k.bodies[n.name] for n in nodes], {}, {}
+        while roots:
+            for e in ir.walk(roots):
+                if e in seen:
+                    continue
+                seen[e] = None
+                if self._rdep(e):
+                    out[e] = None
+            roots = [self.k.bodies[e.attr[0]] for e in seen if e.op == "load" and e.attr[0] in self.nodes
+                     and self.k.roles[e.attr[0]] == "inner" and self.k.bodies[e.attr[0]] not in seen]
+        return out
+
+    def _rdep(self, e) -> bool:
+        hit = self._rdeps.get(e)
+        if hit is None:
+            rv = {self.vars[i] for i in self.k.reduced}
+            if e.op == "load" and e.attr[0] in self.nodes:
+                hit = self.k.roles[e.attr[0]] == "inner"
+            elif e.op in ("load", "index"):
+                index = e.attr[1] if e.op == "load" else e.attr
+                hit = bool(rv & index.free_symbols) or any(self._rdep(a) for a in e.args)
+            else:
+                hit = any(self._rdep(a) for a in e.args)
+            self._rdeps[e] = hit
+        return hit
+
+    def _plan_row_cache(self, stage_nodes: dict, scope) -> None:
+        """Keep in a per-row stack buffer each costly value (exp, erf, a division...) that a later
+        stage recomputes: softmax's exp(x - max) is computed for the sum and read back to normalize.
+        Static rows up to ROW_CACHE_NUMEL only, and not under ``masked`` (its values live in an if)."""
+        k = self.k
+        self.row_cache, self.stage_sets = {}, {}
+        if not is_static(k.rnumel) or k.rnumel > ROW_CACHE_NUMEL or k.single or len(stage_nodes) < 2:
+            return
+        for s, nodes in sorted(stage_nodes.items()):
+            self.stage_sets[s] = self._stage_exprs(nodes)
+        if any(e.op == "masked" for es in self.stage_sets.values() for e in es):
+            return
+        first = {}
+        for s, es in sorted(self.stage_sets.items()):
+            for e in es:
+                if e in first:
+                    if e not in self.row_cache and e.op not in ("load", "const", "index", "cast") \
+                            and any(x.op in COSTLY for x in ir.walk([e])):
+                        self.row_cache[e] = (f"row{len(self.row_cache)}", first[e])
+                else:
+                    first[e] = s
+        self.row_in_output = self._rows_in_outputs(stage_nodes)
+        for e, (buf, _) in self.row_cache.items():
+            if buf not in self.row_in_output:
+                scope.lines.append(f"{ctype(compute_dtype(e.dtype))} {buf}[{k.rnumel}];")
+
+    def _rows_in_outputs(self, stage_nodes: dict) -> dict:
+        """{row buffer: output node} for the kept values whose last reader is the stage that stores an
+        output of the same element type over the same row: the value is kept in that output's own
+        elements and overwritten there by the result (softmax: exp(x - max) is written to the output,
+        then scaled in place). A stack buffer would be one more stream through L1 and leave the
+        output's stores to a final loop with nothing to hide their memory traffic behind: softmax
+        1024x1024, 1 thread, 0.75 -> 0.53 ms on the development VM (8192x1024: 47 -> 29 ms)."""
+        k, out, taken = self.k, {}, set()
+        for e, (buf, s0) in self.row_cache.items():
+            last = max(s for s, es in self.stage_sets.items() if e in es)
+            for n in stage_nodes.get(last, ()):
+                if (n.name in taken or k.roles[n.name] != "inner" or n.name in k.local or last <= s0
+                        or STORAGE.get(n.layout.dtype) != ctype(compute_dtype(e.dtype))
+                        or n.layout.dtype != compute_dtype(e.dtype)):
+                    continue
+                out[buf] = n.name
+                taken.add(n.name)
+                break
+        return out
+
+    def _row_slot(self, buf, rindex) -> str:
+        """Where a kept row value lives for the current reduced index: its stack buffer, or the output
+        element it is kept in (``_rows_in_outputs``)."""
+        name = self.row_in_output.get(buf)
+        if name is None:
+            return f"{buf}[{rindex}]"
+        return f"{self.pointer(name, out=True)}[{self.index_str(self.k.stores[name])}]"
+
+    def _reduce_stage(self, scope, reds, stores, all_nodes, stage=0):
+        """One loop nest over the reduced ranges: accumulate ``reds``, store the inner nodes ``stores``."""
+        k = self.k
+        if any(n.name in self.welford for n in reds):
+            return self._welford_stage(scope, reds, stores, all_nodes, stage)
+        accs = {n.name: self._init_acc(n, scope) for n in reds}
+        inner = CScope(scope)
+        rvars = list(k.reduced)
+        rlin = self.index_str(linear(self.vars, k.ranges, rvars))
+        mine = self.stage_sets.get(stage, ())
+        for e, (buf, s0) in self.row_cache.items():
+            if s0 < stage and e in mine:  # computed by an earlier loop of this row
+                inner.cache[e] = self.emit(inner, compute_dtype(e.dtype), self._row_slot(buf, rlin))
+        self.row_scope = scope
+        for n in all_nodes:
+            if n in reds:
+                self._accumulate(n, self.value(k.bodies[n.name], inner), accs[n.name], inner, rvars)
+            elif n in stores:
+                self.store(n.name, self.node_value(n.name, inner), inner)
+        for e, (buf, s0) in self.row_cache.items():
+            if s0 == stage:
+                inner.lines.append(f"{self._row_slot(buf, rlin)} = {self.value(e, inner)};")
+        self.row_scope = None
+        simd = None
+        clauses = [SIMD_REDUCTION.get(n.reduction_type) for n in reds]
+        if reds and all(clauses) and all(accs[n.name][1] != torch.bool for n in reds):
+            # reductions vectorize only when declared (without -ffast-math gcc keeps the order; max
+            # and min are our NaN-propagating ones, PRELUDE's `declare reduction`)
+            simd = ("#pragma omp simd " + " ".join(f"reduction({c}:{accs[n.name][0]})" for c, n in zip(clauses, reds)),
+                    len(rvars) - 1)
+        scope.lines += self._loops(rvars, inner.lines, simd)
+        for n in reds:
+            r = self._finish_acc(n, accs[n.name], scope)
+            self.outer_vals[n.name] = self.cast(r, k.bodies[n.name].dtype, n.layout.dtype, scope)
+            if n.name not in k.local:
+                self.store(n.name, self.outer_vals[n.name], scope)
+
+    # -- Welford: var/var_mean/layer_norm statistics in one pass ----------------------------------
+    def _welford_pairs(self) -> dict:
+        """{sum node: squares node} for the lowering's var_mean pair ``A = sum(x)``, ``B = sum((x -
+        A / n) ** 2)`` over one contiguous reduced range of static length (lower_ops._var_mean). One
+        Welford pass computes both: the mean without a large running sum (eager's own layer_norm and
+        var use Welford too), and one pass over the row less."""
+        k = self.k
+        if len(k.reduced) != 1 or not is_static(k.rnumel) or k.single or k.rnumel < 2 * WELFORD_LANES:
+            return {}
+        sums = {n.name: n for n in k.nodes if k.roles[n.name] == "red" and n.reduction_type == "sum"
+                and k.bodies[n.name].dtype in (torch.float32, torch.float64)}
+        pairs = {}
+        for b in sums.values():
+            sq = k.bodies[b.name]
+            if sq.op != "mul" or sq.args[0] != sq.args[1] or sq.args[0].op != "sub":
+                continue
+            x, mean = sq.args[0].args
+            if mean.op != "truediv" or mean.args[0].op != "load" or mean.args[1].op != "const":
+                continue
+            a = mean.args[0].attr[0]
+            if (a in sums and a not in pairs and k.bodies[a] == x and mean.args[1].attr == k.rnumel
+                    and x.dtype == sq.dtype and not self._loads_node(x, a)):
+                pairs[a] = b.name
+        return pairs
+
+    def _loads_node(self, e, name) -> bool:
+        return any(l.attr[0] == name for l in ir.loads_of(e))
+
+    def _welford_fits(self, stages) -> bool:
+        """Each stage's reductions are all Welford pairs or none (the blocked loop is all or nothing)."""
+        squares = set(self.welford.values())
+        by_stage: dict = {}
+        for n in self.k.nodes:
+            if self.k.roles[n.name] == "red":
+                by_stage.setdefault(stages[n.name], []).append(n.name in self.welford or n.name in squares)
+        return all(all(v) or not any(v) for v in by_stage.values())
+
+    def _welford_stage(self, scope, reds, stores, all_nodes, stage):
+        """The row in blocks of WELFORD_LANES: lane ``l`` keeps the running mean and squared deviations
+        of elements ``l, l + W, ...`` (equal counts, so one reciprocal per block), ``omp simd`` over the
+        lanes; the lanes merge pairwise (Chan et al.), then the tail elements update the merged result."""
+        k = self.k
+        (r,) = k.reduced
+        n_r = int(k.rnumel)
+        lanes = WELFORD_LANES
+        full = n_r // lanes * lanes
+        pairs = [(n, self.nodes[self.welford[n.name]]) for n in reds if n.name in self.welford]
+        names = {}
+        for a, b in pairs:
+            t = ctype(compute_dtype(k.bodies[a.name].dtype))
+            w = f"wf{len(names)}"
+            names[a.name] = (w, t)
+            scope.lines.append(f"{t} {w}_m[{lanes}] = {{}}, {w}_m2[{lanes}] = {{}};")
+        rvar = f"v{r}"
+        mine = self.stage_sets.get(stage, ())
+
+        def body(update):
+            inner = CScope(scope)
+            for e, (buf, s0) in self.row_cache.items():
+                if s0 < stage and e in mine:
+                    inner.cache[e] = self.emit(inner, compute_dtype(e.dtype), self._row_slot(buf, rvar))
+            self.row_scope = scope
+            for n in all_nodes:
+                if n.name in names:
+                    x = self.value(k.bodies[n.name], inner)
+                    inner.lines += update(names[n.name], x)
+                elif n in stores:
+                    self.store(n.name, self.node_value(n.name, inner), inner)
+            for e, (buf, s0) in self.row_cache.items():
+                if s0 == stage:
+                    inner.lines.append(f"{self._row_slot(buf, rvar)} = {self.value(e, inner)};")
+            self.row_scope = None
+            return inner.lines
+
+        def lane_update(wt, x):
+            w, t = wt
+            return [f"{t} {w}_x = {x} - {w}_k;", f"{t} {w}_d = {w}_x - {w}_m[vl];",
+                    f"{w}_m[vl] += {w}_d * wrc;", f"{w}_m2[vl] += {w}_d * ({w}_x - {w}_m[vl]);"]
+
+        def tail_update(wt, x):
+            w, t = wt
+            return [f"{t} {w}_x = {x} - {w}_k;", f"{t} {w}_d = {w}_x - {w}_mean;",
+                    f"{w}_mean += {w}_d / ({t})wn;", f"{w}_M2 += {w}_d * ({w}_x - {w}_mean);"]
+
+        # the row's first element shifts the data (x - k is exact near k), so the running means stay
+        # small and keep their digits: rows far from zero (1e4 + randn) get eager's accuracy
+        first = CScope(scope)
+        first.lines.append(f"const int64_t {rvar} = 0;")
+        for a, _ in pairs:
+            w, t = names[a.name]
+            x0 = self.value(k.bodies[a.name], first)
+            first.lines.append(f"{w}_k = std::isfinite({x0}) ? {x0} : {t}(0);")
+        for w, t in names.values():
+            scope.lines.append(f"{t} {w}_k;")
+        scope.lines += ["{"] + indent(first.lines) + ["}"]
+        t0 = names[pairs[0][0].name][1]
+        scope.lines.append(f"for (int64_t vb = 0; vb < {full}; vb += {lanes}) {{")
+        scope.lines.append(f"  const {t0} wrc = {t0}(1) / {t0}(vb / {lanes} + 1);")
+        scope.lines.append("  #pragma omp simd")
+        scope.lines.append(f"  for (int64_t vl = 0; vl < {lanes}; ++vl) {{")
+        scope.lines.append(f"    const int64_t {rvar} = vb + vl;")
+        scope.lines += indent(body(lane_update), 2)
+        scope.lines += ["  }", "}"]
+        for w, t in names.values():
+            scope.lines.append(f"{t} {w}_mean, {w}_M2;")
+            scope.lines.append(f"e_welford_lanes<{t}, {lanes}>({w}_m, {w}_m2, {full // lanes}, {w}_mean, {w}_M2);")
+        if full < n_r:
+            scope.lines.append(f"int64_t wn = {full};")
+            scope.lines.append(f"for (int64_t {rvar} = {full}; {rvar} < {n_r}; ++{rvar}) {{")
+            scope.lines.append("  ++wn;")
+            scope.lines += indent(body(tail_update))
+            scope.lines.append("}")
+        for a, b in pairs:
+            w, t = names[a.name]
+            # (an infinite element makes the mean NaN, as eager's Welford does: var_mean([1, inf]) = (nan, nan))
+            scope.lines.append(f"{w}_mean += {w}_k;")
+            # readers of the mean (A / n, the lowering's spelling) get Welford's mean itself
+            for e in ir.walk([k.bodies[b.name]]):
+                if e.op == "truediv" and e.args[0].op == "load" and e.args[0].attr[0] == a.name:
+                    scope.cache[e] = f"{w}_mean"
+            self.outer_vals[a.name] = self.cast(f"({w}_mean * {t}({n_r}))", k.bodies[a.name].dtype, a.layout.dtype, scope)
+            self.outer_vals[b.name] = self.cast(f"{w}_M2", k.bodies[b.name].dtype, b.layout.dtype, scope)
+            for n in (a, b):
+                if n.name not in k.local:
+                    self.store(n.name, self.outer_vals[n.name], scope)
+
+    def _init_acc(self, n, scope):
+        rt = n.reduction_type
+        cdt = compute_dtype(self.k.bodies[n.name].dtype)
+        name = f"acc{self.tmp}"
+        self.tmp += 1
+        if rt in ("any", "all"):
+            scope.lines.append(f"bool {name} = {'false' if rt == 'any' else 'true'};")
+            return name, None
+        if rt in ("argmax", "argmin"):
+            scope.lines.append(f"{ctype(cdt)} {name} = {identity('max' if rt == 'argmax' else 'min', cdt)};")
+            scope.lines.append(f"int64_t {name}_idx = 0;")
+            return name, cdt
+        scope.lines.append(f"{ctype(cdt)} {name} = {identity(rt, cdt)};")
+        return name, cdt
+
+    def _accumulate(self, n, v, acc, scope, rvars):
+        a, cdt = acc
+        rt = n.reduction_type
+        if rt in ("argmax", "argmin"):
+            # the first extreme wins; a NaN counts as the extreme (and the first NaN stays)
+            rindex = self.index_str(linear(self.vars, self.k.ranges, rvars))
+            cmp = ">" if rt == "argmax" else "<"
+            scope.lines.append(f"if (!({a} != {a}) && ({v} != {v} || {v} {cmp} {a})) {{ {a} = {v}; {a}_idx = {rindex}; }}")
+            return
+        scope.lines.append(f"{a} = {combine(rt, a, v)};")
+
+    def _finish_acc(self, n, acc, scope):
+        return f"{acc[0]}_idx" if n.reduction_type in ("argmax", "argmin") else acc[0]
+
+    # -- column reductions: the reduced ranges outside the contiguous one (a bias gradient) ------
+    def _columns_fit(self) -> bool:
+        """A one-stage reduction whose innermost range is kept (sum over the rows of a matrix): its
+        rows are walked in order and the kept points of a block are reduced side by side, vectorized,
+        instead of one strided pass per kept point."""
+        k = self.k
+        last = len(k.ranges) - 1
+        if not k.is_reduction or k.single or last in k.reduced or not k.ranges:
+            return False
+        n = k.ranges[last]
+        if is_static(n) and n < 16:
+            return False
+        stages = self.stages()
+        for node in k.nodes:
+            role = k.roles[node.name]
+            if stages[node.name] != 0 or role not in ("inner", "red", "outer"):
+                return False
+            if role == "red" and node.reduction_type not in ("sum", "prod", "max", "min", "any", "all"):
+                return False
+        return any(k.roles[node.name] == "red" for node in k.nodes)
+
+    def _column_body(self) -> list:
+        k = self.k
+        last = len(k.ranges) - 1
+        outer = [i for i in self.kept if i != last]
+        n = self.index_str(k.ranges[last])
+        # blocks of up to COLUMN_BLOCK columns, at least 8 of them where the columns allow (the blocks
+        # are what threads share: 256 columns in one block would leave one thread working)
+        b = COLUMN_BLOCK if not is_static(k.ranges[last]) else \
+            max(16, min(COLUMN_BLOCK, 1 << max(0, (int(k.ranges[last]) // 8).bit_length() - 1)))
+        top = CScope()
+        blk = CScope(top)
+        reds = [node for node in k.nodes if k.roles[node.name] == "red"]
+        accs = {}
+        for node in reds:
+            rt, cdt = node.reduction_type, compute_dtype(k.bodies[node.name].dtype)
+            name = f"acc{self.tmp}"
+            self.tmp += 1
+            t = "bool" if rt in ("any", "all") else ctype(cdt)
+            init = {"any": "false", "all": "true"}.get(rt) or identity(rt, cdt)
+            blk.lines.append(f"{t} {name}[{b}];")
+            blk.lines.append(f"for (int64_t vi = 0; vi < {b}; ++vi) {name}[vi] = {init};")
+            accs[node.name] = name
+        inner = CScope(blk)
+        inner.lines.append(f"const int64_t v{last} = vb + vi;")
+        for node in k.nodes:
+            if node.name in accs:
+                v = self.value(k.bodies[node.name], inner)
+                a = f"{accs[node.name]}[vi]"
+                inner.lines.append(f"{a} = {combine(node.reduction_type, a, v)};")
+            elif k.roles[node.name] == "inner" and node.name not in k.local:
+                self.store(node.name, self.node_value(node.name, inner), inner)
+        simd = ["#pragma omp simd", "for (int64_t vi = 0; vi < vn; ++vi) {"] + indent(inner.lines) + ["}"]
+        blk.lines += self._loops(list(k.reduced), simd)
+        epi = CScope(blk)
+        epi.lines.append(f"const int64_t v{last} = vb + vi;")
+        for node in k.nodes:
+            role = k.roles[node.name]
+            if role == "inner":
+                continue
+            if role == "red":
+                v = f"{accs[node.name]}[vi]"
+            else:
+                v = self.value(k.bodies[node.name], epi)
+            self.outer_vals[node.name] = self.cast(v, k.bodies[node.name].dtype, node.layout.dtype, epi)
+            if node.name not in k.local:
+                self.store(node.name, self.outer_vals[node.name], epi)
+        blk.lines += ["for (int64_t vi = 0; vi < vn; ++vi) {"] + indent(epi.lines) + ["}"]
+        block = [f"for (int64_t vb = 0; vb < {n}; vb += {b}) {{", f"  const int64_t vn = std::min<int64_t>({b}, {n} - vb);"]
+        block += indent(blk.lines) + ["}"]
+        numel = self.index_str(k.numel)
+        collapse = len(outer) + 1
+        clause = f" collapse({collapse})" if collapse > 1 else ""
+        pragma = (parallel_for(clause, numel), 0)
+        if outer:
+            return top.lines + self._loops(outer, block, pragma)
+        return top.lines + [pragma[0]] + block
