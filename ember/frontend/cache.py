@@ -271,6 +271,10 @@ class FrameCache:
         if entry.graph is not None:
             counters.bump_compiled("graphs_compiled")
         self._publish(entry, forced)
+        if config.distributed_check != "off" and torch.distributed.is_available() and torch.distributed.is_initialized():
+            from ember.distributed import divergence  # torch.distributed's side of ember: loaded only when in use
+
+            divergence.after_compile(self.root.name, entry, self.recompile_reasons[-1] if entries or failed else None)
         return entry
 
     def _backend_failed(self, entry: CacheEntry, args, kwargs):
