@@ -27,7 +27,7 @@ _LAZY = {
     "ConstraintViolation": "ember.frontend.dynamic", "mark_dynamic": "ember.frontend.dynamic",
     "maybe_mark_dynamic": "ember.frontend.dynamic", "mark_static": "ember.frontend.dynamic",
     "BackendCompilerFailed": "ember.frontend.errors", "CompileError": "ember.frontend.errors",
-    "Unsupported": "ember.frontend.errors",
+    "Unsupported": "ember.frontend.errors", "DivergentCompileError": "ember.frontend.errors",
     "GuardFilterEntry": "ember.frontend.guard_filter",
     "keep_tensor_guards_unsafe": "ember.frontend.guard_filter",
     "skip_all_guards_unsafe": "ember.frontend.guard_filter",
@@ -45,7 +45,7 @@ __all__ = [
     "GuardFilterEntry", "keep_tensor_guards_unsafe", "skip_all_guards_unsafe", "skip_guard_on_all_nn_modules_unsafe",
     "skip_guard_on_globals_unsafe", "skip_guard_on_inbuilt_nn_modules_unsafe",
     "mark_dynamic", "maybe_mark_dynamic", "mark_static", "ConstraintViolation",
-    "CompileError", "BackendCompilerFailed", "Unsupported", "testing", "export", "__version__",
+    "CompileError", "BackendCompilerFailed", "DivergentCompileError", "Unsupported", "testing", "export", "__version__",
 ]
 
 

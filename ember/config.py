@@ -39,6 +39,10 @@ def _check_native_cpu(value: str) -> str | None:
     return None if value in ("aten", "cpp") else "must be 'aten' or 'cpp'"
 
 
+def _check_distributed_check(value: str) -> str | None:
+    return None if value in ("off", "warn", "raise") else "must be 'off', 'warn' or 'raise'"
+
+
 def _check_nonempty(value: str) -> str | None:
     return "must not be empty (leave it unset for the default)" if not value.strip() else None
 
@@ -55,6 +59,8 @@ class Config:
     suppress_errors: bool = field(default=False, metadata={"doc": "a backend that fails to compile a graph: warn once and run the calls that graph would serve eagerly, instead of raising ember.BackendCompilerFailed (the suppress_errors switch of torch.compile)"})
     optimize_ddp: bool = field(default=True, metadata={"doc": "graphs compiled inside a DistributedDataParallel forward are split at DDP's gradient-bucket boundaries (ember/distributed), so each bucket's all-reduce starts while the rest of the backward runs (the optimize_ddp switch of torch.compile)"})
     use_numpy_random_stream: bool = field(default=False, metadata={"doc": "np.random calls inside compiled code: False traces them into the graph on torch's random stream (np.random.seed is torch.manual_seed; the numbers differ from NumPy's), as torch.compile does; True makes them graph breaks that run NumPy itself, on NumPy's own stream (torch._dynamo.config.use_numpy_random_stream). Read when a function is compiled"})
+    distributed_check: str = field(default="warn", metadata={"doc": "under torch.distributed, compare each compile (graph, guards, why it was compiled) with the other ranks' compile of the same number, through the process group's store: 'warn' warns once when a rank compiled differently (a guard divergence, which would make the ranks' collectives disagree and hang), 'raise' waits for the peers after each compile and raises ember.DivergentCompileError before the divergent graph runs, 'off' compares nothing (ranks that compile different code on purpose: pipeline stages) (ember/distributed/divergence.py)", "check": _check_distributed_check})
+    distributed_check_timeout: int = field(default=120, metadata={"doc": "seconds distributed_check waits for the other ranks' compile of the same number before reporting that they did not compile it", "min": 1})
     native_force_triton: bool = field(default=False, metadata={"doc": "run the native backend's Triton kernels on CPU tensors too (needs TRITON_INTERPRET=1 before triton is imported; for tests)"})
     native_cpu: str = field(default="cpp", metadata={"doc": "native backend on CPU tensors: 'cpp' generates fused C++/OpenMP kernels built with the system compiler (without a working one: a warning, once, and 'aten'), 'aten' runs the captured ATen graph (eager's kernels)", "check": _check_native_cpu})
     emulate_precision_casts: bool = field(default=False, metadata={"doc": "native backend: round fp16/bf16 casts inside fused kernels as eager rounds each op's result (off: computed in fp32 until stored, like torch.compile; closer to exact, faster)"})

@@ -8,6 +8,7 @@ the same break reuses every compiled piece.
 from __future__ import annotations
 
 import functools
+import inspect
 import linecache
 import threading
 import types
@@ -54,6 +55,7 @@ class BreakContext:
         self._resumes: dict = {}
         self._break_fns: dict = {}
         self._callees: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self._forwards: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # class -> shared forward
         # resume functions and callees are looked up while compiled code runs, from any thread: one
         # FrameCache per target, so that it is compiled once and every thread uses that compile
         self._lock = threading.Lock()
@@ -110,17 +112,25 @@ class BreakContext:
         from ember.frontend.cache import FrameCache  # cache.py builds on this module
 
         found = [c for c in self._resumes.values() if isinstance(c, FrameCache)]
+        found += [c for c in self._forwards.values() if isinstance(c, FrameCache)]
         return found + [c for c in self._callees.values() if isinstance(c, FrameCache)]
 
-    def own_cache(self, key, target):
-        """A FrameCache for ``target`` with this callable's settings, kept (and listed by ``caches``)
-        under ``key``: a wrapper module's compiled forward (cache.WrapperModuleCache)."""
-        hit = self._callees.get(key)
+    def shared_forward(self, module):
+        """One FrameCache for ``type(module).forward``, called with the module as its first argument,
+        which is guarded by its structure, not its identity: every module of the class that this
+        callable calls (FSDP2's blocks, through cache.WrapperModuleCache) shares its compiles."""
+        cls = type(module)
+        hit = self._forwards.get(cls)
         if hit is None:
             with self._lock:
-                hit = self._callees.get(key)
+                hit = self._forwards.get(cls)
                 if hit is None:
-                    hit = self._callees[key] = self._make_cache(target)
+                    fn = cls.forward
+                    if not isinstance(fn, types.FunctionType):
+                        return None  # nothing to trace: the module runs as plain Python
+                    hit = self._make_cache(fn)
+                    hit.structural = tuple(inspect.signature(fn).parameters)[:1]
+                    self._forwards[cls] = hit
         return hit
 
     def compiled_callee(self, obj):
@@ -144,6 +154,8 @@ class BreakContext:
                 hit = self._callees.get(obj)
                 if hit is None:
                     hit = self._callees[obj] = self._make_cache(obj)
+                    if hasattr(hit, "forwards"):  # a wrapper module: its forward is shared here
+                        hit.forwards = self
         return hit
 
 
@@ -289,6 +301,14 @@ def resume_frame_state(tracer, info: R.ResumeInfo, stack_value: tuple, locals_va
     cell_vts = {k: VariableTracker.build(tracer, v, ItemSource(locals_src, k))
                 for k, v in locals_value.items() if k in cellnames}
     floor = info.scope.iterator_floor(info.target) if info.scope is not None else 0
+    if info.scope is not None:
+        # what the loop changes from one iteration to the next (the item FOR_ITER pushed, the
+        # locals the body stores): a module there is one of many alike (``for block in self.h``),
+        # guarded by its structure so that one compiled segment serves every block
+        written = L.written_in_loop(info.code, info.scope)
+        tracer.output.structural_roots = frozenset(
+            [ItemSource(stack_src, i) for i in range(floor, len(stack_value))]
+            + [ItemSource(locals_src, k) for k in locals_value if k in written and k not in cellnames])
     stack = []
     for i, real in enumerate(stack_value):
         src = ItemSource(stack_src, i)

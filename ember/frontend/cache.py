@@ -59,6 +59,8 @@ class FrameCache:
         self.backend_for = backend_for
         self.entries: list[CacheEntry] = []
         self.dynamic = dynamic
+        # arguments whose modules are guarded by structure, not identity (BreakContext.shared_forward)
+        self.structural: tuple = ()
         self.shapes = FrameShapeState(dynamic)  # sizes seen at earlier compiles (automatic dynamic)
         self.forced_entries: dict = {}  # force_backend -> its own entry list: never mixed with ours
         # backend key (None: our backend, else the forced one) -> entries whose backend raised, guards
@@ -250,7 +252,8 @@ class FrameCache:
         try:
             with COMPILE_LOCK, _rng_untouched():
                 entry = compile_entry(self.root, args, kwargs, backend, self.guard_filter_fn,
-                                      None if self.fullgraph else self.break_context, self.shapes)
+                                      None if self.fullgraph else self.break_context, self.shapes,
+                                      self.structural)
         except Unsupported as exc:
             if self.fullgraph:
                 raise CompileError(f"ember.compile(fullgraph=True) cannot capture {self.root.name} in one graph: {exc}") from exc
@@ -268,6 +271,10 @@ class FrameCache:
         if entry.graph is not None:
             counters.bump_compiled("graphs_compiled")
         self._publish(entry, forced)
+        if config.distributed_check != "off" and torch.distributed.is_available() and torch.distributed.is_initialized():
+            from ember.distributed import divergence  # torch.distributed's side of ember: loaded only when in use
+
+            divergence.after_compile(self.root.name, entry, self.recompile_reasons[-1] if entries or failed else None)
         return entry
 
     def _backend_failed(self, entry: CacheEntry, args, kwargs):
@@ -317,7 +324,12 @@ class WrapperModuleCache(FrameCache):
       wrapper's call and cleared while the compiled call runs: an eager fallback of the inner cache
       calls the module again, which must then take the plain path;
     - FSDP2: the module's hooks (all-gather, reshard) run natively around its forward, which is
-      compiled: an instance attribute ``forward`` for the duration of the call."""
+      compiled: an instance attribute ``forward`` for the duration of the call. The compiled forward
+      is shared by every module of the same class whose wrapper caches the same callable made
+      (``forwards``: that callable's break context): twelve identical FSDP2 blocks compile their
+      forward once, each call reading its own (all-gathered) parameters."""
+
+    forwards: "BreakContext | None" = None  # set by the BreakContext that made this cache
 
     def __call__(self, *args, **kwargs):
         wrapper = self.root.self_obj
@@ -347,8 +359,10 @@ class WrapperModuleCache(FrameCache):
     def _call_with_forward_compiled(self, module, args, kwargs):
         if "forward" in module.__dict__:  # the user's own instance forward, or re-entered
             return module(*args, **kwargs)
-        compiled = self.break_context.own_cache(module, types.MethodType(type(module).forward, module))
-        module.forward = compiled
+        compiled = (self.forwards or self.break_context).shared_forward(module)
+        if compiled is None:
+            return module(*args, **kwargs)
+        module.forward = types.MethodType(compiled, module)
         try:
             return module(*args, **kwargs)
         finally:

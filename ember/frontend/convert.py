@@ -108,12 +108,14 @@ class CacheEntry:
 
 def compile_entry(root: RootSpec, args: tuple, kwargs: dict, backend: Callable,
                   guard_filter_fn: Callable | None = None, ctx: BreakContext | None = None,
-                  shapes: FrameShapeState | None = None) -> CacheEntry:
+                  shapes: FrameShapeState | None = None, structural: tuple = ()) -> CacheEntry:
     """Trace and compile one cache entry. With a break context (fullgraph=False), an unsupported
     instruction of the compiled frame becomes a graph break: the frame is traced again up to the
-    break, and the entry ends by calling the break function (see breaks.py / resume.py)."""
+    break, and the entry ends by calling the break function (see breaks.py / resume.py).
+    ``structural``: arguments whose modules are guarded by structure, not identity (a forward that
+    identical modules share: OutputGraph.module_by_structure)."""
     try:
-        return _compile(root, args, kwargs, backend, guard_filter_fn, None, shapes)
+        return _compile(root, args, kwargs, backend, guard_filter_fn, None, shapes, structural)
     except Unsupported as exc:
         fn = frame_function(root) if ctx is not None else None
         if fn is None or exc.frame_index is None or exc.frame_code is not fn.__code__:
@@ -122,7 +124,8 @@ def compile_entry(root: RootSpec, args: tuple, kwargs: dict, backend: Callable,
         scope = info.scope if info is not None else None  # a loop segment: breaks stay in its loop
         try:
             start = resume.region_start(fn.__code__, exc.frame_index, scope, info.target if info is not None else 0)
-            entry = _compile(root, args, kwargs, backend, guard_filter_fn, (start, exc, fn, ctx, scope), shapes)
+            entry = _compile(root, args, kwargs, backend, guard_filter_fn, (start, exc, fn, ctx, scope), shapes,
+                             structural)
         except (Unsupported, resume.CannotResume) as why:
             elog.artifact("graph_breaks", f"cannot resume after the break at {exc.location} ({why}); "
                                           f"running {root.name} eagerly")
@@ -145,11 +148,12 @@ def compile_entry(root: RootSpec, args: tuple, kwargs: dict, backend: Callable,
 
 
 def _compile(root: RootSpec, args: tuple, kwargs: dict, backend: Callable, guard_filter_fn, plan,
-             shapes: FrameShapeState | None = None) -> CacheEntry:
+             shapes: FrameShapeState | None = None, structural: tuple = ()) -> CacheEntry:
     t0 = time.perf_counter()
     info = resume.resume_info(root.fn)
     fn_globals = info.fn.__globals__ if info is not None else getattr(root.fn, "__globals__", {})
     output = OutputGraph(root_globals=fn_globals, shapes=shapes)
+    output.structural_roots = frozenset(LocalSource(name) for name in structural)
     tracer = Tracer(output)
     if plan is not None:
         tracer.break_at = plan[0]

@@ -53,6 +53,11 @@ class CompileError(RuntimeError):
     """Raised to the user under fullgraph=True (or for bad input): names the construct and file:line."""
 
 
+class DivergentCompileError(CompileError):
+    """Ranks of one torch.distributed process group compiled different graphs, or one compiled a graph
+    the others did not (ember/distributed/divergence.py): their collectives would no longer match."""
+
+
 class BackendCompilerFailed(CompileError):
     """A backend raised while compiling a captured graph (torch.compile's ``BackendCompilerFailed``).
 

@@ -373,11 +373,16 @@ def drop_stack(label, depth: int, dispatch) -> list:
     return out + [bclib.Instr("JUMP_FORWARD", dispatch)]
 
 
+def written_in_loop(code: types.CodeType, scope: Scope) -> frozenset:
+    """The fast locals the driven loop stores or deletes (its loop variables among them)."""
+    return frozenset(n for k, i in enumerate(bc.decode(code)) if k in scope.inside for n in bc.fast_locals_written(i))
+
+
 def _restored_names(code: types.CodeType, scope: Scope) -> list:
     """The locals a driver takes back from a segment: only what the loop can change (the fast
     locals it stores or deletes) and every cell."""
     cells = set(code.co_cellvars)
-    stored = {n for k, i in enumerate(bc.decode(code)) if k in scope.inside for n in bc.fast_locals_written(i)}
+    stored = written_in_loop(code, scope)
     return [n for n in code.co_varnames if n in stored and n not in cells] + list(code.co_cellvars)
 
 

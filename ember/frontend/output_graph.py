@@ -87,6 +87,10 @@ class OutputGraph:
         self._ns_by_id: dict[int, str] = {}
         # one tracker per source, so a value read twice is the same tracker (and guarded once)
         self.wrap_cache: dict = {}
+        # sources whose nn.Modules (and every module reached through them) are guarded by their type
+        # and structure, not their identity: a loop variable iterating identical blocks, the
+        # ``self`` of a forward shared by identical modules (see ``module_by_structure``)
+        self.structural_roots: frozenset = frozenset()
 
         self.side_effects = SideEffects()
         # np.random.seed values met before the graph's first draw: the entry runs them before the graph
@@ -110,6 +114,14 @@ class OutputGraph:
             self.namespace[name] = obj
             self._ns_by_id[id(obj)] = name
         return ConstSource(name, label)
+
+    def module_by_structure(self, source: Source | None) -> bool:
+        """Is a module at ``source`` guarded by structure (``structural_roots``), not identity?"""
+        while source is not None and self.structural_roots:
+            if source in self.structural_roots:
+                return True
+            source = source.base()
+        return False
 
     # ---- inputs ----------------------------------------------------------------------------
     def add_tensor_input(self, value: torch.Tensor, source: Source):

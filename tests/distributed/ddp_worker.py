@@ -132,7 +132,69 @@ def scenario_fsdp2(backend):
     return dict(got=got, want=want, parts=parts_of(compiled))
 
 
-SCENARIOS = {"outer": scenario_outer, "inner": scenario_inner, "nested": scenario_nested,
+class LoopBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(WIDTH)
+        self.lin = torch.nn.Linear(WIDTH, WIDTH)
+
+    def forward(self, x):
+        return x + torch.tanh(self.lin(self.norm(x)))
+
+
+class LoopModel(torch.nn.Module):
+    """A transformer's shape: ``for block in self.h`` over identical blocks, each fully_shard-ed."""
+
+    def __init__(self, blocks: int):
+        super().__init__()
+        torch.manual_seed(0)
+        self.h = torch.nn.ModuleList([LoopBlock() for _ in range(blocks)])
+
+    def forward(self, x):
+        for block in self.h:
+            x = block(x)
+        return x
+
+
+LOOP_BLOCKS = 12
+
+
+def scenario_fsdp2_loop(backend):
+    """12 fully_shard-ed blocks called in a loop (FSDP2's hooks on every block make each call a
+    break): the loop body and the blocks' forward are compiled once, not once per block."""
+    from torch.distributed.fsdp import fully_shard
+
+    from ember.diagnostics import counters
+
+    model, ref = LoopModel(LOOP_BLOCKS), LoopModel(LOOP_BLOCKS)
+    for m in (model, ref):
+        for block in m.h:
+            fully_shard(block)
+        fully_shard(m)
+    compiled = ember.compile(model, backend=backend)
+    before, fallbacks = counters.compiled_snapshot(), counters.fallbacks()
+    got = train(lambda x: compiled(x).pow(2).mean(), list(model.parameters()))
+    compiles = counters.compiled_snapshot() - before
+    want = train(lambda x: ref(x).pow(2).mean(), list(ref.parameters()))
+    caches = _caches(compiled)
+    return dict(got=got, want=want, parts=parts_of(compiled), compiles=dict(compiles),
+                fallbacks=counters.fallbacks() - fallbacks,
+                entries={c.root.name: len(c.entries) for c in caches if c.entries},
+                reasons=[r for c in caches for r in c.recompile_reasons])
+
+
+def _caches(compiled_module) -> list:
+    out, todo, seen = [], [compiled_module._ember_cache], set()
+    while todo:
+        cache = todo.pop()
+        if id(cache) not in seen:
+            seen.add(id(cache))
+            out.append(cache)
+            todo += cache.break_context.caches()
+    return out
+
+
+SCENARIOS = {"fsdp2_loop": scenario_fsdp2_loop, "outer": scenario_outer, "inner": scenario_inner, "nested": scenario_nested,
              "no_split": scenario_no_split, "explain": scenario_explain, "fsdp2": scenario_fsdp2}
 
 

@@ -75,10 +75,23 @@ class NNModuleVariable(VariableTracker):
     identity_attr = "module"
     METHODS = MethodTable()  # only for container modules: see call_method
 
-    def __init__(self, module: torch.nn.Module, source):
+    def __init__(self, module: torch.nn.Module, source, unpinned=None):
         self.module = module
         self.value = module
         self.source = source
+        # a module guarded by structure (``_build_module``): the GuardSet that gets its identity
+        # guard once the trace depends on which object it is (``is``, a dict key)
+        self._unpinned = unpinned
+        if unpinned is not None:
+            self.identity_attr = "pinned_module"
+
+    @property
+    def pinned_module(self) -> torch.nn.Module:
+        """The module, for an identity comparison: from here on the entry holds for this object only."""
+        if self._unpinned is not None:
+            self._unpinned.add(self.source, GuardKind.ID, self.module)
+            self._unpinned = None
+        return self.module
 
     def python_type(self):
         return type(self.module)
@@ -179,6 +192,8 @@ class NNModuleVariable(VariableTracker):
             slot = "_parameters"
         else:
             slot = "_modules"
+        if tx.output.module_by_structure(self.source):  # identity no longer implies the children
+            guard(tx, AttrSource(self.source, slot), GuardKind.DICT_KEYS, tuple(getattr(m, slot)))
         return [(k, self.getattr(tx, k)) for k in getattr(m, slot)]
 
     def unpack(self, tx):
@@ -297,7 +312,18 @@ class ModuleSliceVariable(VariableTracker):
 def _build_module(tx, value, source):
     if source is None:
         raise Unsupported(f"an nn.Module ({type(value).__name__}) created inside the compiled function")
-    guard_id(tx, value, source)
+    by_structure = tx.output.module_by_structure(source)
+    if by_structure:
+        # one of many identical blocks (a loop variable over a ModuleList, the self of a forward
+        # that identical FSDP2 blocks share): every value the trace reads from it is guarded where
+        # it is read (parameters are graph inputs, ints and floats constants, submodules likewise),
+        # so what remains is what identity implied: the class (forward and the class attributes)
+        # and which names the instance dict holds (none shadowing a class attribute, no instance
+        # forward). Identity itself is guarded only if the trace compares it (``pinned_module``).
+        guard(tx, source, GuardKind.TYPE, type(value))
+        guard(tx, AttrSource(source, "__dict__"), GuardKind.DICT_KEYS, tuple(value.__dict__))
+    else:
+        guard_id(tx, value, source)
     if not (value._forward_hooks or value._forward_pre_hooks):
         guard(tx, source, GuardKind.NO_HOOKS)  # else the call guards the hook dicts
-    return NNModuleVariable(value, source)
+    return NNModuleVariable(value, source, tx.output.guards if by_structure else None)
