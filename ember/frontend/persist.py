@@ -133,14 +133,18 @@ def _fingerprint(obj) -> str | None:
 
 _ENV_PREFIXES = ("EMBER_", "TRITON_", "CUDA_VISIBLE_DEVICES", "PYTORCH_", "TORCH_")
 _FINGERPRINT: list = []
+# settings that change what is logged or reported, never what a compile produces
+_NOT_KEYED = ("logs", "verify", "run_stats")
+_NOT_KEYED_ENV = tuple("EMBER_" + n.upper() for n in _NOT_KEYED)
 
 
 def _environment() -> str:
     if not _FINGERPRINT:
         from ember.aot.cache import ember_fingerprint  # (ember's sources and torch's version)
         _FINGERPRINT.append(ember_fingerprint())
-    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES))
-    cfg = sorted((f.name, repr(getattr(config, f.name))) for f in dataclasses.fields(config))
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES) and k not in _NOT_KEYED_ENV)
+    cfg = sorted((f.name, repr(getattr(config, f.name))) for f in dataclasses.fields(config)
+                 if f.name not in _NOT_KEYED)
     return repr((_VERSION, _FINGERPRINT[0], torch.__version__, sys.version, platform.machine(), platform.system(),
                  env, cfg))
 
@@ -503,48 +507,62 @@ def record_of(entry, graph_data_, inputs, inlined, guards, guards_source) -> dic
 
 
 def store(key: str, record: dict) -> None:
-    """Add ``record`` to the entries stored under ``key`` (newest first, at most _MAX_ENTRIES)."""
+    """Add ``record`` to the entries stored under ``key`` (newest first, at most _MAX_ENTRIES). The
+    file holds each record pickled on its own, so older ones are kept as the bytes they were."""
     _STORED_HERE.add(key)
-    old = _read(key, quiet=True) or []
     buf = io.BytesIO()
     try:
-        _graph_pickler()(buf, protocol=pickle.HIGHEST_PROTOCOL).dump([record, *old][:_MAX_ENTRIES])
+        _graph_pickler()(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(record)
         from torch._subclasses.fake_tensor import FakeTensorMode
         _graph_unpickler()(io.BytesIO(buf.getvalue()), FakeTensorMode()).load()  # what cannot load is not stored
     except Exception as e:  # noqa: BLE001 - NotPersistable, an unpicklable value
         STATS["uncacheable"] += 1
         _note(f"ember frontend cache: not storing an entry of {record['name']}: {type(e).__name__}: {e}")
         return
-    if diskcache.write_entry(_path(key), config.cache_dir, _KIND, key, buf.getvalue()):
+    blobs = [buf.getvalue(), *(_read_blobs(key, quiet=True) or [])][:_MAX_ENTRIES]
+    if diskcache.write_entry(_path(key), config.cache_dir, _KIND, key, pickle.dumps(blobs)):
         STATS["stores"] += 1
 
 
-def _read(key: str, quiet: bool = False):
+def _read_blobs(key: str, quiet: bool = False):
     path = _path(key)
     if not diskcache.secure_dir(os.path.dirname(path), config.cache_dir, create=False):
         return None
     payload = diskcache.read_entry(path, _KIND, key)
     if payload is None:
         return None
-    from torch._subclasses.fake_tensor import FakeTensorMode
     try:
-        records = _graph_unpickler()(io.BytesIO(payload), FakeTensorMode(allow_non_fake_inputs=True)).load()
-        if not isinstance(records, list) or not all(isinstance(r, dict) and r.get("version") == _VERSION
-                                                    for r in records):
+        from ember.aot.cache import _Restricted
+        blobs = _Restricted(io.BytesIO(payload)).load()
+        if not isinstance(blobs, list) or not all(type(b) is bytes for b in blobs):
             raise pickle.UnpicklingError("not a frontend cache entry")
-    except Exception as e:  # noqa: BLE001 - a class outside the allow-list, a changed callable: compile
+    except Exception as e:  # noqa: BLE001
         if not quiet:
             diskcache.warn_once("ignoring frontend entry", path, f"{type(e).__name__}: {e}",
                                 "the call is traced again and the entry replaced")
         return None
-    return records
+    return blobs
+
+
+def _record(key: str, blob: bytes):
+    """One stored record, or raises Doubt (a class outside the allow-list, a changed callable)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    try:
+        record = _graph_unpickler()(io.BytesIO(blob), FakeTensorMode(allow_non_fake_inputs=True)).load()
+    except Doubt:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise Doubt(f"the stored entry does not load ({type(e).__name__}: {e})") from None
+    if not isinstance(record, dict) or record.get("version") != _VERSION:
+        raise Doubt("not a frontend cache record of this version")
+    return record
 
 
 def load(key: str, cache, args: tuple, kwargs: dict):
     """A CacheEntry installed from disk whose guards accept this call, or None (then compile)."""
     if key in _STORED_HERE:
         return None
-    records = _read(key)
+    records = _read_blobs(key)
     if not records:
         STATS["misses"] += 1
         return None
@@ -556,9 +574,9 @@ def load(key: str, cache, args: tuple, kwargs: dict):
         return None
     bound.apply_defaults()
     local_values = dict(bound.arguments)
-    for record in records:
+    for blob in records:
         try:
-            entry = _install(record, cache, local_values, args, kwargs)
+            entry = _install(_record(key, blob), cache, local_values, args, kwargs)
         except Doubt as e:
             STATS["rejected"] += 1
             _note(f"ember frontend cache: not using a stored entry of {root.name}: {e}")
