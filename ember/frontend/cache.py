@@ -298,7 +298,8 @@ class FrameCache:
         try:
             if isinstance(graph, Exception):
                 raise graph
-            record = persist.record_of(entry, graph, p["inputs"], p["inlined"], p["guards"], p["guards_source"])
+            record = persist.record_of(entry, graph, p["inputs"], p["inlined"], p["guards"], p["guards_source"],
+                                       self.root.fn)
         except persist.NotPersistable as e:
             persist.STATS["uncacheable"] += 1
             elog.artifact("graph_breaks", f"ember frontend cache: not storing entry {entry.id} of {self.root.name}: {e}")

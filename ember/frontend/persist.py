@@ -466,7 +466,7 @@ def _note(msg: str) -> None:
     elog.artifact("graph_breaks", msg)
 
 
-def record_of(entry, graph_data_, inputs, inlined, guards, guards_source) -> dict:
+def record_of(entry, graph_data_, inputs, inlined, guards, guards_source, root_fn=None) -> dict:
     """The stored form of a freshly compiled entry; raises NotPersistable."""
     from ember.frontend.guards import GuardKind
     if entry.breaks or entry.failure is not None:
@@ -482,6 +482,9 @@ def record_of(entry, graph_data_, inputs, inlined, guards, guards_source) -> dic
     for name, value in entry.namespace.items():
         if name in _EMBER_NAMES or name in ("__builtins__", entry.build_args["name"]):
             continue
+        if value is root_fn and root_fn is not None:  # the key holds its code, defaults and closure
+            ns[name] = ("root",)
+            continue
         if name.startswith("__default_"):
             ns[name] = ("default", name[len("__default_"):])
             continue
@@ -493,6 +496,8 @@ def record_of(entry, graph_data_, inputs, inlined, guards, guards_source) -> dic
             ns[name] = recipe_of(value, at, homes)
     funcs = []
     for fn in inlined:
+        if fn is root_fn:
+            continue
         got = _named(fn)
         if got is None and id(fn) in at:
             t = _named(type(fn))
@@ -603,6 +608,8 @@ def _install(record, cache, local_values, args, kwargs):
     for name, recipe in record["ns"].items():
         if recipe[0] == "at":
             later.append((name, recipe))
+        elif recipe[0] == "root":
+            ns[name] = root.fn
         elif recipe[0] == "default":
             p = params.get(recipe[1])
             if p is None or p.default is p.empty:
