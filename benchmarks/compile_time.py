@@ -53,7 +53,8 @@ EXTRA = ("llama_infer", "llama_train", "dynamic")
 COMPILERS = ("ember", "torch")
 SWEEP = [(1, 32), (2, 48), (4, 64), (3, 80), (8, 96), (5, 112), (6, 128), (2, 160), (7, 192), (1, 224)]
 QUICK_SWEEP = [(1, 8), (2, 12), (3, 16), (4, 20), (1, 24), (2, 28), (3, 32), (4, 36), (5, 40), (6, 44)]
-SHARED = ("torch", "torch._subclasses.fake_tensor", "torch.fx.experimental.proxy_tensor")
+# torch, and what its FakeTensorMode and make_fx import (a FakeTensorMode imports torch._dynamo when made)
+SHARED = ("torch", "torch._subclasses.fake_tensor", "torch.fx.experimental.proxy_tensor", "torch._dynamo")
 COMPILER_MODULES = {"ember": ("ember", "ember.frontend.cache", "ember.aot", "ember.native.backend"),
                     "torch": ("torch._dynamo", "torch._inductor.compile_fx")}
 

@@ -191,6 +191,11 @@ class Environment:
                "unset: c++, then g++, on PATH)",
     }
 
+    def with_prefixes(self, prefixes: tuple) -> list:
+        """Every set variable whose name starts with one of ``prefixes``, sorted (name, value) pairs:
+        what the persisted frontend cache keys its entries on (ember/frontend/persist.py)."""
+        return sorted((k, v) for k, v in os.environ.items() if k.startswith(prefixes))
+
     def get(self, name: str) -> str | None:
         """The raw value of one of ``VARIABLES`` (None: unset)."""
         if name not in self.VARIABLES:

@@ -142,7 +142,8 @@ def _environment() -> str:
     if not _FINGERPRINT:
         from ember.aot.cache import ember_fingerprint  # (ember's sources and torch's version)
         _FINGERPRINT.append(ember_fingerprint())
-    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES) and k not in _NOT_KEYED_ENV)
+    from ember.config import environment
+    env = [(k, v) for k, v in environment.with_prefixes(_ENV_PREFIXES) if k not in _NOT_KEYED_ENV]
     cfg = sorted((f.name, repr(getattr(config, f.name))) for f in dataclasses.fields(config)
                  if f.name not in _NOT_KEYED)
     return repr((_VERSION, _FINGERPRINT[0], torch.__version__, sys.version, platform.machine(), platform.system(),
