@@ -236,6 +236,7 @@ def _resolve(module: str, qualname: str):
 
 
 _NONE = object()
+_UNWRAP = ("fget", "fset", "__func__")
 
 
 # where torch's C functions live under a name that finds them (their __module__/__qualname__ often do not)
@@ -249,8 +250,13 @@ def _named(obj):
     module = getattr(obj, "__module__", None)
     qualname = getattr(obj, "__qualname__", None)
     try:
-        if isinstance(module, str) and isinstance(qualname, str) and _resolve(module, qualname) is obj:
-            return ("named", module, qualname, _fingerprint(obj))
+        if isinstance(module, str) and isinstance(qualname, str):
+            found = _resolve(module, qualname)
+            if found is obj:
+                return ("named", module, qualname, _fingerprint(obj))
+            for part in _UNWRAP:  # a property's getter, a classmethod's function
+                if getattr(found, part, None) is obj and isinstance(found, (property, types.MethodType)):
+                    return ("named", module, qualname, _fingerprint(obj), part)
     except Doubt:
         pass
     if isinstance(obj, type):  # the interpreter's own types: types.FunctionType is builtins' "function"
@@ -347,8 +353,12 @@ def _cook(recipe, ns: dict, local_values: dict):
     if kind == "globals":
         return _cook(("module", recipe[1]), ns, local_values).__dict__
     if kind == "named":
-        _, module, qualname, fp = recipe
+        module, qualname, fp = recipe[1:4]
         obj = _resolve(module, qualname)
+        if len(recipe) > 4:
+            if recipe[4] not in _UNWRAP or not isinstance(obj, (property, types.MethodType)):
+                raise Doubt(f"{module}.{qualname} is not a property or a class method now")
+            obj = getattr(obj, recipe[4])
         if _fingerprint(obj) != fp:
             raise Doubt(f"{module}.{qualname} changed (code, defaults or closure)")
         return obj
