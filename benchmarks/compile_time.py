@@ -253,7 +253,8 @@ def run_row(row: str, args) -> list:
             cmd = [sys.executable, os.path.abspath(__file__), "--child", row, compiler, "--device", args.device]
             if args.quick:
                 cmd.append("--quick")
-            phases = ("cold",) if row == "dynamic" else ("cold", "warm")
+            phases = ("cold",) if row == "dynamic" else tuple(
+                (args.torch_phases if compiler == "torch" else "cold,warm").split(","))
             for phase in phases:
                 rec = run_measured(cmd, env, ROOT, args.timeout, dict(row=row, compiler=compiler))
                 rec["phase"] = phase
@@ -304,6 +305,8 @@ def main(argv=None) -> int:
     p.add_argument("--workloads", default=None, help="comma list of rows (default: all for the device)")
     p.add_argument("--compilers", default=",".join(COMPILERS))
     p.add_argument("--no-import", action="store_true", help="skip the import-cost row")
+    p.add_argument("--torch-phases", default="cold,warm", help="torch.compile's processes per row ('cold': no "
+                   "warm-cache process, to save time on big rows)")
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--out", default=None)
     p.add_argument("--label", default="", help="a note on the machine stored with the results")
