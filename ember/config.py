@@ -67,6 +67,7 @@ class Config:
     compile_threads: int = field(default=0, metadata={"doc": "native backend: Triton kernel builds at once, in worker processes, before a graph's first call (0: one per CPU core, up to 16; 1: no workers, each kernel built at its first launch)", "min": 0})
     regional_compile: bool = field(default=False, metadata={"doc": "compile each distinct repeated block of a graph (the layers of a ModuleList) once and share the compiled code, with weights as inputs, across its calls and across graphs (ember/backends/regional.py): much less compile time for deep models, but no fusion across blocks and more calls per step (BERT inference on an H200 ran twice as slow: docs/architecture.md), so off by default. Per compile: options={'regional': True}"})
     aot_cache: bool = field(default=True, metadata={"doc": "keep traced forward/backward graphs on disk (under cache_dir), so a later process skips analysis and tracing"})
+    frontend_cache: bool = field(default=True, metadata={"doc": "keep compiled cache entries (guards, generated entry function, captured graph) on disk (under cache_dir), so a later process running the same code in the same environment installs them instead of tracing; every guard is still checked on the live arguments (ember/frontend/persist.py)"})
     run_stats: str = field(default="", metadata={"doc": "ember run: write the compile counters (graphs compiled, recompiles, eager fallbacks) as JSON to this path when the script ends (empty: do not)"})
     cache_dir: str = field(default=os.path.join(os.path.expanduser("~"), ".cache", "ember"), metadata={"doc": "on-disk cache for compiled artifacts", "check": _check_nonempty})
 
@@ -196,6 +197,11 @@ class Environment:
         "CXX": "the C++ compiler that builds the native backend's CPU kernels (native_cpu='cpp', the default; "
                "unset: c++, then g++, on PATH)",
     }
+
+    def with_prefixes(self, prefixes: tuple) -> list:
+        """Every set variable whose name starts with one of ``prefixes``, sorted (name, value) pairs:
+        what the persisted frontend cache keys its entries on (ember/frontend/persist.py)."""
+        return sorted((k, v) for k, v in os.environ.items() if k.startswith(prefixes))
 
     def get(self, name: str) -> str | None:
         """The raw value of one of ``VARIABLES`` (None: unset)."""

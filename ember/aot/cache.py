@@ -129,7 +129,8 @@ def _options_key(opts) -> str:
     from ember.aot.partition import default_partition, min_cut_partition
     if opts.partition_fn not in (min_cut_partition, default_partition):
         raise NotCacheable("a partitioner of the caller's own")
-    entries = [f"{op}={_function_name(fn)}" for op, fn in opts.decompositions.items()]
+    lazy = getattr(opts.decompositions, "ember_key", None)  # ember's own table: by name (not built)
+    entries = [f"ember table {lazy}"] if lazy else [f"{op}={_function_name(fn)}" for op, fn in opts.decompositions.items()]
     key = hashlib.sha256("\n".join(sorted(entries) + [opts.partition_fn.__name__, str(opts.strict)]).encode()).hexdigest()
     _OPTION_KEYS[id(opts)] = (opts, key)
     return key

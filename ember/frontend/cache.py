@@ -29,6 +29,7 @@ from ember.locks import COMPILE_LOCK
 from ember.frontend.codegen import MISS
 from ember.frontend.convert import CacheEntry, RootSpec, compile_entry
 from ember.frontend.dynamic import FrameShapeState
+from ember.frontend import persist
 from ember.frontend import stance as _stance
 from ember.frontend import trace_rules
 from ember.frontend.breaks import BreakContext
@@ -249,6 +250,13 @@ class FrameCache:
             counters.bump_compiled("recompiles")
             self.recompile_reasons.append(reason)
             elog.artifact("recompiles", f"recompiling {self.root.name}: {reason}")
+        key = self._persist_key() if forced is None else None
+        if key is not None:
+            with COMPILE_LOCK, _rng_untouched():
+                loaded = persist.load(key, self, args, kwargs)
+            if loaded is not None:
+                self._publish(loaded, forced)
+                return loaded
         try:
             with COMPILE_LOCK, _rng_untouched():
                 entry = compile_entry(self.root, args, kwargs, backend, self.guard_filter_fn,
@@ -275,7 +283,35 @@ class FrameCache:
             from ember.distributed import divergence  # torch.distributed's side of ember: loaded only when in use
 
             divergence.after_compile(self.root.name, entry, self.recompile_reasons[-1] if entries or failed else None)
+        if key is not None and entry.persist is not None:
+            self._persist_store(key, entry)
         return entry
+
+    def _persist_key(self) -> str | None:
+        """The key of this callable's entries in the frontend cache, or None (not persisted: logged once)."""
+        if not config.frontend_cache:
+            return None
+        try:
+            return persist.key_of(self)
+        except persist.NotPersistable as e:
+            if not getattr(self, "_persist_noted", False):
+                self._persist_noted = True
+                elog.artifact("graph_breaks", f"ember frontend cache: not used for {self.root.name}: {e}")
+            return None
+
+    def _persist_store(self, key: str, entry: CacheEntry) -> None:
+        p, entry.persist = entry.persist, None  # (the live objects it holds are not kept with the entry)
+        graph = p["graph"]
+        try:
+            if isinstance(graph, Exception):
+                raise graph
+            record = persist.record_of(entry, graph, p["inputs"], p["inlined"], p["guards"], p["guards_source"],
+                                       self.root.fn)
+        except persist.NotPersistable as e:
+            persist.STATS["uncacheable"] += 1
+            elog.artifact("graph_breaks", f"ember frontend cache: not storing entry {entry.id} of {self.root.name}: {e}")
+            return
+        persist.store(key, record)
 
     def _backend_failed(self, entry: CacheEntry, args, kwargs):
         """A call that passes the guards of a graph its backend failed on: raise that failure again

@@ -160,6 +160,17 @@ def build_entry(*, name: str, header: str, params: str, self_binding: str | None
                 before_call: list[str] = ()):
     """Assemble, compile and return (function, source text). ``before_call``: lines run once the
     guards passed, before the graph (np.random.seed on torch's stream)."""
+    text = entry_text(name, header, params, self_binding, guard_lines, body_lines, call_line, return_expr,
+                      before_call)
+    ns["__MISS"] = MISS
+    code = compile(text, f"<ember entry {name}>", "exec")
+    exec(code, ns)  # noqa: S102 - our own generated code
+    return ns[name], text
+
+
+def entry_text(name: str, header: str, params: str, self_binding: str | None, guard_lines: list[str],
+               body_lines: list[str], call_line: str | None, return_expr: str, before_call=()) -> str:
+    """The entry function's source."""
     src = [f"def {name}({params}):", f"    # {header}"]
     if self_binding:
         src.append(f"    {self_binding}")
@@ -172,8 +183,4 @@ def build_entry(*, name: str, header: str, params: str, self_binding: str | None
         src.append(f"    {call_line}")
     src += [f"    {ln}" for ln in body_lines]
     src.append(f"    return {return_expr}")
-    text = "\n".join(src) + "\n"
-    ns["__MISS"] = MISS
-    code = compile(text, f"<ember entry {name}>", "exec")
-    exec(code, ns)  # noqa: S102 - our own generated code
-    return ns[name], text
+    return "\n".join(src) + "\n"

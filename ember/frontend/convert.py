@@ -17,7 +17,7 @@ import torch.fx as fx
 
 from ember.config import config
 from ember.diagnostics import logging as elog
-from ember.frontend.codegen import EntryCodegen, build_entry, render_signature
+from ember.frontend.codegen import EntryCodegen, build_entry, entry_text, render_signature
 from ember.frontend import guard_filter
 from ember.frontend.errors import BackendCompilerFailed, Unsupported
 from ember.frontend.dynamic import SHAPE_GUARD_GLOBALS, FrameShapeState
@@ -104,6 +104,8 @@ class CacheEntry:
     # the backend raised: ``fn`` checks the guards only (None when they pass) and nothing runs the graph
     failure: BackendCompilerFailed | None = None
     fallback_warned: bool = False  # suppress_errors: the one warning of this failed graph was given
+    # what the persisted frontend cache stores of it (persist.py), set when config.frontend_cache is on
+    persist: Any = None
 
 
 def compile_entry(root: RootSpec, args: tuple, kwargs: dict, backend: Callable,
@@ -237,6 +239,7 @@ def _finish(root, output: OutputGraph, result, backend, t0, self_name, guard_fil
     gm = None
     call_line = None
     failure = None
+    persist_graph = None
     op_count = output.op_nodes()
     if op_count or cg.graph_outputs:
         graph.output(tuple(cg.graph_outputs))
@@ -246,6 +249,8 @@ def _finish(root, output: OutputGraph, result, backend, t0, self_name, guard_fil
             gm.graph.lint()
         elog.artifact("graph_code", f"graph {entry_id} of {root.name} ({root.location()}):\n{gm.print_readable(print_output=False)}")
         example_inputs = [real for _, real, _ in output.inputs]
+        if config.frontend_cache:  # the graph as the backend gets it (a backend may rewrite it in place)
+            persist_graph = _persist_graph(gm)
         try:
             compiled = backend(gm, example_inputs)
         except Exception as exc:  # not BaseException: KeyboardInterrupt and SystemExit go through untouched
@@ -289,8 +294,24 @@ def _finish(root, output: OutputGraph, result, backend, t0, self_name, guard_fil
     fn, text = build_entry(**build_args)
     elog.artifact("guards", f"entry {entry_id} guards:\n" + "\n".join(guard_section))
     elog.artifact("output_code", text)
-    return CacheEntry(fn, output.guards, text, cg.ns, gm, op_count, time.perf_counter() - t0, entry_id, names,
-                      build_args, backend, conjuncts, failure=failure)
+    entry = CacheEntry(fn, output.guards, text, cg.ns, gm, op_count, time.perf_counter() - t0, entry_id, names,
+                       build_args, backend, conjuncts, failure=failure)
+    if config.frontend_cache and failure is None:
+        guards_only = dict(build_args, body_lines=[], call_line=None, return_expr="None", before_call=[])
+        del guards_only["ns"]
+        entry.persist = dict(graph=persist_graph if gm is not None else None, inputs=[s.expr() for s, _, _ in output.inputs],
+                             inlined=list(output.inlined.values()), guards=output.guards,
+                             guards_source=entry_text(**guards_only))
+    return entry
+
+
+def _persist_graph(gm):
+    """The graph as data for the frontend cache, or the reason it cannot be stored."""
+    from ember.frontend import persist
+    try:
+        return persist.graph_data(gm)
+    except persist.NotPersistable as e:
+        return e
 
 
 def backend_name(backend) -> str:

@@ -127,6 +127,9 @@ class Tracer:
         code = fn_vt.code
         if code.co_flags & (bc.CO_COROUTINE | bc.CO_ASYNC_GENERATOR | bc.CO_ITERABLE_COROUTINE):
             raise Unsupported(f"calling coroutine or async generator {fn_vt.describe()}")
+        real = getattr(fn_vt, "fn", None)
+        if isinstance(real, types.FunctionType) and real.__code__ is code:
+            self.output.inlined.setdefault(id(real), real)
         symbolic_locals = self._bind(fn_vt, code, args, kwargs)
         cells = self._closure_cells(fn_vt, code)
         child = InstructionTranslator(self.output, code, fn_vt.f_globals, symbolic_locals, cells, parent=self,

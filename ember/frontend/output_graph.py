@@ -84,6 +84,7 @@ class OutputGraph:
         self._placeholder_names: set[str] = set()
         # objects the generated entry function refers to by name (globals dicts, the root callable...)
         self.namespace: dict[str, Any] = {}
+        self.inlined: dict[int, Any] = {}  # id -> each Python function whose bytecode the trace ran (persist.py)
         self._ns_by_id: dict[int, str] = {}
         # one tracker per source, so a value read twice is the same tracker (and guarded once)
         self.wrap_cache: dict = {}

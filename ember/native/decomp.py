@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch._decomp import get_decompositions
 
-from ember.aot.ops import core_aten_table
+from ember.aot.ops import LazyTable, core_aten_table
 from ember.native import ops
 
 aten = torch.ops.aten
@@ -49,6 +49,7 @@ def _build():
     return table
 
 
-DECOMPOSITIONS = _build()
+# built at the first lookup (a warm process whose graphs all come from the caches never makes one)
+DECOMPOSITIONS = LazyTable("native", _build)
 # for ember.aot, whose table starts from core ATen: the ops lowered here whole are taken out of it too
-AOT_DECOMPOSITIONS = {**DECOMPOSITIONS, **dict.fromkeys(_KEEP + ops.WHOLE)}
+AOT_DECOMPOSITIONS = LazyTable("native.aot", lambda: {**DECOMPOSITIONS, **dict.fromkeys(_KEEP + ops.WHOLE)})
