@@ -121,9 +121,9 @@ def ember_default(gm, example_inputs, mode=None, options=None):
 
 
 def _prewarm():
-    """What the first kernel build of a process waits for (Triton's cache key and driver, the build
-    workers): started in the background when a function is compiled on a machine with a GPU, so it
-    overlaps the frontend's trace (``runtime.prewarm_triton``)."""
+    """What the first kernel build of a process waits for (Triton's cache key and driver): started in
+    the background when a function is compiled on a machine with a GPU, so it overlaps the frontend's
+    trace (``runtime.prewarm_triton``; the build workers start at the first graph generated)."""
     if torch.cuda.is_available():
         from ember.native import runtime
         runtime.prewarm_triton(runtime.compile_threads())
