@@ -6,7 +6,9 @@ as it is).
 
 Modes, as torch.compile names them (``MODES``):
 
-- ``default``: the above;
+- ``default``: the above; a small inference graph whose launches cost more host time than its
+  kernels need on the device replays as a CUDA graph (``ember/cudagraphs/auto.py``,
+  ``ember.config.auto_cudagraphs``);
 - ``reduce-overhead``: each compiled forward, backward and inference graph replays as a CUDA graph
   (``ember/cudagraphs``), which removes the per-call Python and launch costs;
 - ``max-autotune-no-cudagraphs``: kernels are tuned on the device at compile time
@@ -65,10 +67,15 @@ def _native_backend(cudagraphs: bool = False, autotune: bool = False, overrides:
         if options:
             compiler = functools.partial(compile_aten_graph, options=options)
             compiler.__name__ = "compile_aten_graph_" + "_".join(sorted(options))
+        inference = compiler
         if cudagraphs:
             from ember.cudagraphs import wrap_compiler
-            compiler = wrap_compiler(compiler)
-        _native[key] = aot_autograd(fw_compiler=compiler, bw_compiler=compiler, decompositions=AOT_DECOMPOSITIONS)
+            compiler = inference = wrap_compiler(compiler)
+        else:  # small inference graphs may replay as CUDA graphs all the same (ember.config.auto_cudagraphs)
+            from ember.cudagraphs.auto import wrap_auto
+            inference = wrap_auto(compiler)
+        _native[key] = aot_autograd(fw_compiler=compiler, bw_compiler=compiler, inference_compiler=inference,
+                                    decompositions=AOT_DECOMPOSITIONS)
     return _native[key]
 
 
