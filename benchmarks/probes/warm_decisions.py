@@ -67,7 +67,7 @@ def _launch_state(site) -> dict:
     return rec
 
 
-def decisions(wl: str, dev: str, calls: int = 3) -> dict:
+def decisions(wl: str, dev: str, calls: int = 3, time_it: bool = False) -> dict:
     import torch
     import ember
     from ember.aot import cache as aot_cache
@@ -97,6 +97,12 @@ def decisions(wl: str, dev: str, calls: int = 3) -> dict:
             step, inputs = gpu_suite.warm_step(wl, "ember", dev=dev, warmup=calls)
     finally:
         backend._compile = real
+    steady = None
+    if time_it and dev.startswith("cuda"):  # the suite's method: CUDA events around N calls, median of 5
+        sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+        import gpu_suite
+        with torch.no_grad():
+            steady = round(sorted(gpu_suite.loop_times(lambda: step(*inputs), 30, 5, True))[2], 4)
     graphs = []
     for fn in compiled:
         info = fn.ember_native
@@ -108,13 +114,13 @@ def decisions(wl: str, dev: str, calls: int = 3) -> dict:
     from ember.native import build_pool, runtime
     pool = build_pool.get()
     return dict(workload=wl, device=dev, graphs=graphs, aot=dict(aot_cache.STATS), launch_stats=dict(runtime.STATS),
-                build_workers=len(pool.alive()) if pool is not None else 0)
+                build_workers=len(pool.procs) if pool is not None else 0, steady_ms=steady)
 
 
 def comparable(rec: dict) -> dict:
     """The decisions alone: what may differ between a cold and a warm process removed (cache hits)."""
     out = json.loads(json.dumps(rec))
-    for k in ("aot", "build_workers"):
+    for k in ("aot", "build_workers", "steady_ms"):
         out.pop(k, None)
     for g in out["graphs"]:
         g.pop("hit", None)
@@ -126,6 +132,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("workload")
     p.add_argument("--device", default=None)
+    p.add_argument("--time", action="store_true", help="also time the steady step (CUDA only)")
     a = p.parse_args()
     dev = a.device
     if dev is None:
@@ -134,7 +141,7 @@ def main() -> int:
     if dev == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
         os.environ.setdefault("EMBER_NATIVE_FORCE_TRITON", "1")
-    rec = decisions(a.workload, dev)
+    rec = decisions(a.workload, dev, time_it=a.time)
     print("DECISIONS " + json.dumps(rec, sort_keys=True), flush=True)
     return 0
 

@@ -67,16 +67,32 @@ def _native_backend(cudagraphs: bool = False, autotune: bool = False, overrides:
         if options:
             compiler = functools.partial(compile_aten_graph, options=options)
             compiler.__name__ = "compile_aten_graph_" + "_".join(sorted(options))
-        inference = compiler
+        inference, backward = compiler, _boxed(compiler)
         if cudagraphs:
             from ember.cudagraphs import wrap_compiler
-            compiler = inference = wrap_compiler(compiler)
+            compiler = inference = backward = wrap_compiler(compiler)
         else:  # small inference graphs may replay as CUDA graphs all the same (ember.config.auto_cudagraphs)
             from ember.cudagraphs.auto import wrap_auto
             inference = wrap_auto(compiler)
-        _native[key] = aot_autograd(fw_compiler=compiler, bw_compiler=compiler, inference_compiler=inference,
+        _native[key] = aot_autograd(fw_compiler=compiler, bw_compiler=backward, inference_compiler=inference,
                                     decompositions=AOT_DECOMPOSITIONS)
     return _native[key]
+
+
+def _boxed(compiler):
+    """``compiler`` for backward graphs: the compiled wrapper's boxed form (``run(args)``, which empties
+    the list it is given), so each saved activation dies at its last use inside the backward instead of
+    living until the backward returns (the autograd layer passes the saved tensors boxed and drops its
+    own references first). A compiled function without a boxed form is returned as it is."""
+    def compile_boxed(gm, example_inputs):
+        fn = compiler(gm, example_inputs)
+        run = getattr(fn, "boxed", None)
+        if run is None:
+            return fn
+        run.ember_native = fn.ember_native
+        return run
+    compile_boxed.__name__ = f"boxed({getattr(compiler, '__name__', 'compiler')})"
+    return compile_boxed
 
 
 def _cpu_backend():
