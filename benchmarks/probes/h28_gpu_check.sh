@@ -8,8 +8,8 @@
 #     launch-path counters, build workers started, and the steady ms (CUDA events, 30 calls, median of 5).
 #     Expect: "decisions equal: True" for both warm processes, build_workers 0 in the warm ones,
 #     slow_calls 0, and warm steady ms within 3% of cold.
-#  2. gpu_suite on tiny_hf (2-layer BertModel, hidden 64, batch 2) and mlp: eager / ember / ember-warm /
-#     torch.compile, device peaks, TFLOP/s, peak GB, auto CUDA-graph decisions. Expect tiny_hf and mlp
+#  2. gpu_suite on tiny_hf (2-layer BertModel, hidden 64, batch 2) and mlp: eager / ember / torch.compile,
+#     device peaks, TFLOP/s, peak GB, auto CUDA-graph decisions. Expect tiny_hf and mlp
 #     ember >= 1.0x eager with "replay" decisions in the JSON's ember stats.
 #  3. training memory, GPT-2 small b8x512 bf16 autocast: eager vs ember, peak live bytes, saved bytes,
 #     cuda peak. Expect ember's cuda_peak_bytes below eager's.
@@ -23,7 +23,8 @@ nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader 2>/de
 
 say "1. warm = cold (bert_infer): cold, warm, warm2"
 for run in cold warm warm2; do
-  EMBER_CACHE_DIR=$TMP/ember TRITON_CACHE_DIR=$TMP/triton timeout 150 \
+  limit=90; [ $run = cold ] && limit=120
+  EMBER_CACHE_DIR=$TMP/ember TRITON_CACHE_DIR=$TMP/triton timeout $limit \
     python benchmarks/probes/warm_decisions.py bert_infer --device cuda --time > $TMP/dec_$run.txt 2> $TMP/dec_$run.err
   say "  $run rc=$? $(grep -c DECISIONS $TMP/dec_$run.txt) record(s)"
   tail -n 3 $TMP/dec_$run.err | sed 's/^/    stderr: /'
@@ -62,9 +63,9 @@ if "cold" in recs:
                 print(f"[warm] {run} steady {w} ms vs cold {c} ms: x{w / c:.3f}")
 EOF
 
-say "2. gpu_suite: tiny_hf, mlp (eager, ember, ember-warm, torch)"
-timeout 170 python benchmarks/gpu_suite.py --workloads tiny_hf,mlp --compilers eager,ember,ember-warm,torch \
-  --budget 160 --timeout 120 --out $TMP/suite.json 2>&1 | grep -v "^\s*$" | tail -n 30
+say "2. gpu_suite: tiny_hf, mlp (eager, ember, torch)"
+timeout 140 python benchmarks/gpu_suite.py --workloads tiny_hf,mlp --compilers eager,ember,torch \
+  --budget 130 --timeout 100 --out $TMP/suite.json 2>&1 | grep -v "^\s*$" | tail -n 30
 python - "$TMP/suite.json" <<'EOF'
 import json, sys
 try:
@@ -84,7 +85,7 @@ for x in d["results"]:
 EOF
 
 say "3. training memory: GPT-2 small b8x512, bf16 autocast, eager vs ember"
-EMBER_CACHE_DIR=$TMP/ember_mem TRITON_CACHE_DIR=$TMP/triton_mem timeout 150 \
+EMBER_CACHE_DIR=$TMP/ember_mem TRITON_CACHE_DIR=$TMP/triton_mem timeout 120 \
   python benchmarks/probes/train_memory.py --device cuda --preset gpt2-small --autocast 2> $TMP/mem.err | \
   python -c "
 import json, sys

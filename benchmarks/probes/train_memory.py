@@ -23,6 +23,7 @@ import sys
 import weakref
 
 PRESETS = {
+    "tiny": dict(n_layer=2, n_embd=64, n_head=4, batch=2, seq=32, vocab=512),  # CPU, Triton interpreter
     "small": dict(n_layer=2, n_embd=128, n_head=4, batch=4, seq=128, vocab=2048),
     "gpt2-small": dict(n_layer=12, n_embd=768, n_head=12, batch=8, seq=512, vocab=50257),
 }
@@ -127,7 +128,7 @@ def measure(mode: str, preset: dict, dev: str, use_autocast: bool) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--device", default=None)
-    p.add_argument("--preset", default="small", choices=sorted(PRESETS))
+    p.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
     p.add_argument("--autocast", action="store_true")
     p.add_argument("--modes", default="eager,ember")
     a = p.parse_args()
