@@ -12,7 +12,19 @@ bf16, fused AdamW), bert_infer (base, b16x256 bf16), resnet50_infer (b64 bf16 ch
 resnet50_train (autocast bf16, SGD), vit_infer (timm vit_base_patch16_224, b64 bf16), sd15_unet
 (one denoising step of Stable Diffusion 1.5: its UNet, 860M parameters, random weights, fp16,
 batch 2 = one prompt with classifier-free guidance, 64x64 latents = 512x512 images, 77 text tokens;
-needs diffusers; its ms column is ms per denoising step).
+needs diffusers; its ms column is ms per denoising step), tiny_hf (a 2-layer BertModel of hidden size
+64 from a config, fp32, batch 2 x 64 tokens: a host-bound small model; outside the geomean).
+
+    python benchmarks/gpu_suite.py --max-autotune             # + ember and torch.compile in max-autotune
+    python benchmarks/gpu_suite.py --compilers eager,ember,ember-warm,ember-warm2,torch
+
+Beyond time, per row: FLOPs of one step (counted once on the eager step by torch's FlopCounterMode)
+and each compiler's TFLOP/s against the device's measured bf16 matmul rate, GB/s against its measured
+copy bandwidth for the memory-bound rows (both measured in the same run, ``_gpu_metrics.py``), and
+the peak of ``torch.cuda.max_memory_allocated`` over the timed steady loops (``peak_GB``; compile
+and first call: ``first_peak_GB``). ember-warm and ember-warm2 are a second and a third process on
+the cold ember process's caches, timed like it (``ember_warm_vs_cold``: their steady time over the
+compiling process's).
 
 Method. Every (workload, compiler) runs in its own process with fresh caches, so the first call is
 a true cold compile: ember gets a new ``EMBER_CACHE_DIR`` and ``TRITON_CACHE_DIR``, torch.compile a
@@ -57,13 +69,19 @@ ROOT = os.path.dirname(HERE)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 from _proc import exclusive_lock, run_measured  # noqa: E402
+from _gpu_metrics import achieved, count_flops, device_peaks  # noqa: E402
 WORKLOADS = ("overhead", "mlp", "ln_gelu", "softmax", "gpt2_infer", "gpt2_train", "bert_infer",
-             "resnet50_infer", "resnet50_train", "vit_infer", "sd15_unet")
-COMPILERS = ("eager", "ember", "ember-warm", "torch")
+             "resnet50_infer", "resnet50_train", "vit_infer", "sd15_unet", "tiny_hf")
+EXTRA_ROWS = ("tiny_hf",)  # not in the geomean (which stays the original rows')
+# ember-warm / ember-warm2: a second and a third process on the first one's caches, timed like it;
+# *-max-autotune: the compiler in mode max-autotune whatever --mode says (--max-autotune adds them)
+COMPILERS = ("eager", "ember", "ember-warm", "ember-warm2", "torch", "ember-max-autotune", "torch-max-autotune")
+DEFAULT_COMPILERS = ("eager", "ember", "ember-warm", "torch")
+MAX_AUTOTUNE = ("ember-max-autotune", "torch-max-autotune")
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # rough cost order (longest first), so parallel jobs finish together
 ORDER = ("sd15_unet", "resnet50_train", "gpt2_train", "bert_infer", "gpt2_infer", "resnet50_infer", "vit_infer", "softmax",
-         "ln_gelu", "mlp", "overhead")
+         "ln_gelu", "tiny_hf", "mlp", "overhead")
 # relative error (max |out - eager| / max |eager|) above which a result is flagged
 TOL = {"overhead": 1e-5, "mlp": 1e-3, "softmax": 1e-4}
 TOL_DEFAULT = 5e-2  # bf16 workloads
@@ -190,6 +208,13 @@ def make(wl: str, dev: str, quick: bool):
                     return cu(x, t, encoder_hidden_states=emb, return_dict=False)[0]
             return step
         return build, (x, t, emb), None
+    if wl == "tiny_hf":  # a small Hugging Face model (2 layers, hidden size 64), batch 2: host-bound
+        from transformers import BertConfig, BertModel
+        cfg = BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=2, intermediate_size=256)
+        cfg._attn_implementation = "sdpa"
+        m = BertModel(cfg).to(dev).eval()
+        ids = torch.randint(0, cfg.vocab_size, (2, 16 if quick else 64), device=dev)
+        return _inference(m, (ids,), lambda out: out.last_hidden_state)
     if wl == "bert_infer":
         from transformers import BertConfig, BertModel
         if quick:
@@ -207,6 +232,8 @@ def make(wl: str, dev: str, quick: bool):
 
 def compiler_fn(compiler: str, mode: str):
     import torch
+    if compiler.endswith("-max-autotune"):
+        compiler, mode = compiler[:-len("-max-autotune")], "max-autotune"
     m = None if mode == "default" else mode
     if compiler == "eager":
         return lambda f: f
@@ -278,6 +305,8 @@ def _compile_and_time(wl, compiler, mode, build, inputs, ref, nbytes, quick, tim
     import torch
     # compile time as a user sees it: from wrapping the model to the first result (torch.compile
     # imports its compiler stack when wrapping, ember at the first call)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     step = build(compiler_fn(compiler, mode))
     torch.manual_seed(1)
@@ -288,16 +317,24 @@ def _compile_and_time(wl, compiler, mode, build, inputs, ref, nbytes, quick, tim
     scale = ref.float().abs().max().item() or 1.0
     rec = dict(workload=wl, compiler=compiler, mode=mode, status="ok", first_call_s=round(first, 3),
                max_abs_err=diff, rel_err=diff / scale)
+    if cuda:  # compile and first call (the reference model, built before, is in it too)
+        rec["first_peak_GB"] = round(torch.cuda.max_memory_allocated() / 1e9, 3)
     del out
     if timing:
         for _ in range(5):
             step(*inputs)
         sync()
+        if cuda:  # the steady step's peak: weights, optimizer state, activations, the compiler's pools
+            torch.cuda.reset_peak_memory_stats()
         iters = (50 if wl in ("overhead", "mlp") else 10) if quick else (200 if wl in ("overhead", "mlp") else 30)
         loops = 3 if quick else 5
         times = loop_times(lambda: step(*inputs), iters, loops, cuda)
         ms = statistics.median(times)
         rec.update(ms=round(ms, 4), ms_loops=[round(t, 4) for t in times], iters=iters)
+        if cuda:
+            rec["peak_GB"] = round(torch.cuda.max_memory_allocated() / 1e9, 3)
+        if compiler == "eager":  # FLOPs of one step, counted once on the eager step (after timing it)
+            rec["flops"] = count_flops(step, inputs)
         if nbytes:
             rec["GBps"] = round(nbytes / (ms * 1e-3) / 1e9, 1)
             if compiler == "eager" and cuda:  # the ceiling: a plain device copy of the same bytes
@@ -339,6 +376,18 @@ def copy_bandwidth(x, iters: int, loops: int) -> float:
 
 def ember_stats() -> dict:
     out = {}
+    try:  # launch paths (runtime.STATS), build workers, automatic CUDA graphs, cache hits
+        from ember.aot import cache as aot_cache
+        from ember.cudagraphs import auto
+        from ember.native import backend, build_pool, runtime
+        out["launch"] = dict(runtime.STATS)
+        pool = build_pool.get()
+        out["build_workers"] = len(pool.procs) if pool is not None else 0
+        out["auto_cudagraphs"] = [f"{name}: {'replay' if r else 'no'}: {why}" for name, r, why in auto.DECISIONS][:8]
+        out["aot_cache"] = dict(aot_cache.STATS)
+        out["native_generated"] = dict(backend.COUNTERS)
+    except Exception:  # noqa: BLE001 - stats are informative only
+        pass
     try:
         import ember.cudagraphs as cg
         s = cg.stats()
@@ -398,18 +447,19 @@ def run_workload(wl, args, compilers, log) -> list:
     try:
         def env_for(kind):
             env = dict(args.child_env)
-            if kind == "torch":
-                env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "inductor")
-                env["TRITON_CACHE_DIR"] = os.path.join(tmp, "triton-torch")
-            else:  # ember cold and warm share these: the warm run finds what the cold one wrote
-                env["EMBER_CACHE_DIR"] = os.path.join(tmp, "ember")
-                env["TRITON_CACHE_DIR"] = os.path.join(tmp, "triton-ember")
+            tag = kind.replace("-warm2", "").replace("-warm", "")  # (ember's warm runs share ember's caches)
+            if kind.startswith("torch"):
+                env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, f"inductor-{tag}")
+                env["TRITON_CACHE_DIR"] = os.path.join(tmp, f"triton-{tag}")
+            else:  # ember cold and warm share these: the warm runs find what the cold one wrote
+                env["EMBER_CACHE_DIR"] = os.path.join(tmp, tag)
+                env["TRITON_CACHE_DIR"] = os.path.join(tmp, f"triton-{tag}")
             return env
         for c in compilers:
-            if c == "ember-warm" and not any(r["compiler"] == "ember" and r["status"] == "ok" for r in out):
+            if c.startswith("ember-warm") and not any(r["compiler"] == "ember" and r["status"] == "ok" for r in out):
                 rec = dict(workload=wl, compiler=c, mode=args.mode, status="skipped", error="no cold ember run")
-            else:
-                rec = run_child(wl, c, args, env_for(c), timing=(c != "ember-warm"))
+            else:  # (warm runs are timed too: their steady time must equal the compiling process's)
+                rec = run_child(wl, c, args, env_for(c))
             log(rec)
             out.append(rec)
     finally:
@@ -417,17 +467,30 @@ def run_workload(wl, args, compilers, log) -> list:
     return out
 
 
-def summarize(results: list, workloads) -> tuple[list, dict]:
+def summarize(results: list, workloads, peaks: dict | None = None) -> tuple[list, dict]:
     by = {(r["workload"], r["compiler"]): r for r in results}
     rows = []
     for wl in workloads:
+        extra = {}
+        for c in COMPILERS:  # every compiler's time, peak memory and status, keyed by its name
+            r = by.get((wl, c), {})
+            k = c.replace("-", "_")
+            extra.update({f"{k}_ms": r.get("ms"), f"{k}_peak_GB": r.get("peak_GB"), f"{k}_status": r.get("status", "missing")})
         e, m, w, t = (by.get((wl, c), {}) for c in ("eager", "ember", "ember-warm", "torch"))
         row = dict(workload=wl, eager_ms=e.get("ms"), ember_ms=m.get("ms"), torch_ms=t.get("ms"),
                    ember_cold_s=m.get("first_call_s"), ember_warm_s=w.get("first_call_s"),
                    torch_cold_s=t.get("first_call_s"), ember_err=m.get("max_abs_err"), torch_err=t.get("max_abs_err"),
                    ember_rel_err=m.get("rel_err"), eager_GBps=e.get("GBps"), ember_GBps=m.get("GBps"),
                    torch_GBps=t.get("GBps"), copy_GBps=e.get("copy_GBps"), ember_status=m.get("status", "missing"),
-                   torch_status=t.get("status", "missing"))
+                   torch_status=t.get("status", "missing"), flops=e.get("flops"))
+        row.update({k: v for k, v in extra.items() if k not in row})
+        for c in ("ember_warm", "ember_warm2"):  # warm steady time over the compiling process's
+            if row.get(f"{c}_ms") and row["ember_ms"]:
+                row[f"{c}_vs_cold"] = round(row[f"{c}_ms"] / row["ember_ms"], 3)
+        for c in ("ember_max_autotune", "torch_max_autotune"):
+            if row["eager_ms"] and row.get(f"{c}_ms"):
+                row[f"{c}_speedup"] = round(row["eager_ms"] / row[f"{c}_ms"], 3)
+        achieved(row, peaks, ("eager", "ember", "torch", "ember_max_autotune", "torch_max_autotune"))
         for c in ("ember", "torch"):
             if row["copy_GBps"] and row[f"{c}_GBps"]:
                 row[f"{c}_pct_copy"] = round(100 * row[f"{c}_GBps"] / row["copy_GBps"], 1)
@@ -450,10 +513,13 @@ def summarize(results: list, workloads) -> tuple[list, dict]:
     def geo(vals):
         vals = [v for v in vals if v]
         return round(math.exp(sum(math.log(v) for v in vals) / len(vals)), 3) if vals else None
-    both = [r for r in rows if r.get("ember_speedup") and r.get("torch_speedup")]
-    geomean = dict(ember=geo(r.get("ember_speedup") for r in rows), torch=geo(r.get("torch_speedup") for r in rows),
+    core = [r for r in rows if r["workload"] not in EXTRA_ROWS]  # (the geomean is the original rows')
+    both = [r for r in core if r.get("ember_speedup") and r.get("torch_speedup")]
+    geomean = dict(ember=geo(r.get("ember_speedup") for r in core), torch=geo(r.get("torch_speedup") for r in core),
                    ember_common=geo(r["ember_speedup"] for r in both), torch_common=geo(r["torch_speedup"] for r in both),
-                   common_workloads=len(both))
+                   common_workloads=len(both),
+                   ember_max_autotune=geo(r.get("ember_max_autotune_speedup") for r in core),
+                   torch_max_autotune=geo(r.get("torch_max_autotune_speedup") for r in core))
     return rows, geomean
 
 
@@ -476,11 +542,31 @@ def markdown(rows, geomean, mode) -> str:
         lines.append(f"| {r['workload']} | {_f(r['eager_ms'])} | {ms('ember')} | {ms('torch')} | "
                      f"{_f(r['ember_cold_s'], '{:.1f}')} / {_f(r['ember_warm_s'], '{:.1f}')} | {_f(r['torch_cold_s'], '{:.1f}')} | "
                      f"{_f(r['ember_err'], '{:.3g}')} | {gbps} | {r['ember_check']} |")
+    lines += ["", "| workload | GFLOP/step | TFLOP/s eager / ember / torch (% of mm peak) | % of copy peak eager / ember / torch "
+              "| peak GB eager / ember / torch | ember warm ms (x cold) / warm2 | max-autotune ms ember / torch (speedup) |",
+              "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        def trio(key, fmt="{:.3g}"):
+            return " / ".join(_f(r.get(f"{c}_{key}"), fmt) for c in ("eager", "ember", "torch"))
+        tf = trio("TFLOPs", "{:.1f}")
+        if r.get("ember_pct_mm_peak") is not None:
+            tf += f" ({_f(r.get('eager_pct_mm_peak'), '{:.0f}')} / {_f(r.get('ember_pct_mm_peak'), '{:.0f}')} / " \
+                  f"{_f(r.get('torch_pct_mm_peak'), '{:.0f}')}%)"
+        warm = (f"{_f(r.get('ember_warm_ms'))} ({_f(r.get('ember_warm_vs_cold'), '{:.2f}')}x) / "
+                f"{_f(r.get('ember_warm2_ms'))} ({_f(r.get('ember_warm2_vs_cold'), '{:.2f}')}x)")
+        ma = (f"{_f(r.get('ember_max_autotune_ms'))} ({_f(r.get('ember_max_autotune_speedup'), '{:.2f}')}x) / "
+              f"{_f(r.get('torch_max_autotune_ms'))} ({_f(r.get('torch_max_autotune_speedup'), '{:.2f}')}x)")
+        gflop = _f(r["flops"] / 1e9, "{:.1f}") if r.get("flops") else "—"
+        lines.append(f"| {r['workload']} | {gflop} | {tf} | {trio('pct_copy_peak', '{:.0f}')} | "
+                     f"{trio('peak_GB', '{:.2f}')} | {warm} | {ma} |")
     lines.append("")
     lines.append(f"Geomean speedup over eager (mode {mode}): ember {_f(geomean['ember'], '{:.3f}')}x, "
                  f"torch.compile {_f(geomean['torch'], '{:.3f}')}x; on the {geomean['common_workloads']} workloads "
                  f"both ran: ember {_f(geomean['ember_common'], '{:.3f}')}x, torch.compile "
-                 f"{_f(geomean['torch_common'], '{:.3f}')}x.")
+                 f"{_f(geomean['torch_common'], '{:.3f}')}x." + (
+                     f" max-autotune: ember {_f(geomean.get('ember_max_autotune'), '{:.3f}')}x, torch.compile "
+                     f"{_f(geomean.get('torch_max_autotune'), '{:.3f}')}x." if geomean.get("ember_max_autotune")
+                     or geomean.get("torch_max_autotune") else "") + f" (Geomeans leave out {', '.join(EXTRA_ROWS)}.)")
     return "\n".join(lines)
 
 
@@ -491,7 +577,8 @@ def write_report(out, results, workloads, args, jobs, label, wall) -> dict:
         triton_version = triton.__version__
     except ImportError:
         triton_version = None
-    rows, geomean = summarize(results, workloads)
+    peaks = getattr(args, "peaks", None)
+    rows, geomean = summarize(results, workloads, peaks)
     table = markdown(rows, geomean, args.mode)
     report = dict(benchmark="gpu_suite", date=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
                   device=label, device_name=torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
@@ -501,7 +588,7 @@ def write_report(out, results, workloads, args, jobs, label, wall) -> dict:
                   method="own process per (workload, compiler), fresh caches (ember-warm reuses ember's); "
                          "compile s = wrapping + first call; CUDA events around N calls, median of 5 loops; "
                          "error vs eager in the same process; copy_GBps = y.copy_(x) of the same input",
-                  geomean=geomean, rows=rows, results=results, markdown=table)
+                  device_peaks=peaks, geomean=geomean, rows=rows, results=results, markdown=table)
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     tmp = out + ".tmp"
     with open(tmp, "w") as f:
@@ -522,7 +609,10 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--mode", default="default", choices=MODES)
     p.add_argument("--workloads", default=",".join(WORKLOADS))
-    p.add_argument("--compilers", default=",".join(COMPILERS), help="subset of " + ",".join(COMPILERS))
+    p.add_argument("--compilers", default=",".join(DEFAULT_COMPILERS), help="subset of " + ",".join(COMPILERS))
+    p.add_argument("--max-autotune", action="store_true",
+                   help="also run ember and torch.compile in mode max-autotune (fresh caches), in the same run")
+    p.add_argument("--no-peaks", action="store_true", help="skip measuring the device's copy and matmul peaks")
     p.add_argument("--device", default=None, help="cuda (default when available) or cpu")
     p.add_argument("--quick", action="store_true", help="tiny shapes and few iterations (a smoke test)")
     p.add_argument("--timeout", type=float, default=240, help="seconds per process")
@@ -534,6 +624,7 @@ def main(argv=None) -> int:
     p.add_argument("--merge", action="store_true",
                    help="keep the results of workloads not run now from the existing output file")
     p.add_argument("--child", nargs=2, metavar=("WORKLOAD", "COMPILER"), help=argparse.SUPPRESS)
+    p.add_argument("--child-peaks", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--no-timing", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--lock", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -544,12 +635,19 @@ def main(argv=None) -> int:
         rec = measure(*args.child, args.mode, args.device, args.quick, not args.no_timing, args.lock)
         print("RESULT " + json.dumps(rec), flush=True)
         return 0
+    if args.child_peaks:
+        print("RESULT " + json.dumps(dict(device_peaks(args.device, args.quick), status="ok")), flush=True)
+        return 0
 
     workloads = [w for w in args.workloads.split(",") if w]
     unknown = set(workloads) - set(WORKLOADS)
     if unknown:
         p.error(f"unknown workloads {sorted(unknown)}; choose from {','.join(WORKLOADS)}")
-    compilers = [c for c in COMPILERS if c in args.compilers.split(",")]
+    wanted = args.compilers.split(",") + (list(MAX_AUTOTUNE) if args.max_autotune else [])
+    unknown = set(wanted) - set(COMPILERS) - {""}
+    if unknown:
+        p.error(f"unknown compilers {sorted(unknown)}; choose from {','.join(COMPILERS)}")
+    compilers = [c for c in COMPILERS if c in wanted]
     jobs = args.jobs or (4 if args.device.startswith("cuda") else 1)
     lock_dir = tempfile.mkdtemp(prefix="gpu_suite_lock_")
     args.lock = os.path.join(lock_dir, "gpu.lock") if jobs > 1 else None
@@ -577,6 +675,13 @@ def main(argv=None) -> int:
         return report
 
     args.child_env = child_env(lock_dir)
+    args.peaks = None
+    if not args.no_peaks:  # the device's own copy bandwidth and bf16 matmul rate, measured in this run
+        cmd = [sys.executable, os.path.abspath(__file__), "--child-peaks", "--device", args.device] + (
+            ["--quick"] if args.quick else [])
+        got = run_measured(cmd, args.child_env, ROOT, 120, dict(status="failed"))
+        args.peaks = got if got.get("status") == "ok" else None
+        print(f"device peaks: {json.dumps(args.peaks or got)}", flush=True)
     order = sorted(workloads, key=lambda w: ORDER.index(w))
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         list(pool.map(lambda w: run_workload(w, args, compilers, log), order))

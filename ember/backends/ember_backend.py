@@ -6,7 +6,9 @@ as it is).
 
 Modes, as torch.compile names them (``MODES``):
 
-- ``default``: the above;
+- ``default``: the above; a small inference graph whose launches cost more host time than its
+  kernels need on the device replays as a CUDA graph (``ember/cudagraphs/auto.py``,
+  ``ember.config.auto_cudagraphs``);
 - ``reduce-overhead``: each compiled forward, backward and inference graph replays as a CUDA graph
   (``ember/cudagraphs``), which removes the per-call Python and launch costs;
 - ``max-autotune-no-cudagraphs``: kernels are tuned on the device at compile time
@@ -65,11 +67,32 @@ def _native_backend(cudagraphs: bool = False, autotune: bool = False, overrides:
         if options:
             compiler = functools.partial(compile_aten_graph, options=options)
             compiler.__name__ = "compile_aten_graph_" + "_".join(sorted(options))
+        inference, backward = compiler, _boxed(compiler)
         if cudagraphs:
             from ember.cudagraphs import wrap_compiler
-            compiler = wrap_compiler(compiler)
-        _native[key] = aot_autograd(fw_compiler=compiler, bw_compiler=compiler, decompositions=AOT_DECOMPOSITIONS)
+            compiler = inference = backward = wrap_compiler(compiler)
+        else:  # small inference graphs may replay as CUDA graphs all the same (ember.config.auto_cudagraphs)
+            from ember.cudagraphs.auto import wrap_auto
+            inference = wrap_auto(compiler)
+        _native[key] = aot_autograd(fw_compiler=compiler, bw_compiler=backward, inference_compiler=inference,
+                                    decompositions=AOT_DECOMPOSITIONS)
     return _native[key]
+
+
+def _boxed(compiler):
+    """``compiler`` for backward graphs: the compiled wrapper's boxed form (``run(args)``, which empties
+    the list it is given), so each saved activation dies at its last use inside the backward instead of
+    living until the backward returns (the autograd layer passes the saved tensors boxed and drops its
+    own references first). A compiled function without a boxed form is returned as it is."""
+    def compile_boxed(gm, example_inputs):
+        fn = compiler(gm, example_inputs)
+        run = getattr(fn, "boxed", None)
+        if run is None:
+            return fn
+        run.ember_native = fn.ember_native
+        return run
+    compile_boxed.__name__ = f"boxed({getattr(compiler, '__name__', 'compiler')})"
+    return compile_boxed
 
 
 def _cpu_backend():
@@ -121,9 +144,9 @@ def ember_default(gm, example_inputs, mode=None, options=None):
 
 
 def _prewarm():
-    """What the first kernel build of a process waits for (Triton's cache key and driver, the build
-    workers): started in the background when a function is compiled on a machine with a GPU, so it
-    overlaps the frontend's trace (``runtime.prewarm_triton``)."""
+    """What the first kernel build of a process waits for (Triton's cache key and driver): started in
+    the background when a function is compiled on a machine with a GPU, so it overlaps the frontend's
+    trace (``runtime.prewarm_triton``; the build workers start at the first graph generated)."""
     if torch.cuda.is_available():
         from ember.native import runtime
         runtime.prewarm_triton(runtime.compile_threads())

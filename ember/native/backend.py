@@ -187,6 +187,7 @@ def _compile(gm, example_inputs, opts, renderer="triton"):
     mod = cache.load_wrapper(info, key) if info is not None else None  # (None: a file not to trust)
     hit = mod is not None
     if mod is None:
+        runtime.want_builds()  # (the build workers start with the first graph generated, never in a warm start)
         info, wrapper_src, kernel_srcs = _generate(gm, example_inputs, opts, key, base, renderer)
         _emit_log(wrapper_src, kernel_srcs)
         mod = cache.load_module(info["wrapper"], info["wrapper_sha256"])

@@ -1,8 +1,8 @@
 """Worker processes that build Triton kernels in parallel (the worker side: ``build_worker.py``).
 
-The pool starts when a function is compiled on a machine with a GPU (``ember.compile``, before the
-frontend traces), so the workers have imported Triton by the time the first graph's kernels are
-generated. ``precompile`` in ``runtime`` hands it every kernel a graph still needs: each request is
+The pool starts when the native backend generates its first graph on a machine with a GPU
+(``runtime.want_builds``), so the workers import Triton while that graph is lowered and emitted; a
+process whose graphs all come from the disk cache (a warm start) never starts it. ``precompile`` in ``runtime`` hands it every kernel a graph still needs: each request is
 the kernel module's path and the specialization Triton's ``jit_cache_hook`` reports for the build
 the parent is about to do, so a worker computes the same cache key and writes the binary (and its C
 launcher) where the parent's own build then finds it. Batches are built in the background while

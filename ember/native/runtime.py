@@ -7,6 +7,13 @@ from concurrent.futures import ThreadPoolExecutor
 from ember.native.cache import load_module
 from ember.config import environment
 
+# Launch sites of this process: ``first`` first calls, ``fast``/``direct`` of them got the per-call fast
+# path / call Triton's C launcher directly, ``no_fast`` did not (interpreter, launch hooks, a surprise in
+# Triton's internals); ``slow_calls``: later calls that took Triton's normal path (~15-20 us of CPU each:
+# a pointer that lost its alignment, or a site without a fast path). A warm process must count the same
+# as the process that compiled (benchmarks/probes/warm_decisions.py prints them).
+STATS = {"first": 0, "fast": 0, "direct": 0, "no_fast": 0, "slow_calls": 0}
+
 
 def load_kernel(path: str, name: str):
     """The ``@triton.jit`` function ``name`` of the kernel module at ``path``."""
@@ -59,7 +66,7 @@ class Launch:
     always aligned), and a mismatch takes the normal path. Under the interpreter, or when launch hooks
     (profilers) are set at the first call, every call takes the normal path.
     """
-    __slots__ = ("fn", "grid", "meta", "fresh", "fast", "direct", "spec", "ahead", "kernel", "checks")
+    __slots__ = ("fn", "grid", "meta", "fresh", "fast", "direct", "spec", "ahead", "plain", "kernel", "checks")
 
     def __init__(self, fn, grid, meta, fresh=(), spec=None):
         self.fn, self.grid, self.meta = fn, tuple(grid) + (1,) * (3 - len(grid)), meta
@@ -70,6 +77,7 @@ class Launch:
         self.fast = None
         self.direct = True  # may call Triton's C launcher itself (see _direct_launcher)
         self.ahead = None  # the cache hash of the build a worker process did for this site (build_pool)
+        self.plain = False  # no fast path for good (launch hooks at the first call): Triton's path, no lock
         self.kernel = self.checks = None  # Triton's CompiledKernel and the alignment checks, once known
 
     def __call__(self, *args):
@@ -79,11 +87,14 @@ class Launch:
         launch, g0, g1, g2, stream, device, function, extra, checks, consts = fast
         for i, aligned in checks:
             if ((args[i].data_ptr() & 15) == 0) is not aligned:
+                STATS["slow_calls"] += 1
                 return self._slow(args)
         try:
             launch(g0, g1, g2, stream(device), function, *extra, *args, *consts)
         except TypeError:  # the launcher rejected the arguments before launching: Triton's own path
             self.fast, self.direct = None, False
+            STATS["fast"] -= 1
+            STATS["direct"] -= 1
             return self._slow(args)
         return None
 
@@ -91,6 +102,9 @@ class Launch:
         return self.fn[self.grid](*args, **self.meta)
 
     def _first(self, args):
+        if self.plain:  # (a site without a fast path: no lock, no build wait, no retry)
+            STATS["slow_calls"] += 1
+            return self._slow(args)
         # Under one lock (ember/locks.py): Triton's JIT compiles into per-device tables, and its
         # interpreter (CPU tests) patches triton.language while a kernel runs, so interpreted launches
         # (which never get a fast path) run one at a time
@@ -103,6 +117,7 @@ class Launch:
         triton_cache.ensure_safe()  # (checked once per process: a set lookup after the first compile)
         build_pool.wait(self)  # (the worker processes' build of it: this one then finds its binary on disk)
         kernel = self._slow(args)
+        STATS["first"] += 1
         if self.ahead is not None and getattr(kernel, "hash", self.ahead) != self.ahead:
             build_pool.STATS["key_mismatch"] += 1  # built twice: the worker keyed it differently
         checks = tuple((i, (a.data_ptr() & 15) == 0) for i, a in enumerate(args)
@@ -118,8 +133,13 @@ class Launch:
         try:
             from triton import knobs
             from triton.runtime import driver
-            if (kernel is None or not hasattr(kernel, "packed_metadata") or _hook_set(knobs.runtime.launch_enter_hook)
-                    or _hook_set(knobs.runtime.launch_exit_hook)):
+            if kernel is None or not hasattr(kernel, "packed_metadata"):
+                STATS["no_fast"] += 1
+                return False
+            if _hook_set(knobs.runtime.launch_enter_hook) or _hook_set(knobs.runtime.launch_exit_hook):
+                # (hooks, e.g. a profiler's, set at the first call: Triton's path, which calls them, every time)
+                self.plain = True
+                STATS["no_fast"] += 1
                 return False
             consts = tuple(self.meta[n] for n in self.fn.arg_names[nargs:])
             active = driver.active
@@ -129,8 +149,11 @@ class Launch:
             self.fast = (launch, g[0], g[1], g[2], active.get_current_stream, active.get_current_device(),
                          kernel.function, extra, tuple(checks), consts)
             self.kernel, self.checks = kernel, tuple(checks)
+            STATS["fast"] += 1
+            STATS["direct"] += launch is not kernel.run
         except Exception:  # any surprise in Triton's internals: keep the normal path
             self.fast = None
+            STATS["no_fast"] += 1
             return False
         return True
 
@@ -143,15 +166,22 @@ def compile_threads() -> int:
 
 
 _PREWARM = None  # the thread computing triton_key() and creating Triton's driver, once started
+_POOL_WORKERS = 0  # build workers wanted (prewarm_triton), started at the first graph this process generates
 
 
 def prewarm_triton(pool_workers: int = 0) -> None:
     """Start, once per process, what every first kernel build waits for: Triton's cache key (a hash
     of its sources, 0.4 s on the H100 host) and its CUDA driver (whose C helper module Triton
     compiles with the system C compiler on a cold cache, 0.3 s), in a daemon thread (hashing and the
-    compiler subprocess release the GIL); and the kernel-build worker processes (``build_pool``).
-    Triton is imported here, in the calling thread, so the two threads never import at once."""
-    global _PREWARM
+    compiler subprocess release the GIL). Triton is imported here, in the calling thread, so the two
+    threads never import at once.
+
+    The kernel-build worker processes (``build_pool``, ``pool_workers`` of them) are not started
+    here but by ``want_builds``, when the native backend generates a graph: a process whose graphs
+    all come from the disk cache (a warm start) has nothing to build, and must not spend its first
+    seconds of steady state beside a dozen worker processes importing Triton and hashing its sources."""
+    global _PREWARM, _POOL_WORKERS
+    _POOL_WORKERS = max(_POOL_WORKERS, pool_workers)
     if _PREWARM is not None or environment.triton_interpret:
         return
     try:
@@ -172,9 +202,14 @@ def prewarm_triton(pool_workers: int = 0) -> None:
             pass
     _PREWARM = threading.Thread(target=work, name="ember-triton-prewarm", daemon=True)
     _PREWARM.start()
-    if pool_workers > 1:
+
+
+def want_builds() -> None:
+    """A graph is about to be generated (a native-cache miss): start the build workers that
+    ``prewarm_triton`` asked for (they import Triton while this process lowers and emits the graph)."""
+    if _POOL_WORKERS > 1 and not environment.triton_interpret:
         from ember.native import build_pool
-        build_pool.start(pool_workers)
+        build_pool.start(_POOL_WORKERS)
 
 
 def _launcher_first(compile_fn):

@@ -143,6 +143,12 @@ class WrapperCodegen:
             lines[-1] += "):"
             B.extend(lines)
             B.append(f"    return fallback({', '.join(params)})")
+        last_ref = self._last_references()
+        # inputs the call may drop at their last use (a boxed caller hands over its only references:
+        # a backward graph's saved activations then die as the backward consumes them, as in eager)
+        keep = set(sched.outputs) | {n for pair in self.g.mutations for n in pair}
+        droppable = {b.name for b in placeholders} - keep
+        parked: list = []  # (body position, buffer): dead buffers put in the pool, for reuse
         for i, step in enumerate(sched.steps):
             if isinstance(step, Kernel):
                 name, ek, _ = self.kernels[id(step)]
@@ -165,13 +171,35 @@ class WrapperCodegen:
                     if buf in allocated:
                         lay = self.layouts[buf]
                         pool.setdefault((lay.device, lay.dtype, lay.storage_numel), []).append(buf)
+                        parked.append((len(B), buf))
                     else:
                         B.append(f"del {buf}")
+            dead = sorted(b for b in droppable if last_ref.get(b, -1) == i)
+            if dead:
+                B.append(f"del {', '.join(dead)}  # (inputs: last use)")
+        # a parked buffer that no later allocation took is freed where it died, not at the return
+        # (the caching allocator can give its memory to a buffer of another size meanwhile)
+        unused = {b for bufs in pool.values() for b in bufs}
+        for pos, buf in reversed(parked):
+            if buf in unused:
+                B.insert(pos, f"del {buf}")
         for dst, src in self.g.mutations:
             if dst != src:
                 B.append(f"{dst}.copy_({src})")
         B.append(f"return {self._outputs(self.g.outputs)}")
         return self._module(params, consts)
+
+    def _last_references(self) -> dict:
+        """buffer -> index of the last step whose code names it (read, written or passed)."""
+        last = {}
+        for i, step in enumerate(self.sched.steps):
+            if isinstance(step, Kernel):
+                names = list(step.reads) + list(step.writes) + list(self.kernels[id(step)][1].args)
+            else:
+                names = [a.name for a in ir.buffer_args((step.args, step.kwargs))]
+            for b in names:
+                last[b] = i
+        return last
 
     def _int32_limits(self) -> list:
         """Sizes that int32 kernels need below 2**31, without those another one bounds."""
@@ -336,7 +364,15 @@ class WrapperCodegen:
         if consts:
             lines.append(f"    {', '.join(consts)}, = constants")
         lines.append("")
-        lines.append(f"    def call({', '.join(params)}):")
+        # ``run`` takes the inputs boxed (one list, which it empties: the caller keeps no reference, so
+        # an input dies at its last use); ``call`` is the positional form
+        lines.append("    def run(args):")
+        if params:
+            lines.append(f"        {', '.join(params)}, = args")
+            lines.append("        args.clear()")
         lines += ["        " + l for l in self.body]
-        lines += ["    return call", ""]
+        lines.append("")
+        lines.append(f"    def call({', '.join(params)}):")
+        lines.append(f"        return run([{', '.join(params)}])")
+        lines += ["", "    call.boxed = run", "    run._boxed_call = True", "    return call", ""]
         return "\n".join(lines)
