@@ -68,3 +68,47 @@ def cache_of(compiled):
     if cache is None:
         raise TypeError(f"{compiled!r} is not an ember-compiled function or module")
     return cache
+
+
+class KernelCount:
+    """Kernels and extern calls that the native backend's compiled graphs ran, counted per call from
+    each graph's report (``ember_native["report"]``): ``with KernelCount() as kc: step()``, then
+    ``kc.kernels``, ``kc.externs``, ``kc.graphs`` (graph calls). Graphs compiled inside the block are
+    counted; the block rebuilds the ``ember`` backend's compilers, so compile there what you count."""
+
+    def __init__(self):
+        self.kernels = self.externs = self.graphs = 0
+        self._saved = None
+
+    def reset(self):
+        self.kernels = self.externs = self.graphs = 0
+
+    def __enter__(self):
+        import ember.native
+        from ember.backends import ember_backend
+
+        real = ember.native.compile_aten_graph
+
+        def counting(gm, example_inputs, **kw):
+            call = real(gm, example_inputs, **kw)
+            report = (getattr(call, "ember_native", None) or {}).get("report") or {}
+            k, e = report.get("kernels", 0), report.get("externs", 0)
+
+            def run(*args):
+                self.kernels += k
+                self.externs += e
+                self.graphs += 1
+                return call(*args)
+            run.ember_native = getattr(call, "ember_native", None)
+            return run
+        self._saved = (real, ember_backend._native)
+        ember.native.compile_aten_graph = counting
+        ember_backend._native = {}
+        return self
+
+    def __exit__(self, *exc):
+        import ember.native
+        from ember.backends import ember_backend
+
+        ember.native.compile_aten_graph, ember_backend._native = self._saved
+        return False

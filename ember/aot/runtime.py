@@ -150,8 +150,19 @@ def finish_outputs(meta: GraphMeta, plain, args, traced):
     if plain is None:
         return run_epilogue(meta, args, traced)
     if meta.output_is_tuple:
+        if type(traced) is tuple and len(traced) == len(plain) and plain == _IDENTITY.get(len(plain)):
+            return traced  # every traced output, in order (the usual case): no copy of the tuple
         return tuple([traced[k] for k in plain])
     return traced[plain[0]]
+
+
+# n -> (0, ..., n-1), to recognize outputs (or inputs) taken in order without building a range per call
+_IDENTITY = {n: tuple(range(n)) for n in range(256)}
+
+
+def _all_in_order(positions, n: int) -> bool:
+    """``positions`` are 0..n-1 in order: the call's arguments can be passed on as they are."""
+    return tuple(positions) == tuple(range(n))
 
 
 def _regenerate(base: torch.Tensor, info) -> torch.Tensor:
@@ -185,11 +196,16 @@ class InferenceVariant:
         self._tidx = meta.graph_inputs
         self._boxed = bool(getattr(compiled, "_boxed_call", False))
         self._plain = plain_outputs(meta)
+        # every argument is a graph input, in order (a graph of tensors only: each part of a
+        # regionally compiled model): the call's tuple goes on as it is, no list built per call
+        self._all = not self._boxed and _all_in_order(self._tidx, len(meta.inputs))
+        self._ident = meta.output_is_tuple and self._plain is not None and _all_in_order(self._plain, len(self._plain))
+        self._single = not meta.output_is_tuple and self._plain is not None
 
     def __call__(self, *args):
         # No traced output needs a gradient, but the ATen graph has no grad-mode switches of its own:
         # an op the captured graph ran under no_grad (an @torch.no_grad entry) must not record here.
-        inputs = [args[i] for i in self._tidx]
+        inputs = args if self._all else [args[i] for i in self._tidx]
         if torch._C._is_any_autocast_enabled():
             with torch._C._DisableAutocast(), torch.no_grad():
                 traced = call_compiled(self.compiled, inputs)
@@ -202,6 +218,11 @@ class InferenceVariant:
             finally:
                 if grad:
                     torch._C._set_grad_enabled(True)
+        # finish_outputs' usual cases, without its frame (a part of a regional model returns one tensor)
+        if self._single:
+            return traced[self._plain[0]]
+        if self._ident and type(traced) is tuple and len(traced) == len(self._plain):
+            return traced
         return finish_outputs(self.meta, self._plain, args, traced)
 
 
@@ -218,9 +239,10 @@ class TrainingVariant:
         # and one pass over the arguments less per call
         self._c_apply = super(torch.autograd.Function, self.function).apply
         self._plain = plain_outputs(meta)
+        self._all = _all_in_order(self._tidx, len(meta.inputs))
 
     def __call__(self, *args):
-        inputs = [args[i] for i in self._tidx]
+        inputs = args if self._all else [args[i] for i in self._tidx]
         if torch._C._are_functorch_transforms_active():
             traced = self.function.apply(*inputs)
         else:

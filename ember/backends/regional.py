@@ -36,6 +36,7 @@ import dataclasses
 import functools
 import hashlib
 import threading
+import weakref
 
 import torch
 import torch.fx as fx
@@ -285,7 +286,7 @@ def split_regions(gm: fx.GraphModule, example_inputs, compiler, key: tuple):
         part = getattr(split, name)
         part.meta["ember_split"] = dict(pass_name=PASS_NAME, index=index, count=len(names), parent=id(gm),
                                         region=index in region_parts)
-        setattr(split, name, _shared_part(part, compiler, key))
+        setattr(split, name, _shared_part(part, compiler, key, split, name))
     split.meta["ember_split"] = dict(pass_name=PASS_NAME, count=len(names), parent=id(gm))
     _bump("splits")
     elog.artifact("graph_code", f"{PASS_NAME}: graph split into {len(names)} parts, {len(region_parts)} of them "
@@ -298,7 +299,26 @@ def _structure_names(runs) -> list:
     return [call[1] for call in runs]
 
 
-def _shared_part(gm: fx.GraphModule, compiler, key: tuple) -> CompiledPart:
+class RegionalPart(CompiledPart):
     """One part of a split graph: compiled at its first call with that call's inputs (the DDP pass's
-    CompiledPart), or the callable of an identical part compiled before."""
-    return CompiledPart(gm, functools.partial(shared_compile, compiler=compiler, key=key))
+    CompiledPart), or the callable of an identical part compiled before. Once compiled it takes
+    itself out of the call path: the split GraphModule's attribute becomes the compiled callable, so a
+    step pays no ``nn.Module.__call__`` (hooks checks, two frames) and no ``forward`` of this class per
+    part: per part and call, only the compiled callable's own frames remain."""
+
+    def __init__(self, gm: fx.GraphModule, compiler, parent: fx.GraphModule, name: str):
+        super().__init__(gm, compiler)
+        self._parent = weakref.ref(parent)  # (a weakref: a module attribute would be a child module)
+        self._name = name
+
+    def forward(self, *args):
+        out = super().forward(*args)
+        parent = self._parent()
+        if parent is not None and parent._modules.get(self._name) is self:
+            del parent._modules[self._name]
+            parent.__dict__[self._name] = self.fn  # found before nn.Module.__getattr__ is consulted
+        return out
+
+
+def _shared_part(gm: fx.GraphModule, compiler, key: tuple, parent: fx.GraphModule, name: str) -> RegionalPart:
+    return RegionalPart(gm, functools.partial(shared_compile, compiler=compiler, key=key), parent, name)
