@@ -27,7 +27,8 @@ process runs eager on the same inputs first and records the relative error (max 
 |eager|; training rows: the first step's loss and every parameter's gradient, against an identical
 eager twin) with a tolerance for fp32. Memory-bound rows also record GB/s against a plain copy of the
 same size (``y.copy_(x)``; ``x.clone()``, allocation included, beside it), measured in the eager
-process. Processes run one at a time; ``--budget`` bounds the whole run (those that would start too
+process; each compiled process also times that copy in rounds alternating with its own
+(``paired_pct_copy``), the fairer percentage on a shared machine. Processes run one at a time; ``--budget`` bounds the whole run (those that would start too
 late are skipped) and the JSON is rewritten after each process, so a run cut short still leaves its
 results.
 
@@ -270,6 +271,11 @@ def measure(wl: str, compiler: str, quick: bool, threads: int, timing: bool, rou
             rec["GBps"] = round(nbytes / (rec["ms"] * 1e-3) / 1e9, 2)
             if compiler == "eager":  # the ceilings the memory-bound rows are held to (see copy_bandwidth)
                 rec["copy_GBps"], rec["clone_GBps"] = copy_bandwidth(inputs[0], rounds, round_s)
+            else:  # the same ceiling timed in rounds alternating with this compiler's (a shared machine)
+                x = inputs[0]
+                y = torch.empty_like(x)
+                c_times, s_times = paired_rounds(lambda: y.copy_(x), lambda: step(*inputs), rounds, round_s)
+                rec["paired_pct_copy"] = round(100 * statistics.median(c / t for c, t in zip(c_times, s_times)), 1)
     return rec
 
 
@@ -421,6 +427,8 @@ def summarize(results: list, workloads) -> tuple[list, dict]:
             row[f"{c}_paired_speedup"] = r.get("paired_speedup")
             if row["copy_GBps"] and r.get("GBps"):
                 row[f"{c}_pct_copy"] = round(100 * r["GBps"] / row["copy_GBps"], 1)
+            if r.get("paired_pct_copy") is not None:
+                row[f"{c}_paired_pct_copy"] = r["paired_pct_copy"]
             row[f"{c}_check"] = _check(r, w)
         row["targets"] = _targets(row)
         rows.append(row)
@@ -470,7 +478,7 @@ def _f(v, fmt="{:.4g}"):
 
 def markdown(rows, geomean, threads) -> str:
     lines = ["| workload | eager ms (±%) | ember ms (±%, speedup) | torch.compile ms (±%, speedup) | ember compile s "
-             "cold / warm | torch.compile compile s cold / warm | GB/s eager / ember / torch (copy_, clone; ember % of copy_) | "
+             "cold / warm | torch.compile compile s cold / warm | GB/s eager / ember / torch (copy_, clone; ember % of copy_, paired) | "
              "ember rel err | check |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         def ms(c):
@@ -485,7 +493,7 @@ def markdown(rows, geomean, threads) -> str:
         if r["eager_GBps"] is not None:
             gbps = " / ".join(_f(r[k], "{:.1f}") for k in ("eager_GBps", "ember_GBps", "torch_GBps"))
             gbps += (f" ({_f(r['copy_GBps'], '{:.1f}')}, clone {_f(r['clone_GBps'], '{:.1f}')}; "
-                     f"{_f(r.get('ember_pct_copy'), '{:.0f}')}%)")
+                     f"{_f(r.get('ember_pct_copy'), '{:.0f}')}%, paired {_f(r.get('ember_paired_pct_copy'), '{:.0f}')}%)")
         check = r["ember_check"] + ("" if r["torch_check"] in ("ok", "not run") else f"; torch: {r['torch_check']}")
         lines.append(f"| {r['workload']} | {eager} | {ms('ember')} | {ms('torch')} | "
                      f"{_f(r['ember_cold_s'], '{:.2f}')} / {_f(r['ember_warm_s'], '{:.2f}')} | "
@@ -556,7 +564,9 @@ def _env_pairs(items) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workloads", default=",".join(WORKLOADS), help="subset of " + ",".join(WORKLOADS))
-    p.add_argument("--compilers", default=",".join(COMPILERS), help="subset of " + ",".join(COMPILERS))
+    p.add_argument("--compilers", default=",".join(COMPILERS),
+                   help="subset of " + ",".join(COMPILERS) + " (each in its own process; ember-warm / torch-warm: a second "
+                        "process on the disk cache the cold one filled, timing the warm start beyond imports)")
     p.add_argument("--threads", default="1", help="intra-op threads of every process: a number, or 'all'")
     p.add_argument("--ember-env", action="append", default=[], metavar="NAME=VALUE",
                    help="environment of the ember processes only (repeatable), e.g. EMBER_NATIVE_CPU=cpp; "
@@ -571,7 +581,7 @@ def main(argv=None) -> int:
     p.add_argument("--machine", default=None, help="machine name for the file and JSON (default: the CPU model)")
     p.add_argument("--notes", default="", help="machine notes for the JSON (e.g. shared, noisy)")
     p.add_argument("--tag", default="", help="suffix of the result file's name (e.g. cpp for --ember-env runs)")
-    p.add_argument("--out", default=None)
+    p.add_argument("--out", default=None, help="the JSON to write (default: benchmarks/results/cpu_suite-<machine>-t<threads>[-<tag>].json)")
     p.add_argument("--merge", action="store_true", help="keep other workloads' results from the existing output file")
     p.add_argument("--child", nargs=2, metavar=("WORKLOAD", "COMPILER"), help=argparse.SUPPRESS)
     p.add_argument("--no-timing", action="store_true", help=argparse.SUPPRESS)

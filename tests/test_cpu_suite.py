@@ -39,6 +39,8 @@ def test_tiny_row_json_shape(tmp_path):
         assert len(r["ms_rounds"]) == 3 and r["ms_min"] <= r["ms"] <= r["ms_max"] and r["spread_pct"] >= 0
         assert r["GBps"] > 0 and r["bytes"] == 2 * 64 * 128 * 4
     assert "ms" not in by["ember-warm"]  # the warm process times its compile only
+    # the copy ceiling timed alternating with ember's own rounds, in ember's process
+    assert by["ember"]["paired_pct_copy"] > 0 and data["rows"][0]["ember_paired_pct_copy"] == by["ember"]["paired_pct_copy"]
     assert by["eager"]["copy_GBps"] > 0 and by["eager"]["clone_GBps"] > 0 and data["rows"][0]["clone_GBps"] > 0
     # an EMBER_* variable this ember does not read is reported, not silently measured as the default
     assert "not a setting" in by["ember"]["ember_settings"]["EMBER_NO_SUCH_SETTING_FOR_TEST"]

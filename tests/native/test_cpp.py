@@ -386,3 +386,36 @@ def test_random_ops_keep_program_order(native_cache):
     torch.manual_seed(0)
     for e, a in zip(expected, compiled(x)):
         torch.testing.assert_close(a, e, rtol=0, atol=0)
+
+
+_SOURCE_SCRIPT = r"""
+import sys, torch
+sys.path.insert(0, {root!r})
+from ember.native.backend import plan
+from tests.native.harness import trace
+from tests.native.optable import OPS
+for case in OPS:
+    if case.name in ("attention_math", "softmax", "layer_norm_eps", "max_pool2d"):
+        torch.manual_seed(0)
+        inputs = case.make(torch.bfloat16 if case.name == "softmax" else torch.float32, "cpu")
+        gm = trace(case.fn, inputs)
+        for _, ck in plan(gm, inputs, {{}}, "cpp")[3]:
+            print(ck.source)
+"""
+
+
+def test_cpp_source_is_the_same_in_every_process():
+    """The generated C++ must not depend on PYTHONHASHSEED (set iteration order): a warm process
+    that regenerates a graph must find its .so under the same source hash (attention's row buffers
+    were planned in set order)."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    outs = []
+    for seed in ("1", "2", "3"):
+        env = dict(os.environ, PYTHONHASHSEED=seed, TRITON_INTERPRET="1")
+        res = subprocess.run([sys.executable, "-c", _SOURCE_SCRIPT.format(root=root)], env=env, cwd=root,
+                             capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+        outs.append(res.stdout)
+    assert "row0[" in outs[0] and outs[0] == outs[1] == outs[2]
