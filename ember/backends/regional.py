@@ -320,7 +320,7 @@ class RegionalPart(CompiledPart):
         out = super().forward(*args)
         parent = self._parent()
         if parent is not None and parent._modules.get(self._name) is self:
-            del parent._modules[self._name]
+            parent._modules.pop(self._name, None)  # (pop: another thread may be doing the same)
             parent.__dict__[self._name] = self.fn  # found before nn.Module.__getattr__ is consulted
         return out
 
