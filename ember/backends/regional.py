@@ -23,10 +23,15 @@ How (graph-level regional compilation, a pass in front of a registered backend):
   dropout probability, an int attribute, other submodules) has another key and its own compile.
 
 Each part runs as its own autograd node, exactly as the whole graph would (each compiled part is
-the backend's autograd-aware callable); what is lost is fusion across a block boundary, and a few
-microseconds of Python per part and call. Only ember's own backends that keep no per-graph state
-take part (``SHAREABLE``); CUDA-graph modes, user callables and DDP-split graphs are left alone.
-Off: ``ember.config.regional_compile = False`` (``EMBER_REGIONAL_COMPILE=0``), or
+the backend's autograd-aware callable). Once compiled, a part leaves the call path: the split
+GraphModule's attribute becomes the compiled callable itself (``RegionalPart``), so per part and call
+only that callable's frames run (the autograd layer's dispatch and variant, the native wrapper). What
+is lost against whole-graph compilation is what crosses a block boundary: fusion (a pre-norm block's
+last residual add with the next block's LayerNorm) and common subexpressions (a boolean attention
+mask converted to an additive one in each block instead of once); ``tests/regional/test_parity.py``
+counts the kernels per step. Only ember's own backends that keep no per-graph state take part
+(``SHAREABLE``); CUDA-graph modes, user callables and DDP-split graphs are left alone.
+On by default; off: ``ember.config.regional_compile = False`` (``EMBER_REGIONAL_COMPILE=0``), or
 ``ember.compile(..., options={"regional": False})``.
 """
 from __future__ import annotations
@@ -315,7 +320,7 @@ class RegionalPart(CompiledPart):
         out = super().forward(*args)
         parent = self._parent()
         if parent is not None and parent._modules.get(self._name) is self:
-            del parent._modules[self._name]
+            parent._modules.pop(self._name, None)  # (pop: another thread may be doing the same)
             parent.__dict__[self._name] = self.fn  # found before nn.Module.__getattr__ is consulted
         return out
 
