@@ -10,6 +10,9 @@ How ``ember.compile`` meets ``DistributedDataParallel`` (the same split torch.co
   boundaries (``buckets.py``, on unless ``ember.config.optimize_ddp`` is off), each part compiled by the
   backend on its own, so the gradients of a bucket are ready, and its all-reduce starts, while the
   backward of the earlier parts still runs.
+
+Under any process group, each compile is compared with the other ranks' (``divergence.py``,
+``ember.config.distributed_check``): a rank that compiled differently is reported, not left to hang.
 """
 from ember.distributed.buckets import active_ddp_module, plan_buckets, split_at_buckets, with_ddp_buckets
 
