@@ -67,7 +67,8 @@ def _native_backend(cudagraphs: bool = False, autotune: bool = False, overrides:
         if options:
             compiler = functools.partial(compile_aten_graph, options=options)
             compiler.__name__ = "compile_aten_graph_" + "_".join(sorted(options))
-        inference, backward = compiler, _boxed(compiler)
+        inference = compiler
+        backward = _boxed(functools.partial(compile_aten_graph, options={**options, "release_inputs": True}))
         if cudagraphs:
             from ember.cudagraphs import wrap_compiler
             compiler = inference = backward = wrap_compiler(compiler)
@@ -80,7 +81,8 @@ def _native_backend(cudagraphs: bool = False, autotune: bool = False, overrides:
 
 
 def _boxed(compiler):
-    """``compiler`` for backward graphs: the compiled wrapper's boxed form (``run(args)``, which empties
+    """``compiler`` (with native option ``release_inputs``) for backward graphs: the compiled wrapper's
+    boxed form (``run(args)``, which empties
     the list it is given), so each saved activation dies at its last use inside the backward instead of
     living until the backward returns (the autograd layer passes the saved tensors boxed and drops its
     own references first). A compiled function without a boxed form is returned as it is."""

@@ -100,8 +100,9 @@ def estimate(gm: fx.GraphModule, compiled, flops: int) -> dict:
                 device_us=nbytes / RULE.bytes_per_us + flops / RULE.flops_per_us)
 
 
-def decide(est: dict, capture_problem: str | None, rule: Rule = RULE) -> tuple[bool, str]:
-    """(replay?, why) for a graph with estimate ``est``; ``capture_problem``: why it cannot be captured."""
+def decide(est: dict | None, capture_problem: str | None, rule: Rule = RULE) -> tuple[bool, str]:
+    """(replay?, why) for a graph with estimate ``est``; ``capture_problem``: why it cannot be captured
+    (then ``est`` may be None)."""
     if capture_problem is not None:
         return False, f"cannot be captured: {capture_problem}"
     if est["launches"] < rule.min_launches:
@@ -120,22 +121,24 @@ def wrap_auto(compiler, *, api=None):
     graph when ``decide`` says so; ``ember.config.auto_cudagraphs`` is read at each compile."""
     def compile_auto(gm, example_inputs):
         from ember.config import config
-        flops = graph_flops(gm) if config.auto_cudagraphs else 0  # (before the compiler rewrites gm)
-        fn = compiler(gm, example_inputs)
         if not config.auto_cudagraphs:
-            return fn
-        if fn is None:
-            fn = gm.forward
+            return compiler(gm, example_inputs)
         from ember.cudagraphs import analysis, cudagraphify
         from ember.cudagraphs.pool import TorchCuda
         cuda = api or TorchCuda()
+        # read before the compiler rewrites gm; sizes are read only of a graph that can be captured
+        # (static sizes: a symbolic size read here would add a guard to the frontend's shape env)
         problem = analysis.skip_reason(gm, list(example_inputs), cuda)
-        est = estimate(gm, fn, flops)
+        flops = graph_flops(gm) if problem is None else 0
+        fn = compiler(gm, example_inputs)
+        if fn is None:
+            fn = gm.forward
+        est = estimate(gm, fn, flops) if problem is None else None
         replay, why = decide(est, problem)
         name = f"{type(gm).__name__}#auto{len(DECISIONS)}"
         DECISIONS.append((name, replay, why))
         info = getattr(fn, "ember_native", None)
-        if isinstance(info, dict):
+        if isinstance(info, dict) and est is not None:
             info["auto_cudagraphs"] = dict(est, replay=replay, reason=why)
         log.info("ember auto cudagraphs: %s %s: %s", name, "replays as a CUDA graph" if replay else "runs as compiled", why)
         return cudagraphify(fn, gm, example_inputs, name=name, api=cuda) if replay else fn

@@ -275,7 +275,7 @@ def _generate(gm, example_inputs, opts, key, base, renderer="triton"):
               f"{r['bytes']} bytes moved ({r['kernel_bytes']} by kernels)")
     if g.sizevars.symbolic:
         header += "\nsymbolic sizes (bytes counted at the hints):\n" + g.sizevars.describe()
-    src = wrapper.WrapperCodegen(sched, kernels, L.int_inputs, header, opts.guard_inputs,
+    src = wrapper.WrapperCodegen(sched, kernels, L.int_inputs, header, opts.guard_inputs, boxed=opts.release_inputs,
                                  extern_overrides=overrides).generate()
     info = {"report": r, "kernels": sorted({p for _, p in by_source.values()}),
             "constants": [b.target for b in g.inputs if b.constant is not None],

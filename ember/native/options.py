@@ -41,6 +41,9 @@ class NativeOptions(BackendOptions):
     pad_mm_min_flops: int = option(1 << 30, "smallest matmul (FLOPs) pad_mm pads", min=0)
     small_mm_flops: int = option(1 << 26, "mm/addmm up to this many FLOPs run as one Triton launch "
                                           "(small_mm.py); 0: never", min=0)
+    release_inputs: bool = option(False, "the compiled function takes its inputs boxed (one list, which it empties) "
+                                       "and drops each at its last use: the ember backend's backward graphs, "
+                                       "whose saved activations then die as the backward consumes them")
     cpu_codegen: str = option("cpp", "CPU tensors: 'cpp' generates fused C++ kernels (cpp_emit.py; without a working "
                                      "compiler the ATen graph, logged once), 'aten' runs the ATen graph as it is "
                                      "(compile_aten_graph fills it from ember.config.native_cpu)")

@@ -68,11 +68,12 @@ def _op_global(target) -> tuple[str, str]:
 
 class WrapperCodegen:
     def __init__(self, sched: Schedule, kernels: dict, int_inputs: dict, header: str = "", guard_inputs=True,
-                 extern_overrides: dict | None = None):
+                 extern_overrides: dict | None = None, boxed: bool = False):
         """kernels: id(Kernel) -> (python name, EmittedKernel, module path). extern_overrides:
         extern node name -> expression of a callable replacing its ATen op (autotune's MMTemplate)."""
         self.sched, self.kernels, self.int_inputs, self.header = sched, kernels, int_inputs, header
         self.guard_inputs = guard_inputs
+        self.boxed = boxed  # ``run(args)`` takes the inputs boxed and drops each at its last use
         self.extern_overrides = extern_overrides or {}
         self.g = sched.graph
         self.layouts = self.g.buffers()
@@ -147,7 +148,7 @@ class WrapperCodegen:
         # inputs the call may drop at their last use (a boxed caller hands over its only references:
         # a backward graph's saved activations then die as the backward consumes them, as in eager)
         keep = set(sched.outputs) | {n for pair in self.g.mutations for n in pair}
-        droppable = {b.name for b in placeholders} - keep
+        droppable = ({b.name for b in placeholders} - keep) if self.boxed else set()
         parked: list = []  # (body position, buffer): dead buffers put in the pool, for reuse
         for i, step in enumerate(sched.steps):
             if isinstance(step, Kernel):
@@ -364,6 +365,11 @@ class WrapperCodegen:
         if consts:
             lines.append(f"    {', '.join(consts)}, = constants")
         lines.append("")
+        if not self.boxed:
+            lines.append(f"    def call({', '.join(params)}):")
+            lines += ["        " + l for l in self.body]
+            lines += ["    return call", ""]
+            return "\n".join(lines)
         # ``run`` takes the inputs boxed (one list, which it empties: the caller keeps no reference, so
         # an input dies at its last use); ``call`` is the positional form
         lines.append("    def run(args):")
