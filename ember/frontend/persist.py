@@ -28,7 +28,7 @@ Safety (the entry is code ember will run, and a wrong entry is a silent wrong re
   rejects compiles normally.
 * **Not stored when in doubt:** graph breaks, symbolic (dynamic) graphs, a guard filter, a graph
   calling anything but torch/operator/math, a namespace object no recipe describes, a backend that
-  is not a registered one with plain options. Each is logged (``graph_breaks`` artifact) once.
+  is not a registered one with plain options. Each is a debug line of the ``ember.cache`` logger.
 * **On disk:** ``ember.diskcache``'s rules (directories 0700 and ours, files ours, an envelope with
   the key, a checksum and a length); the payload unpickles through an allow-list (``aot/cache.py``'s
   ``_allowed`` plus the recipes' plain tuples). A refused or broken entry is one log line, then a
@@ -55,7 +55,6 @@ import torch.fx as fx
 from ember import diskcache
 from ember.config import config
 from ember.diagnostics import counters
-from ember.diagnostics import logging as elog
 
 _KIND = "frontend"
 _VERSION = 1
@@ -490,7 +489,9 @@ def _path(key: str) -> str:
 
 
 def _note(msg: str) -> None:
-    elog.artifact("graph_breaks", msg)
+    """Why an entry was not stored or not used: a debug line of the ``ember.cache`` logger (an
+    uncacheable entry is not a problem; a refused file is a warning, from ``ember.diskcache``)."""
+    diskcache.log.debug(msg)
 
 
 def record_of(entry, graph_data_, inputs, inlined, guards, guards_source, root_fn=None) -> dict:
