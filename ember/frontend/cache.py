@@ -296,7 +296,7 @@ class FrameCache:
         except persist.NotPersistable as e:
             if not getattr(self, "_persist_noted", False):
                 self._persist_noted = True
-                elog.artifact("graph_breaks", f"ember frontend cache: not used for {self.root.name}: {e}")
+                persist._note(f"ember frontend cache: not used for {self.root.name}: {e}")
             return None
 
     def _persist_store(self, key: str, entry: CacheEntry) -> None:
@@ -309,7 +309,7 @@ class FrameCache:
                                        self.root.fn)
         except persist.NotPersistable as e:
             persist.STATS["uncacheable"] += 1
-            elog.artifact("graph_breaks", f"ember frontend cache: not storing entry {entry.id} of {self.root.name}: {e}")
+            persist._note(f"ember frontend cache: not storing entry {entry.id} of {self.root.name}: {e}")
             return
         persist.store(key, record)
 

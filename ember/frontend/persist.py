@@ -28,7 +28,7 @@ Safety (the entry is code ember will run, and a wrong entry is a silent wrong re
   rejects compiles normally.
 * **Not stored when in doubt:** graph breaks, symbolic (dynamic) graphs, a guard filter, a graph
   calling anything but torch/operator/math, a namespace object no recipe describes, a backend that
-  is not a registered one with plain options. Each is logged (``graph_breaks`` artifact) once.
+  is not a registered one with plain options. Each is a debug line of the ``ember.cache`` logger.
 * **On disk:** ``ember.diskcache``'s rules (directories 0700 and ours, files ours, an envelope with
   the key, a checksum and a length); the payload unpickles through an allow-list (``aot/cache.py``'s
   ``_allowed`` plus the recipes' plain tuples). A refused or broken entry is one log line, then a
@@ -55,7 +55,6 @@ import torch.fx as fx
 from ember import diskcache
 from ember.config import config
 from ember.diagnostics import counters
-from ember.diagnostics import logging as elog
 
 _KIND = "frontend"
 _VERSION = 1
@@ -167,25 +166,41 @@ def _describe_callable(fn) -> str:
 
 
 def _backend_key(backend) -> str:
-    from ember.frontend.convert import backend_name
-    name = getattr(backend, "ember_backend_name", None)
-    if name is None:
+    """The backend's name and everything bound into it: partials' arguments, and the closures of the
+    wrappers around it (``ember.compile``'s regional and DDP wrappers keep the bound mode and
+    options there). The frontend's output does not depend on the backend (the stored graph is
+    compiled again by the live one), but an entry made for other settings is not reused."""
+    if getattr(backend, "ember_backend_name", None) is None:
         raise NotPersistable("a backend that is not a registered one")
-    parts = [name]
-    b = backend
-    while b is not None:
-        if isinstance(b, __import__("functools").partial):
-            for v in (*b.args, *b.keywords.values()):
-                if not _plain(v):
-                    raise NotPersistable(f"backend {backend_name(backend)!r} bound to a {type(v).__name__}")
-            parts.append(repr((b.args, sorted(b.keywords.items()))))
-            b = b.func
-        else:
-            fn = getattr(b, "__wrapped__", None) or b
-            parts.append(f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}")
-            inner = getattr(b, "__ember_inner__", None)
-            b = inner
+    parts: list = [backend.ember_backend_name]
+    _describe_backend(backend, parts, 0)
     return repr(parts)
+
+
+def _describe_backend(b, parts: list, depth: int) -> None:
+    import functools
+    if depth > 8:
+        raise NotPersistable("a backend wrapped too deeply to describe")
+    if isinstance(b, functools.partial):
+        parts.append("partial")
+        _describe_backend(b.func, parts, depth + 1)
+        for v in (*b.args, *b.keywords.values()):
+            _describe_backend(v, parts, depth + 1)
+        parts.append(sorted(b.keywords))
+    elif _plain(b):
+        parts.append(repr(b))
+    elif isinstance(b, types.FunctionType):
+        parts.append(f"{b.__module__}.{b.__qualname__}:{code_hash(b.__code__)}")
+        for cell in b.__closure__ or ():
+            try:
+                v = cell.cell_contents
+            except ValueError:
+                continue
+            _describe_backend(v, parts, depth + 1)
+    elif isinstance(b, (type, types.BuiltinFunctionType, types.ModuleType)):
+        parts.append(f"{getattr(b, '__module__', '')}.{getattr(b, '__qualname__', b.__name__)}")
+    else:  # an object: its type (ember's own caches of compiled parts hold no settings of their own)
+        parts.append(f"<{type(b).__module__}.{type(b).__qualname__}>")
 
 
 def _plain(v) -> bool:
@@ -474,7 +489,9 @@ def _path(key: str) -> str:
 
 
 def _note(msg: str) -> None:
-    elog.artifact("graph_breaks", msg)
+    """Why an entry was not stored or not used: a debug line of the ``ember.cache`` logger (an
+    uncacheable entry is not a problem; a refused file is a warning, from ``ember.diskcache``)."""
+    diskcache.log.debug(msg)
 
 
 def record_of(entry, graph_data_, inputs, inlined, guards, guards_source, root_fn=None) -> dict:

@@ -44,9 +44,10 @@ CHILD = textwrap.dedent('''
         Block.forward = other
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(Block(), torch.nn.Linear(8, 4))
+    dev = os.environ.get("DEV", "cpu")
+    model = torch.nn.Sequential(Block(), torch.nn.Linear(8, 4)).to(dev)
     n = int(os.environ.get("N", "4"))
-    x = torch.randn(n, 8)
+    x = torch.randn(n, 8).to(dev)
     compiled = ember.compile(model, backend=os.environ.get("BACKEND", "aot_eager"))
     out = compiled(x)
     out.sum().backward()
@@ -131,3 +132,15 @@ def test_default_backend_cpu(run):
     cold = run(BACKEND="ember")
     warm = run(BACKEND="ember")
     assert cold["ok"] and warm["ok"] and warm["compiled"] == 0 and warm["loaded"] == 1
+
+
+@pytest.mark.gpu
+def test_default_backend_cuda(run):
+    """On a GPU: the Triton kernels and wrapper from the native backend's cache, the entry from ours."""
+    import torch
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    cold = run(BACKEND="ember", DEV="cuda")
+    warm = run(BACKEND="ember", DEV="cuda")
+    assert cold["ok"] and warm["ok"] and warm["compiled"] == 0 and warm["loaded"] == 1
+    assert warm["sum"] == cold["sum"]
