@@ -780,15 +780,21 @@ def _warm_up() -> None:
         torch.set_num_threads(threads)
 
 
+def forks() -> bool:
+    """Whether cases run in a forked worker. A CUDA build of torch starts autograd's device threads
+    at the first backward of the process (pytest-xdist workers have run other tests' backward before
+    these), and torch refuses autograd in a child forked after that: there the cases run inline, and
+    xdist restarts a crashed worker. BREAKS_NO_FORK=1 asks for inline runs anywhere."""
+    import os
+    return not (os.environ.get("BREAKS_NO_FORK") or torch.version.cuda)
+
+
 def run_case(c: Case) -> None:
     import os
 
     import ember  # noqa: F401 - imported before forking
 
-    # A CUDA build of torch starts autograd's device threads at the first backward of the process
-    # (pytest-xdist workers have run other tests' backward before these), and torch refuses autograd
-    # in a child forked after that. There the cases run inline: xdist restarts a crashed worker.
-    if os.environ.get("BREAKS_NO_FORK") or torch.version.cuda:
+    if not forks():
         problems = _run_case_inline(c)
     else:
         w = _worker()

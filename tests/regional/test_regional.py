@@ -21,7 +21,7 @@ BACKENDS = ["eager", "aot_eager", "ember"]
 def _fresh_shared_table():
     regional._SHARED.clear()  # a part compiled by an earlier test would be a reuse here
     saved = ember.config.regional_compile
-    ember.config.regional_compile = True  # (the default; a test may have turned it off)
+    ember.config.regional_compile = True  # (off by default)
     yield
     ember.config.regional_compile = saved
     regional._SHARED.clear()

@@ -57,6 +57,7 @@ register("UNARY_INVERT")(_unary(operator.invert))
 register("UNARY_NOT")(_unary(operator.not_))
 register("UNARY_POSITIVE", versions=((3, 11), (3, 11)))(_unary(operator.pos))
 
+_INTRINSIC_STOPITERATION_ERROR = 3
 _INTRINSIC_UNARY_POSITIVE = 5
 _INTRINSIC_LIST_TO_TUPLE = 6
 
@@ -67,6 +68,11 @@ def CALL_INTRINSIC_1(tx, inst):
         tx.push(B.call_builtin(tx, operator.pos, [tx.pop()], {}))
     elif inst.arg == _INTRINSIC_LIST_TO_TUPLE:
         tx.push(TupleVariable(tx.pop().unpack(tx)))
+    elif inst.arg == _INTRINSIC_STOPITERATION_ERROR:
+        # 3.12+ generators end in a handler "CALL_INTRINSIC_1 3; RERAISE": CPython turns a StopIteration
+        # into RuntimeError there (PEP 479). The exception stays as it is here: it leaves the frame on
+        # the RERAISE, and the generator tracker's next() makes the RuntimeError (as for 3.11 frames).
+        pass
     else:
         raise Unsupported(f"CALL_INTRINSIC_1 {inst.argval}")
 
