@@ -322,7 +322,8 @@ def graph_data(gm: fx.GraphModule) -> dict:
                 name=getattr(gm, "_ember_name", None), code=gm.code)
 
 
-def rebuild_graph(data: dict) -> fx.GraphModule:
+def rebuild_nodes(data: dict) -> fx.Graph:
+    """The fx.Graph of a stored graph's ``nodes`` and ``codegen`` (shared with the frontend cache)."""
     g = fx.Graph()
     env: dict = {}
 
@@ -334,6 +335,11 @@ def rebuild_graph(data: dict) -> fx.GraphModule:
         node.meta.update(meta)
         env[name] = node
     g._codegen = data["codegen"]
+    return g
+
+
+def rebuild_graph(data: dict) -> fx.GraphModule:
+    g = rebuild_nodes(data)
     gm = fx.GraphModule(data["attrs"], g)  # (a dict root: dotted targets get their submodules)
     gm.meta.update(data["meta"])
     if data["name"] is not None:

@@ -458,19 +458,9 @@ _NODE_META = ("example_value", "val", "source", "stack_trace", "ember_module_cal
 
 
 def rebuild_graph(data: dict) -> fx.GraphModule:
-    from ember.aot.cache import _NodeRef
+    from ember.aot.cache import rebuild_nodes
     from ember.frontend.convert import _ParamHolder
-    g = fx.Graph()
-    env: dict = {}
-
-    def resolve(a):
-        return env[a.name] if isinstance(a, _NodeRef) else a
-    for op, name, target, args, kwargs, meta in data["nodes"]:
-        node = g.create_node(op, target, fx.node.map_aggregate(args, resolve), fx.node.map_aggregate(kwargs, resolve),
-                             name=name)
-        node.meta.update(meta)
-        env[name] = node
-    g._codegen = data["codegen"]
+    g = rebuild_nodes(data)
     holder = _ParamHolder()
     for target, value in data["attrs"].items():
         if "." in target:
