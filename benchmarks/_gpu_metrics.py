@@ -22,14 +22,14 @@ def count_flops(step, inputs) -> int | None:
     return int(fc.get_total_flops())
 
 
-def _time_ms(fn, iters: int, cuda: bool) -> float:
+def loop_times(fn, iters: int, loops: int, cuda: bool) -> list:
+    """ms per call of ``fn`` in each of ``loops`` loops of ``iters`` calls: CUDA events around each
+    loop on a GPU (CPU-side overhead counts, as it does for users), wall time on a CPU."""
     import time
 
     import torch
-    for _ in range(3):
-        fn()
     times = []
-    for _ in range(5):
+    for _ in range(loops):
         if cuda:
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
@@ -43,7 +43,13 @@ def _time_ms(fn, iters: int, cuda: bool) -> float:
             for _ in range(iters):
                 fn()
             times.append((time.perf_counter() - t) * 1e3 / iters)
-    return statistics.median(times)
+    return times
+
+
+def _time_ms(fn, iters: int, cuda: bool) -> float:
+    for _ in range(3):
+        fn()
+    return statistics.median(loop_times(fn, iters, 5, cuda))
 
 
 def device_peaks(dev: str, quick: bool = False) -> dict:

@@ -69,7 +69,7 @@ ROOT = os.path.dirname(HERE)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 from _proc import exclusive_lock, run_measured  # noqa: E402
-from _gpu_metrics import achieved, count_flops, device_peaks  # noqa: E402
+from _gpu_metrics import achieved, count_flops, device_peaks, loop_times  # noqa: E402
 WORKLOADS = ("overhead", "mlp", "ln_gelu", "softmax", "gpt2_infer", "gpt2_train", "bert_infer",
              "resnet50_infer", "resnet50_train", "vit_infer", "sd15_unet", "tiny_hf")
 EXTRA_ROWS = ("tiny_hf",)  # not in the geomean (which stays the original rows')
@@ -340,28 +340,6 @@ def _compile_and_time(wl, compiler, mode, build, inputs, ref, nbytes, quick, tim
             if compiler == "eager" and cuda:  # the ceiling: a plain device copy of the same bytes
                 rec["copy_GBps"] = copy_bandwidth(inputs[0], iters, loops)
     return rec
-
-
-def loop_times(fn, iters: int, loops: int, cuda: bool) -> list:
-    """ms per call of ``fn`` in each of ``loops`` loops of ``iters`` calls: CUDA events around each
-    loop on a GPU (CPU-side overhead counts, as it does for users), wall time on a CPU."""
-    import torch
-    times = []
-    for _ in range(loops):
-        if cuda:
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            for _ in range(iters):
-                fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) / iters)
-        else:
-            t = time.perf_counter()
-            for _ in range(iters):
-                fn()
-            times.append((time.perf_counter() - t) * 1e3 / iters)
-    return times
 
 
 def copy_bandwidth(x, iters: int, loops: int) -> float:
