@@ -227,56 +227,10 @@ def _load_native(files: dict, record: dict, dev, fallback, path: str):
     call = mod.make_call(consts, fallback)
     call_info = {"renderer": renderer, "kernels_loaded": 0, "kernels_jit": 0, "reason": None}
     if record.get("launches"):
-        _adopt_binaries(mod, record["launches"], os.path.join(folder, "triton_cache"), call_info)
+        from ember.native.warm_launch import adopt
+        adopt(mod, record["launches"], os.path.join(folder, "triton_cache"), call_info)
     try:
         call.ember_aot = call_info
     except AttributeError:
         pass
     return call
-
-
-class _LauncherSource:
-    """What Triton's launcher is generated from (``CompiledKernel.src``): argument names, signature
-    and constants, as the package recorded them."""
-
-    class _Fn:
-        def __init__(self, arg_names):
-            self.arg_names = arg_names
-            self.launch_metadata = None
-
-    def __init__(self, entry: dict):
-        self.fn = self._Fn(entry["arg_names"])
-        self.signature = dict(entry["signature"])
-        self.constants = {tuple(k): v for k, v in entry["constants"]}
-
-
-def _adopt_binaries(mod, launches: dict, cache: str, info: dict) -> None:
-    """Give each launch site its kernel straight from the package's binary and metadata (Triton's
-    ``CompiledKernel``: the cubin is loaded, the launcher comes from the packaged cache), so the
-    first call runs no Triton JIT (no source hashing, no specialization, no cache lookups). A site
-    this cannot handle (another Triton's internals) keeps the JIT path, which finds the binary in
-    the packaged cache: slower to start, same result; ``info`` counts both and says why."""
-    import os
-    try:
-        from triton.compiler.compiler import CompiledKernel
-        from ember.native.dynamic_launch import DynamicLaunch
-    except Exception as e:  # noqa: BLE001
-        info["reason"] = f"{type(e).__name__}: {e}"
-        info["kernels_jit"] = len(launches)
-        return
-    for name, entry in launches.items():
-        site = getattr(mod, name, None)
-        try:
-            group = {f: os.path.join(cache, rel) for f, rel in entry["files"].items()}
-            kernel = CompiledKernel(_LauncherSource(entry), group, entry["hash"])
-            checks = tuple(tuple(c) for c in entry["checks"])
-            if isinstance(site, DynamicLaunch):
-                kernel.run  # noqa: B018 - loads the binary and the launcher now, or raises here
-                site.template = (kernel, checks, entry["nargs"])
-                ok = True
-            else:
-                ok = site.adopt(kernel, checks, entry["nargs"])
-        except Exception as e:  # noqa: BLE001 - any surprise in Triton's internals: the JIT path
-            ok = False
-            info["reason"] = f"{name}: {type(e).__name__}: {e}"
-        info["kernels_loaded" if ok else "kernels_jit"] += 1

@@ -114,40 +114,10 @@ def build(workdir: str, device: str, renderer: str = "triton") -> dict:
 
 def compiled_launches(wrapper_path: str, cache_root: str | None) -> dict:
     """Per launch site of the wrapper (its ``launchN`` globals), the Triton kernel the example call
-    compiled for it, as ``aot_runtime`` rebuilds it without Triton's JIT: the cache files of its
-    binary and metadata (relative to the Triton cache), and what Triton's launcher is generated
-    from (argument names, signature, constants), with the pointer alignment it was built for.
-    Sites that cannot be recorded are left out (they go through Triton's JIT, finding the binary
-    in the packaged cache)."""
+    compiled for it, as ``aot_runtime`` rebuilds it without Triton's JIT (``warm_launch.describe``)."""
     from ember.native.build_worker import module_name
-    from ember.native.dynamic_launch import DynamicLaunch
-    from ember.native.runtime import Launch
-
-    mod = sys.modules.get(module_name(wrapper_path))
-    out: dict = {}
-    if mod is None or not cache_root:
-        return out
-    for name, site in vars(mod).items():
-        if isinstance(site, DynamicLaunch):
-            site = next((s for s in site.sites.values() if s.kernel is not None), None)
-        if not isinstance(site, Launch) or site.kernel is None or site.checks is None:
-            continue
-        k = site.kernel
-        src = getattr(k, "src", None)
-        group = getattr(k, "metadata_group", None)
-        if src is None or not group:
-            continue
-        nargs = len(site.fn.arg_names) - sum(n in site.meta for n in site.fn.arg_names)
-        entry = {"hash": k.hash, "files": {f: os.path.relpath(p, cache_root) for f, p in group.items()},
-                 "arg_names": list(src.fn.arg_names), "signature": dict(src.signature),
-                 "constants": [[list(key), value] for key, value in src.constants.items()],
-                 "checks": [list(c) for c in site.checks], "nargs": nargs}
-        try:
-            json.dumps(entry)
-        except TypeError:  # a constant JSON cannot hold: this site goes through the JIT
-            continue
-        out[name] = entry
-    return out
+    from ember.native.warm_launch import describe
+    return describe(sys.modules.get(module_name(wrapper_path)), cache_root)
 
 
 if __name__ == "__main__":

@@ -192,7 +192,12 @@ def _compile(gm, example_inputs, opts, renderer="triton"):
         _emit_log(wrapper_src, kernel_srcs)
         mod = cache.load_module(info["wrapper"], info["wrapper_sha256"])
     if info["device"] != "cpu":  # (the interpreter has nothing to build)
+        from ember.native import warm_launch
+        # a warm hit takes the kernels its first process recorded (no Triton JIT); what is left builds ahead
+        loaded = warm_launch.adopt_recorded(mod, key, base) if hit and use_cache else None
         runtime.precompile(getattr(mod, "LAUNCHES", ()), runtime.compile_threads())
+        if use_cache and (loaded is None or loaded.get("kernels_jit")):
+            warm_launch.remember(key, base, mod)  # (its kernels are recorded at exit for the next process)
     constants = [_constant(gm, t, info["device"]) for t in info["constants"]]
     call = mod.make_call(constants, _layout_fallback(gm.forward, key))
     call.ember_native = dict(info, cache_hit=hit, compile_s=time.perf_counter() - t0, reason=None)

@@ -245,11 +245,11 @@ def precompile(launches, threads: int) -> int:
     real call then finds. A launch whose inputs turn out misaligned builds its own variant at that
     call, as before. A failed build is left for the first call to report, with Triton's own error.
     Returns the number of builds submitted."""
-    if _PREWARM:
-        _PREWARM.join()  # (rather than hash everything a second time at the first build)
     todo = [site for site in launches if site.spec is not None and site.fast is None]
     if threads <= 1 or not todo:
         return 0
+    if _PREWARM:
+        _PREWARM.join()  # (rather than hash everything a second time at the first build)
     try:
         from triton import AsyncCompileMode
     except ImportError:  # Triton before 3.5: every kernel builds at its first call

@@ -1,0 +1,224 @@
+"""Warm starts without Triton's JIT: each launch site's compiled kernel, recorded beside its graph.
+
+A process that finds a graph in the native cache still had every kernel go through Triton's JIT at
+its first launch: Triton hashes its own sources for the cache key (``triton_key``: 0.4 s on the H100
+host), binds and specializes the arguments, looks the binary up on disk, and only then loads it. For
+GPT-2 inference that was 0.86 s of a 1.1 s warm first call. What the JIT finds is known after the
+first process's first call: per launch site, the files of the binary Triton cached (cubin and
+metadata, relative to Triton's cache directory), what Triton's launcher is generated from (argument
+names, signature, constants), and the pointer alignment the kernel was specialized for.
+
+``remember`` notes the graphs a process compiled (or loaded without a record); at exit ``flush``
+writes a record per graph whose sites have their kernels (an ``ember.diskcache`` entry of kind
+``native-launches`` next to the graph's record). A later process ``adopt_recorded``: each site gets its
+``CompiledKernel`` straight from those files (``Launch.adopt``, the path AOT packages take), so the
+first call runs no JIT. Anything unexpected (a file gone, another Triton's internals, a record not
+to trust) leaves that site on the JIT path, which finds the same binary: slower to start, same result.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+from ember import diskcache
+
+_KIND = "native-launches"
+STATS = {"recorded": 0, "adopted": 0, "jit": 0}
+_PENDING: dict = {}  # key -> (base, wrapper module) of graphs whose record is written at exit
+_LOCK = threading.Lock()
+_HOOKED = False
+
+
+def _path(key: str, base: str | None) -> str:
+    from ember.native import cache
+    return os.path.join(cache.root(base), "graphs", key[:2], f"{key}.launches.json")
+
+
+def _triton_cache_dir() -> str | None:
+    try:
+        from triton import knobs
+        return knobs.cache.dir
+    except Exception:  # noqa: BLE001 - no Triton (CPU): nothing to record
+        return None
+
+
+def describe(mod, cache_root: str | None) -> dict:
+    """Per launch site of the wrapper module ``mod`` (its ``launchN`` globals), the Triton kernel its
+    first call compiled: the cache files of the binary and metadata (relative to ``cache_root``),
+    what Triton's launcher is generated from, and the pointer alignment it was built for. Sites that
+    cannot be described are left out (they go through Triton's JIT)."""
+    from ember.native.dynamic_launch import DynamicLaunch
+    from ember.native.runtime import Launch
+
+    out: dict = {}
+    if mod is None or not cache_root:
+        return out
+    for name, site, owner in _sites(mod, DynamicLaunch):
+        if not isinstance(site, Launch) or site.kernel is None or site.checks is None:
+            continue
+        k = site.kernel
+        src = getattr(k, "src", None)
+        group = getattr(k, "metadata_group", None)
+        if src is None or not group:
+            continue
+        files = {f: os.path.relpath(p, cache_root) for f, p in group.items()}
+        if any(rel.startswith("..") or os.path.isabs(rel) for rel in files.values()):
+            continue  # (a binary outside the cache directory: not recorded)
+        nargs = len(site.fn.arg_names) - sum(n in site.meta for n in site.fn.arg_names)
+        entry = {"hash": k.hash, "files": files,
+                 "arg_names": list(src.fn.arg_names), "signature": dict(src.signature),
+                 "constants": [[list(key), value] for key, value in src.constants.items()],
+                 "checks": [list(c) for c in site.checks], "nargs": nargs}
+        if owner is not None:
+            entry["owner"] = owner
+        try:
+            json.dumps(entry)
+        except TypeError:  # a constant JSON cannot hold: this site goes through the JIT
+            continue
+        out[name] = entry
+    return out
+
+
+def _sites(mod, dynamic_cls):
+    """(record name, Launch, owner) for the launch sites of a wrapper module: its ``launchN``
+    globals (a ``DynamicLaunch``: its first site with a kernel), and the sites small-matmul externs
+    (``SmallMM`` globals) keep per TF32 setting, recorded with their owner's name and key."""
+    for name, obj in vars(mod).items():
+        if isinstance(obj, dynamic_cls):
+            yield name, next((s for s in obj.sites.values() if s.kernel is not None), None), None
+        elif isinstance(getattr(obj, "launches", None), dict) and type(obj).__name__ == "SmallMM":
+            for key, site in obj.launches.items():
+                if isinstance(key, bool):
+                    yield f"{name}[{key}]", site, [name, key]
+        else:
+            yield name, obj, None
+
+
+class _LauncherSource:
+    """What Triton's launcher is generated from (``CompiledKernel.src``): argument names, signature
+    and constants, as recorded."""
+
+    class _Fn:
+        def __init__(self, arg_names):
+            self.arg_names = arg_names
+            self.launch_metadata = None
+
+    def __init__(self, entry: dict):
+        self.fn = self._Fn(entry["arg_names"])
+        self.signature = dict(entry["signature"])
+        self.constants = {tuple(k): v for k, v in entry["constants"]}
+
+
+def adopt(mod, launches: dict, cache_root: str, info: dict) -> None:
+    """Give each launch site of ``mod`` named in ``launches`` its kernel straight from the recorded
+    binary and metadata (Triton's ``CompiledKernel``: the cubin is loaded, the launcher comes from
+    Triton's cache), so the first call runs no Triton JIT. A site this cannot handle keeps the JIT
+    path; ``info`` counts ``kernels_loaded`` and ``kernels_jit`` and says why in ``reason``."""
+    try:
+        from triton.compiler.compiler import CompiledKernel
+        from ember.native.dynamic_launch import DynamicLaunch
+    except Exception as e:  # noqa: BLE001
+        info["reason"] = f"{type(e).__name__}: {e}"
+        info["kernels_jit"] = info.get("kernels_jit", 0) + len(launches)
+        return
+    root = os.path.abspath(cache_root)
+    for name, entry in launches.items():
+        owner = entry.get("owner")
+        if owner is not None:  # (a SmallMM's site for the TF32 setting recorded; made at the module's load)
+            site = getattr(getattr(mod, owner[0], None), "launches", {}).get(owner[1])
+        else:
+            site = getattr(mod, name, None)
+        ok = False
+        try:
+            group = {f: os.path.abspath(os.path.join(root, rel)) for f, rel in entry["files"].items()}
+            if not all(p.startswith(root + os.sep) and os.path.isfile(p) for p in group.values()):
+                raise FileNotFoundError("a recorded binary is not in Triton's cache")
+            kernel = CompiledKernel(_LauncherSource(entry), group, entry["hash"])
+            checks = tuple(tuple(c) for c in entry["checks"])
+            if isinstance(site, DynamicLaunch):
+                kernel.run  # noqa: B018 - loads the binary and the launcher now, or raises here
+                site.template = (kernel, checks, entry["nargs"])
+                ok = True
+            elif site is not None and site.fast is None:
+                ok = site.adopt(kernel, checks, entry["nargs"])
+        except Exception as e:  # noqa: BLE001 - any surprise in Triton's internals: the JIT path
+            info["reason"] = f"{name}: {type(e).__name__}: {e}"
+        k = "kernels_loaded" if ok else "kernels_jit"
+        info[k] = info.get(k, 0) + 1
+
+
+def adopt_recorded(mod, key: str, base: str | None) -> dict | None:
+    """A cached graph's wrapper ``mod`` takes its recorded kernels (``adopt``); returns the counts
+    (None: no record, or no Triton cache to read them from)."""
+    from ember.config import environment
+    if environment.triton_interpret:
+        return None
+    path = _path(key, base)
+    payload = diskcache.read_entry(path, _KIND, key) if os.path.exists(path) else None
+    if payload is None:
+        return None
+    try:
+        record = json.loads(payload)
+    except ValueError:
+        return None
+    # binaries are for one GPU architecture and Triton (a cache directory may be shared by machines)
+    if not isinstance(record, dict) or record.get("env") != _env() or not isinstance(record.get("launches"), dict):
+        return None
+    launches = record["launches"]
+    from ember.native import triton_cache
+    triton_cache.ensure_safe()  # (the launcher modules load from Triton's cache: checked, maybe redirected)
+    cache_root = _triton_cache_dir()
+    if not cache_root:
+        return None
+    info: dict = {}
+    adopt(mod, launches, cache_root, info)
+    STATS["adopted"] += info.get("kernels_loaded", 0)
+    STATS["jit"] += info.get("kernels_jit", 0)
+    return info
+
+
+def _env() -> list:
+    """What the recorded binaries depend on beyond their graph: the GPU's architecture and Triton."""
+    try:
+        import torch
+        import triton
+        cap = list(torch.cuda.get_device_capability()) if torch.cuda.is_available() else None
+        return [cap, triton.__version__]
+    except Exception:  # noqa: BLE001
+        return [None, None]
+
+
+def remember(key: str, base: str | None, mod) -> None:
+    """Record ``mod``'s kernels under ``key`` when this process exits (its sites have them by then)."""
+    global _HOOKED
+    with _LOCK:
+        _PENDING[key] = (base, mod)
+        if not _HOOKED:
+            import atexit
+            atexit.register(flush)
+            _HOOKED = True
+
+
+def flush() -> int:
+    """Write the records of the remembered graphs whose sites have their kernels; returns how many."""
+    with _LOCK:
+        pending = list(_PENDING.items())
+        _PENDING.clear()
+    cache_root = _triton_cache_dir()
+    done = 0
+    for key, (base, mod) in pending:
+        try:
+            launches = describe(mod, cache_root)
+            if not launches:
+                continue
+            from ember.native import cache
+            path = _path(key, base)
+            if diskcache.secure_dir(os.path.dirname(path), cache.root(base)):
+                payload = json.dumps({"env": _env(), "launches": launches}).encode()
+                if diskcache.write_entry(path, cache.root(base), _KIND, key, payload):
+                    done += 1
+        except Exception:  # noqa: BLE001 - at exit: a record not written only costs the next start time
+            continue
+    STATS["recorded"] += done
+    return done
