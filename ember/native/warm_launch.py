@@ -123,6 +123,7 @@ def adopt(mod, launches: dict, cache_root: str, info: dict) -> None:
         info["kernels_jit"] = info.get("kernels_jit", 0) + len(launches)
         return
     root = os.path.abspath(cache_root)
+    loaded: dict = {}  # one CompiledKernel (one module load) per binary: a layer's kernels repeat per layer
     for name, entry in launches.items():
         owner = entry.get("owner")
         if owner is not None:  # (a SmallMM's site for the TF32 setting recorded; made at the module's load)
@@ -134,7 +135,11 @@ def adopt(mod, launches: dict, cache_root: str, info: dict) -> None:
             group = {f: os.path.abspath(os.path.join(root, rel)) for f, rel in entry["files"].items()}
             if not all(p.startswith(root + os.sep) and os.path.isfile(p) for p in group.values()):
                 raise FileNotFoundError("a recorded binary is not in Triton's cache")
-            kernel = CompiledKernel(_LauncherSource(entry), group, entry["hash"])
+            ident = (entry["hash"], tuple(sorted(group.items())), json.dumps(entry["signature"], sort_keys=True),
+                     json.dumps(entry["constants"]))
+            kernel = loaded.get(ident)
+            if kernel is None:
+                kernel = loaded[ident] = CompiledKernel(_LauncherSource(entry), group, entry["hash"])
             checks = tuple(tuple(c) for c in entry["checks"])
             if isinstance(site, DynamicLaunch):
                 kernel.run  # noqa: B018 - loads the binary and the launcher now, or raises here
