@@ -18,7 +18,7 @@ import torch
 import torch.fx as fx
 from torch._subclasses import FakeTensorMode
 
-from ember.aot import analysis
+from ember.aot import analysis, mask_simplify
 from ember.aot import cache as aot_cache
 from ember.aot.runtime import EagerVariant, InferenceVariant, TrainingVariant
 from ember.aot.trace import JointGraph, trace_forward, trace_joint
@@ -48,6 +48,7 @@ class AOTCompiledGraph:
     """Callable form of one captured graph; ``compiled(*inputs)`` returns what ``gm(*inputs)`` returns."""
 
     def __init__(self, gm: fx.GraphModule, example_inputs: list, options: AOTOptions):
+        mask_simplify.simplify_attention_masks(gm)  # (size-only attention masks: dropped or is_causal)
         self.gm, self.options = gm, options
         self.id = next(_graph_ids)
         self.name = f"{type(gm).__name__}#{self.id}"
