@@ -258,8 +258,6 @@ def split_regions(gm: fx.GraphModule, example_inputs, compiler, key: tuple):
     """The split GraphModule whose repeated blocks are compiled once, or None (nothing repeats)."""
     if any(not isinstance(a, torch.Tensor) for a in example_inputs):
         return None  # symbolic sizes: the parts would need their own size inputs; left whole
-    if any(n.op == "call_function" and n.target in _STATE_CHANGES for n in gm.graph.nodes):
-        return None
     region_of = plan_regions(gm)
     if not region_of:
         return None
@@ -274,6 +272,8 @@ def split_regions(gm: fx.GraphModule, example_inputs, compiler, key: tuple):
             parts += 1
             current = r
         part_of[n] = parts - 1
+    if not _state_changes_stay_in_one_part(gm, part_of):
+        return None
     regions = {region_of[n] for n in region_of}
     runs = {}
     for n, p in part_of.items():
@@ -298,6 +298,42 @@ def split_regions(gm: fx.GraphModule, example_inputs, compiler, key: tuple):
                                 f"calls of {len(set(_structure_names(runs)))} repeated block kind(s) "
                                 f"({len(regions)} calls)\n{split.code}")
     return split
+
+
+def _state_changes_stay_in_one_part(gm: fx.GraphModule, part_of: dict) -> bool:
+    """Whether every span of the graph that runs under a changed global state (from a grad-mode or
+    autocast change to the node restoring the state the graph began in) lies inside one part.
+
+    Each part is traced under the state the graph is called in, so a part boundary inside such a
+    span would trace the nodes after it under the wrong state. A span inside one part is traced
+    with its changes, as in the whole graph: Llama's rotary embedding (``autocast(enabled=False)``
+    around the cos/sin computation, in the glue before the layers) no longer keeps the whole model
+    from regional compilation; a layer called under ``no_grad`` still does."""
+    grad0 = grad = torch.is_grad_enabled()
+    depth = 0
+    span_part = None
+    for n in gm.graph.nodes:
+        if n.op in ("placeholder", "output"):
+            continue
+        changes = n.op == "call_function" and n.target in _STATE_CHANGES
+        if changes:
+            if n.target is torch._C._set_grad_enabled:
+                if not (n.args and type(n.args[0]) is bool):
+                    return False
+                grad = n.args[0]
+            elif n.target is torch.amp.autocast_mode._enter_autocast:
+                depth += 1
+            else:
+                depth -= 1
+        dirty = grad != grad0 or depth != 0
+        if changes or dirty or span_part is not None:
+            if span_part is None:
+                span_part = part_of[n]
+            elif part_of[n] != span_part:
+                return False
+        if not dirty:
+            span_part = None
+    return span_part is None
 
 
 def _structure_names(runs) -> list:
