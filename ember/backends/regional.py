@@ -116,7 +116,9 @@ def with_regions(compiler, key: tuple | None, enabled: bool | None):
             if split is not None:
                 return split
             return shared_compile(gm, list(example_inputs), compiler, key)  # ember.compile(layer) per layer
-        if enabled is None and config.regional_auto_block_params:  # the automatic choice: large blocks only
+        # the automatic choice: large blocks only, and not under torch.distributed (FSDP's sharded
+        # parameters and per-layer collectives were measured whole-graph only; on: the option)
+        if enabled is None and config.regional_auto_block_params and not _distributed():
             split = split_regions(gm, example_inputs, compiler, key, min_params=config.regional_auto_block_params)
             if split is not None:
                 elog.artifact("graph_code", f"{PASS_NAME}: on automatically (repeated blocks of >= "
@@ -128,6 +130,10 @@ def with_regions(compiler, key: tuple | None, enabled: bool | None):
         if hasattr(compiler, attr):
             setattr(backend, attr, getattr(compiler, attr))
     return backend
+
+
+def _distributed() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
 def _in_ddp() -> bool:

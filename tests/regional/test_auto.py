@@ -82,3 +82,8 @@ def test_hf_llama_compiles_one_layer_and_matches_eager(monkeypatch):
     torch.testing.assert_close(out.loss, ref.loss, rtol=1e-5, atol=1e-5)
     for p, g in zip(m.parameters(), ref_grads):
         torch.testing.assert_close(p.grad, g, rtol=1e-5, atol=1e-5)
+
+
+def test_no_automatic_choice_under_torch_distributed(monkeypatch):
+    monkeypatch.setattr(regional, "_distributed", lambda: True)
+    assert _splits(regional.AUTO_MIN_CALLS, BLOCK_PARAMS, monkeypatch) == 0
