@@ -33,8 +33,9 @@ counts the kernels per step. Only ember's own backends that keep no per-graph st
 (``SHAREABLE``); CUDA-graph modes, user callables and DDP-split graphs are left alone.
 When it is on: ``ember.config.regional_compile = True`` (``EMBER_REGIONAL_COMPILE=1``) or
 ``ember.compile(..., options={"regional": True})`` for every graph; otherwise automatically for a
-graph whose repeated block holds at least ``config.regional_auto_block_params`` parameter elements
-(16M: a 1B Llama's layer, not GPT-2's or BERT's) and is called ``AUTO_MIN_CALLS`` times or more.
+training graph whose repeated block holds at least ``config.regional_auto_block_params`` parameter
+elements (16M: a 1B Llama's layer, not GPT-2's or BERT's) and is called ``AUTO_MIN_CALLS`` times or
+more (``AUTO_INFERENCE`` says why inference graphs are left whole).
 There a block's kernels take far longer than the Python frames it adds per call (small models,
 where they don't, stay whole: BERT's steps were slower on an H100, regional-gpu-h100.json), and the
 compile of a deep model costs about that of one layer. Off: ``options={"regional": False}`` (one
@@ -61,6 +62,12 @@ MIN_REGION_OPS = 4  # a smaller repeated call (one Linear) is cheaper to fuse wi
 # the automatic choice (config.regional_auto_block_params): a block must repeat this often, as a
 # model's layers do; fewer calls save little compile time against the fusion lost at each boundary
 AUTO_MIN_CALLS = 8
+# ... and the graph must be a training one: its step runs each block forward and backward (about 3x
+# the forward's device time) while the host pays the block's frames about twice, so they hide behind
+# the kernels. An inference step of a 1B Llama on an H100 is near host-bound even whole (estimated
+# ~0.15 ms of kernels per layer at 512 tokens, against ~0.18 ms of host work per GPT-2 layer whole
+# measured in regional-gpu-h100.json): more frames per block would show, so inference stays whole
+AUTO_INFERENCE = False
 SHAREABLE = {"ember": {None, "default", "max-autotune-no-cudagraphs"}, "eager": {None}, "aot_eager": {None}}
 _PLAIN = (type(None), bool, int, float, complex, str, torch.dtype, torch.device, torch.layout, torch.memory_format)
 _TRUSTED_MODULES = ("torch", "_operator", "operator", "builtins", "math")
@@ -118,7 +125,8 @@ def with_regions(compiler, key: tuple | None, enabled: bool | None):
             return shared_compile(gm, list(example_inputs), compiler, key)  # ember.compile(layer) per layer
         # the automatic choice: large blocks only, and not under torch.distributed (FSDP's sharded
         # parameters and per-layer collectives were measured whole-graph only; on: the option)
-        if enabled is None and config.regional_auto_block_params and not _distributed():
+        if enabled is None and config.regional_auto_block_params and not _distributed() \
+                and (AUTO_INFERENCE or _training(example_inputs)):
             split = split_regions(gm, example_inputs, compiler, key, min_params=config.regional_auto_block_params)
             if split is not None:
                 elog.artifact("graph_code", f"{PASS_NAME}: on automatically (repeated blocks of >= "
@@ -130,6 +138,10 @@ def with_regions(compiler, key: tuple | None, enabled: bool | None):
         if hasattr(compiler, attr):
             setattr(backend, attr, getattr(compiler, attr))
     return backend
+
+
+def _training(example_inputs) -> bool:
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
 
 
 def _distributed() -> bool:

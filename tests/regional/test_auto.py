@@ -87,3 +87,19 @@ def test_hf_llama_compiles_one_layer_and_matches_eager(monkeypatch):
 def test_no_automatic_choice_under_torch_distributed(monkeypatch):
     monkeypatch.setattr(regional, "_distributed", lambda: True)
     assert _splits(regional.AUTO_MIN_CALLS, BLOCK_PARAMS, monkeypatch) == 0
+
+
+def test_inference_graphs_stay_whole_unless_asked(monkeypatch):
+    monkeypatch.setattr(ember.config, "regional_auto_block_params", BLOCK_PARAMS)
+    m = Tiny(layers=regional.AUTO_MIN_CALLS).eval()
+    idx = torch.randint(0, 64, (2, 8))
+    counts = []
+    for inference in (False, True):
+        monkeypatch.setattr(regional, "AUTO_INFERENCE", inference)
+        ember.reset()
+        before = regional.stats()
+        with torch.no_grad():
+            out = ember.compile(m, backend="aot_eager")(idx)
+            torch.testing.assert_close(out, m(idx), rtol=1e-5, atol=1e-5)
+        counts.append((regional.stats() - before)["splits"])
+    assert counts == [0, 1]
