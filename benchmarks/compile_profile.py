@@ -46,7 +46,9 @@ PHASES = {
     "native: plan (lower+schedule+emit)": ("ember/native/backend.py", "plan"),
     "native: lowering": ("ember/native/lowering.py", "lower"),
     "native: scheduling": ("ember/native/scheduler.py", "schedule"),
+    "native: Triton first launches (build wait + load)": ("ember/native/runtime.py", "_first_locked"),
     "native: wait for kernel builds": ("ember/native/build_pool.py", "wait"),
+    "native: C++ library builds (cpu)": ("ember/native/cpp_build.py", "library"),
     "autograd backward (first)": ("torch/autograd/graph.py", "_engine_run_backward"),
 }
 
