@@ -63,8 +63,9 @@ COMPILER_MODULES = {"ember": ("ember", "ember.frontend.cache", "ember.aot", "emb
 
 # ------------------------------------------------------------------------------------------ workloads
 
-def llama(dev: str, quick: bool, train: bool):
-    """(build(compiler) -> step, inputs) for the ~1B Llama (quick: 2 tiny layers)."""
+def llama(dev: str, quick: bool, train: bool, layers: int = 24):
+    """(build(compiler) -> step, inputs) for the ~1B Llama (quick: 2 tiny layers; ``layers``: another
+    depth of the same widths, for ``compile_profile.py``)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     if quick:
@@ -72,7 +73,7 @@ def llama(dev: str, quick: bool, train: bool):
                           num_key_value_heads=2, vocab_size=128, max_position_embeddings=64)
         shape = (1, 16)
     else:
-        cfg = LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=24, num_attention_heads=32,
+        cfg = LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=layers, num_attention_heads=32,
                           num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048)
         shape = (1, 512)
     cfg._attn_implementation = "sdpa"
@@ -192,10 +193,12 @@ def child(row: str, compiler: str, dev: str, quick: bool) -> dict:
 
 def _compile_counts(compiler: str) -> dict:
     if compiler == "ember":
+        from ember.backends import regional
         from ember.diagnostics import counters
         from ember.frontend import persist
         return dict(frames_traced=counters.COMPILES["frames_compiled"], frames_loaded=counters.COMPILES["frames_loaded"],
-                    frontend_cache={k: v for k, v in persist.STATS.items() if v})
+                    frontend_cache={k: v for k, v in persist.STATS.items() if v},
+                    regional=dict(regional.stats()))  # splits/compiles/reuses: was regional compilation chosen
     from torch._dynamo.utils import counters
     return dict(frames_traced=int(counters["stats"]["unique_graphs"]))
 

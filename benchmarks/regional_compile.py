@@ -4,13 +4,17 @@
     python benchmarks/regional_compile.py --device cpu          # small widths: runs on a laptop
     python benchmarks/regional_compile.py --train               # forward + backward steps
     python benchmarks/regional_compile.py --model bert --layers 12   # gpu_suite's bert_infer model
+    python benchmarks/regional_compile.py --model llama --layers 24 [--train]   # compile_time.py's 1B Llama
     python benchmarks/regional_compile.py --out benchmarks/results/regional_compile-h100.json
 
 Rows: one fresh process per (layers, whole | regional), each with empty ember and Triton caches,
 so the first call is a cold compile. Models: on cuda GPT-2 124M's widths (n_embd 768, 12 heads),
 batch 8 x 512, bf16 weights for inference (gpu_suite's gpt2_infer; training: fp32 weights under
-bf16 autocast), BERT-base batch 16 x 256 bf16 for ``--model bert``; on cpu n_embd 64, 4 heads,
-batch 2 x 32, fp32 (one intra-op thread). Per row:
+bf16 autocast), BERT-base batch 16 x 256 bf16 for ``--model bert``, ``compile_time.py``'s ~1B Llama
+for ``--model llama`` (hidden 2048, bf16 weights, one sequence of 512 tokens; training: loss, backward
+and a fused AdamW step, as its ``llama_train`` row); on cpu n_embd 64, 4 heads, batch 2 x 32, fp32
+(one intra-op thread). ``--auto`` adds a third row per depth compiled with no ``regional`` option
+(the automatic choice, ``ember.config.regional_auto_block_params``). Per row:
 
 - ``compile_s``: the first call, imports and model building excluded (wall; ``compile_cpu_s``: this
   process's CPU time, the steadier number on a shared machine);
@@ -45,6 +49,17 @@ def build(model: str, layers: int, device: str, train: bool):
     """(model, input ids, dtype of the autocast region or None)."""
     import torch
     cuda = device.startswith("cuda")
+    if model == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+        cfg = (LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=layers, num_attention_heads=32,
+                           num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048) if cuda else
+               LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
+                           num_key_value_heads=2, vocab_size=128, max_position_embeddings=64))
+        cfg._attn_implementation = "sdpa"
+        m = LlamaForCausalLM(cfg).to(device, torch.bfloat16 if cuda else torch.float32)
+        if not train:
+            m = m.eval()
+        return m, torch.randint(0, cfg.vocab_size, (1, 512) if cuda else (1, 16), device=device), None
     if model == "bert":
         from transformers import BertConfig, BertModel
         cfg = (BertConfig(num_hidden_layers=layers) if cuda else
@@ -67,11 +82,22 @@ def build(model: str, layers: int, device: str, train: bool):
     return m, ids, (torch.bfloat16 if train and cuda else None)
 
 
-def make_step(fn, model: str, ids, train: bool, autocast):
+def make_step(fn, model: str, ids, train: bool, autocast, params=None):
     import torch
 
     def pick(out):
-        return out.logits if model == "gpt2" else out.last_hidden_state
+        return out.last_hidden_state if model == "bert" else out.logits
+
+    if model == "llama" and train:  # compile_time.py's llama_train step
+        opt = torch.optim.AdamW(params, lr=1e-5, fused=ids.device.type == "cuda")
+
+        def step():
+            loss = fn(ids, labels=ids).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss.detach()
+        return step
 
     if not train:
         def step():
@@ -105,13 +131,14 @@ def child(a) -> dict:
     m, ids, autocast = build(a.model, a.layers, a.device, a.train)
     ref = None if a.train else make_step(m, a.model, ids, False, None)().float()
     counter = KernelCount().__enter__() if not cuda else None  # (counts the graphs compiled from here on)
-    c = ember.compile(m, options={"regional": bool(a.regional)})
-    step = make_step(c, a.model, ids, a.train, autocast)
+    c = ember.compile(m, options={} if a.regional == 2 else {"regional": bool(a.regional)})
+    step = make_step(c, a.model, ids, a.train, autocast, list(m.parameters()))
     sync()
     t0, c0 = time.perf_counter(), time.process_time()
     out = step()
     sync()
-    row = dict(model=a.model, layers=a.layers, regional=bool(a.regional), train=a.train, device=a.device,
+    row = dict(model=a.model, layers=a.layers, regional="auto" if a.regional == 2 else bool(a.regional), train=a.train,
+               device=a.device,
                compile_s=round(time.perf_counter() - t0, 3), compile_cpu_s=round(time.process_time() - c0, 3))
     if ref is not None:
         row["max_err"] = float((out.float() - ref).abs().max())
@@ -155,12 +182,12 @@ def child(a) -> dict:
     return row
 
 
-def run_row(a, layers: int, regional: bool) -> dict:
+def run_row(a, layers: int, regional) -> dict:
     with tempfile.TemporaryDirectory(prefix="ember-regional-") as tmp:
         env = dict(os.environ, EMBER_CACHE_DIR=os.path.join(tmp, "ember"), TRITON_CACHE_DIR=os.path.join(tmp, "triton"),
                    PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
         cmd = [sys.executable, os.path.abspath(__file__), "--child", "--layers", str(layers), "--regional",
-               str(int(regional)), "--device", a.device, "--model", a.model, "--steps", str(a.steps)]
+               str(2 if regional == "auto" else int(regional)), "--device", a.device, "--model", a.model, "--steps", str(a.steps)]
         if a.train:
             cmd.append("--train")
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=a.timeout)
@@ -182,13 +209,21 @@ def checks(rows: list) -> list:
         if (d, True) in get and (d, False) in get:
             ratio = get[(d, True)]["steady_ms"] / get[(d, False)]["steady_ms"]
             out.append((f"{d} layers: steady regional / whole", round(ratio, 4), abs(ratio - 1) <= 0.03))
+        if (d, "auto") in get and (d, False) in get:
+            ratio = get[(d, "auto")]["steady_ms"] / get[(d, False)]["steady_ms"]
+            out.append((f"{d} layers: steady auto / whole", round(ratio, 4), ratio <= 1.03))
     return out
+
+
+def _kind(r) -> str:
+    return "auto" if r["regional"] == "auto" else "regional" if r["regional"] else "whole"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
-    ap.add_argument("--model", choices=("gpt2", "bert"), default="gpt2")
+    ap.add_argument("--model", choices=("gpt2", "bert", "llama"), default="gpt2")
+    ap.add_argument("--auto", action="store_true", help="also a row with the automatic choice (no regional option)")
     ap.add_argument("--layers", default="12,24", help="comma-separated depths")
     ap.add_argument("--train", action="store_true")
     ap.add_argument("--steps", type=int, default=None, help="calls per timed loop (default: 20 cuda, 5 cpu)")
@@ -208,7 +243,7 @@ def main() -> None:
         return
     rows = []
     for layers in [int(x) for x in a.layers.split(",")]:
-        for regional in (False, True):
+        for regional in (False, True, "auto") if a.auto else (False, True):
             row = run_row(a, layers, regional)
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -217,10 +252,10 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         if "error" in r:
-            print(f"| {r['layers']} | {'regional' if r['regional'] else 'whole'} | error: {r['error'].splitlines()[-1]} |")
+            print(f"| {r['layers']} | {_kind(r)} | error: {r['error'].splitlines()[-1]} |")
             continue
         k = f"{r['kernels']}" + (f" + {r['externs']} extern" if "externs" in r else "")
-        print(f"| {r['layers']} | {'regional' if r['regional'] else 'whole'} | {r['compile_s']} | {r['compile_cpu_s']} | "
+        print(f"| {r['layers']} | {_kind(r)} | {r['compile_s']} | {r['compile_cpu_s']} | "
               f"{r['steady_ms']} | {r['host_ms']} | {k} |")
     result = checks(rows)
     print()

@@ -31,8 +31,15 @@ last residual add with the next block's LayerNorm) and common subexpressions (a 
 mask converted to an additive one in each block instead of once); ``tests/regional/test_parity.py``
 counts the kernels per step. Only ember's own backends that keep no per-graph state take part
 (``SHAREABLE``); CUDA-graph modes, user callables and DDP-split graphs are left alone.
-On by default; off: ``ember.config.regional_compile = False`` (``EMBER_REGIONAL_COMPILE=0``), or
-``ember.compile(..., options={"regional": False})``.
+When it is on: ``ember.config.regional_compile = True`` (``EMBER_REGIONAL_COMPILE=1``) or
+``ember.compile(..., options={"regional": True})`` for every graph; otherwise automatically for a
+training graph whose repeated block holds at least ``config.regional_auto_block_params`` parameter
+elements (16M: a 1B Llama's layer, not GPT-2's or BERT's) and is called ``AUTO_MIN_CALLS`` times or
+more (``AUTO_INFERENCE`` says why inference graphs are left whole).
+There a block's kernels take far longer than the Python frames it adds per call (small models,
+where they don't, stay whole: BERT's steps were slower on an H100, regional-gpu-h100.json), and the
+compile of a deep model costs about that of one layer. Off: ``options={"regional": False}`` (one
+compile) or ``regional_auto_block_params = 0`` (``EMBER_REGIONAL_AUTO_BLOCK_PARAMS=0``).
 """
 from __future__ import annotations
 
@@ -52,6 +59,15 @@ from ember.distributed.buckets import CompiledPart
 
 PASS_NAME = "regional"
 MIN_REGION_OPS = 4  # a smaller repeated call (one Linear) is cheaper to fuse with its neighbours than to share
+# the automatic choice (config.regional_auto_block_params): a block must repeat this often, as a
+# model's layers do; fewer calls save little compile time against the fusion lost at each boundary
+AUTO_MIN_CALLS = 8
+# ... and the graph must be a training one: its step runs each block forward and backward (about 3x
+# the forward's device time) while the host pays the block's frames about twice, so they hide behind
+# the kernels. An inference step of a 1B Llama on an H100 is near host-bound even whole (estimated
+# ~0.15 ms of kernels per layer at 512 tokens, against ~0.18 ms of host work per GPT-2 layer whole
+# measured in regional-gpu-h100.json): more frames per block would show, so inference stays whole
+AUTO_INFERENCE = False
 SHAREABLE = {"ember": {None, "default", "max-autotune-no-cudagraphs"}, "eager": {None}, "aot_eager": {None}}
 _PLAIN = (type(None), bool, int, float, complex, str, torch.dtype, torch.device, torch.layout, torch.memory_format)
 _TRUSTED_MODULES = ("torch", "_operator", "operator", "builtins", "math")
@@ -100,17 +116,36 @@ def with_regions(compiler, key: tuple | None, enabled: bool | None):
 
     @functools.wraps(compiler)
     def backend(gm, example_inputs):
-        if not (config.regional_compile if enabled is None else enabled) or _in_ddp():
+        if _in_ddp():
             return compiler(gm, example_inputs)
-        split = split_regions(gm, example_inputs, compiler, key)
-        if split is not None:
-            return split
-        return shared_compile(gm, list(example_inputs), compiler, key)  # ember.compile(layer) per layer
+        if config.regional_compile if enabled is None else enabled:
+            split = split_regions(gm, example_inputs, compiler, key)
+            if split is not None:
+                return split
+            return shared_compile(gm, list(example_inputs), compiler, key)  # ember.compile(layer) per layer
+        # the automatic choice: large blocks only, and not under torch.distributed (FSDP's sharded
+        # parameters and per-layer collectives were measured whole-graph only; on: the option)
+        if enabled is None and config.regional_auto_block_params and not _distributed() \
+                and (AUTO_INFERENCE or _training(example_inputs)):
+            split = split_regions(gm, example_inputs, compiler, key, min_params=config.regional_auto_block_params)
+            if split is not None:
+                elog.artifact("graph_code", f"{PASS_NAME}: on automatically (repeated blocks of >= "
+                                            f"{config.regional_auto_block_params} parameter elements)")
+                return split
+        return compiler(gm, example_inputs)
 
     for attr in ("ember_backend_name", "prewarm"):
         if hasattr(compiler, attr):
             setattr(backend, attr, getattr(compiler, attr))
     return backend
+
+
+def _training(example_inputs) -> bool:
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
+
+
+def _distributed() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
 def _in_ddp() -> bool:
@@ -131,15 +166,22 @@ def _target_name(target) -> str:
     return f"{mod}.{getattr(target, '__qualname__', getattr(target, '__name__', repr(target)))}"
 
 
-def _arg(a, index: dict) -> str:
+def _arg(a, index: dict, fresh: list) -> str:
+    """``a`` spelled with values named by position; inputs from outside first seen here go to ``fresh``."""
     if isinstance(a, fx.Node):
-        return f"%{index[a]}" if a in index else f"$in{index.setdefault(('ext', a), len(index))}"
+        if a in index:
+            return f"%{index[a]}"
+        key = ("ext", a)
+        if key not in index:
+            index[key] = len(index)
+            fresh.append((index[key], a))
+        return f"$in{index[key]}"
     if isinstance(a, (tuple, list)):
-        return f"{type(a).__name__}({','.join(_arg(x, index) for x in a)})"
+        return f"{type(a).__name__}({','.join(_arg(x, index, fresh) for x in a)})"
     if isinstance(a, dict):
-        return "{" + ",".join(f"{k!r}:{_arg(v, index)}" for k, v in a.items()) + "}"
+        return "{" + ",".join(f"{k!r}:{_arg(v, index, fresh)}" for k, v in a.items()) + "}"
     if isinstance(a, slice):
-        return f"slice({_arg(a.start, index)},{_arg(a.stop, index)},{_arg(a.step, index)})"
+        return f"slice({_arg(a.start, index, fresh)},{_arg(a.stop, index, fresh)},{_arg(a.step, index, fresh)})"
     if a is Ellipsis:
         return "..."
     if type(a) in _PLAIN or isinstance(a, torch.dtype):
@@ -164,11 +206,10 @@ def structure(nodes) -> str:
         if n.op in ("get_attr", "call_module"):
             raise NotShareable(f"a {n.op} node")
         target = _target_name(n.target) if n.op in ("call_function", "call_method") else n.op
-        ext_before = {k for k in index if isinstance(k, tuple)}
-        line = f"{n.op} {target}({_arg(n.args, index)};{_arg(n.kwargs, index)})"
-        fresh = sorted((index[k], k) for k in index if isinstance(k, tuple) and k not in ext_before)
-        for i_in, k in fresh:  # describe inputs from outside where first used
-            line += f" $in{i_in}={_meta(k[1])}"
+        fresh: list = []  # (kept per node, not found by scanning the index: that was quadratic in the block)
+        line = f"{n.op} {target}({_arg(n.args, index, fresh)};{_arg(n.kwargs, index, fresh)})"
+        for i_in, node in sorted(fresh, key=lambda f: f[0]):  # describe inputs from outside where first used
+            line += f" $in{i_in}={_meta(node)}"
         index[n] = i
         lines.append(line)
     return "\n".join(lines)
@@ -227,12 +268,21 @@ def shared_compile(gm: fx.GraphModule, args: list, compiler, key: tuple):
 
 # ------------------------------------------------------------------------------------------ split
 
-def plan_regions(gm: fx.GraphModule) -> dict:
-    """node -> region (a module call repeated in the graph), for the nodes inside one."""
+def plan_regions(gm: fx.GraphModule, example_inputs=None, min_params: int = 0) -> dict:
+    """node -> region (a module call repeated in the graph), for the nodes inside one.
+
+    ``min_params`` (with ``example_inputs``): only calls whose parameters (graph inputs that are
+    ``nn.Parameter``) hold at least that many elements, repeated ``AUTO_MIN_CALLS`` times or more;
+    checked before any structure is spelled, so that small models pay a walk over the graph only."""
     members: dict = {}  # call -> its nodes, in graph order
     for n in gm.graph.nodes:
         for call in n.meta.get("ember_module_calls", ()):
             members.setdefault(call, []).append(n)
+    if min_params:
+        params = {n: t.numel() for n, t in zip((n for n in gm.graph.nodes if n.op == "placeholder"), example_inputs)
+                  if isinstance(t, torch.nn.Parameter)}
+        members = {call: nodes for call, nodes in members.items()
+                   if sum(params.get(p, 0) for p in {a for n in nodes for a in n.all_input_nodes}) >= min_params}
     shape_of: dict = {}
     seen: dict = {}
     for call, nodes in members.items():
@@ -244,7 +294,7 @@ def plan_regions(gm: fx.GraphModule) -> dict:
             continue
         shape_of[call] = s
         seen[s] = seen.get(s, 0) + 1
-    repeated = {call for call, s in shape_of.items() if seen[s] > 1}
+    repeated = {call for call, s in shape_of.items() if seen[s] >= (AUTO_MIN_CALLS if min_params else 2)}
     region_of = {}
     for n in gm.graph.nodes:
         for call in n.meta.get("ember_module_calls", ()):  # outermost first
@@ -254,13 +304,12 @@ def plan_regions(gm: fx.GraphModule) -> dict:
     return region_of
 
 
-def split_regions(gm: fx.GraphModule, example_inputs, compiler, key: tuple):
-    """The split GraphModule whose repeated blocks are compiled once, or None (nothing repeats)."""
+def split_regions(gm: fx.GraphModule, example_inputs, compiler, key: tuple, min_params: int = 0):
+    """The split GraphModule whose repeated blocks are compiled once, or None (nothing repeats;
+    ``min_params``: no block that large repeats, see ``plan_regions``)."""
     if any(not isinstance(a, torch.Tensor) for a in example_inputs):
         return None  # symbolic sizes: the parts would need their own size inputs; left whole
-    if any(n.op == "call_function" and n.target in _STATE_CHANGES for n in gm.graph.nodes):
-        return None
-    region_of = plan_regions(gm)
+    region_of = plan_regions(gm, example_inputs, min_params)
     if not region_of:
         return None
     part_of: dict = {}
@@ -274,6 +323,8 @@ def split_regions(gm: fx.GraphModule, example_inputs, compiler, key: tuple):
             parts += 1
             current = r
         part_of[n] = parts - 1
+    if not _state_changes_stay_in_one_part(gm, part_of):
+        return None
     regions = {region_of[n] for n in region_of}
     runs = {}
     for n, p in part_of.items():
@@ -298,6 +349,42 @@ def split_regions(gm: fx.GraphModule, example_inputs, compiler, key: tuple):
                                 f"calls of {len(set(_structure_names(runs)))} repeated block kind(s) "
                                 f"({len(regions)} calls)\n{split.code}")
     return split
+
+
+def _state_changes_stay_in_one_part(gm: fx.GraphModule, part_of: dict) -> bool:
+    """Whether every span of the graph that runs under a changed global state (from a grad-mode or
+    autocast change to the node restoring the state the graph began in) lies inside one part.
+
+    Each part is traced under the state the graph is called in, so a part boundary inside such a
+    span would trace the nodes after it under the wrong state. A span inside one part is traced
+    with its changes, as in the whole graph: Llama's rotary embedding (``autocast(enabled=False)``
+    around the cos/sin computation, in the glue before the layers) no longer keeps the whole model
+    from regional compilation; a layer called under ``no_grad`` still does."""
+    grad0 = grad = torch.is_grad_enabled()
+    depth = 0
+    span_part = None
+    for n in gm.graph.nodes:
+        if n.op in ("placeholder", "output"):
+            continue
+        changes = n.op == "call_function" and n.target in _STATE_CHANGES
+        if changes:
+            if n.target is torch._C._set_grad_enabled:
+                if not (n.args and type(n.args[0]) is bool):
+                    return False
+                grad = n.args[0]
+            elif n.target is torch.amp.autocast_mode._enter_autocast:
+                depth += 1
+            else:
+                depth -= 1
+        dirty = grad != grad0 or depth != 0
+        if changes or dirty or span_part is not None:
+            if span_part is None:
+                span_part = part_of[n]
+            elif part_of[n] != span_part:
+                return False
+        if not dirty:
+            span_part = None
+    return span_part is None
 
 
 def _structure_names(runs) -> list:
