@@ -67,7 +67,10 @@ def _native_backend(cudagraphs: bool = False, autotune: bool = False, overrides:
         if options:
             compiler = functools.partial(compile_aten_graph, options=options)
             compiler.__name__ = "compile_aten_graph_" + "_".join(sorted(options))
-        inference = compiler
+        inference = forward = compiler
+        if not cudagraphs:  # a training forward's weights change every step: packing them would not pay
+            forward = functools.partial(compile_aten_graph, options={**options, "packed_linear": False})
+            forward.__name__ = "compile_aten_graph_forward"
         backward = _boxed(functools.partial(compile_aten_graph, options={**options, "release_inputs": True}))
         if cudagraphs:
             from ember.cudagraphs import wrap_compiler
@@ -75,7 +78,7 @@ def _native_backend(cudagraphs: bool = False, autotune: bool = False, overrides:
         else:  # small inference graphs may replay as CUDA graphs all the same (ember.config.auto_cudagraphs)
             from ember.cudagraphs.auto import wrap_auto
             inference = wrap_auto(compiler)
-        _native[key] = aot_autograd(fw_compiler=compiler, bw_compiler=backward, inference_compiler=inference,
+        _native[key] = aot_autograd(fw_compiler=forward, bw_compiler=backward, inference_compiler=inference,
                                     decompositions=AOT_DECOMPOSITIONS)
     return _native[key]
 

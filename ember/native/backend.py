@@ -270,6 +270,14 @@ def _generate(gm, example_inputs, opts, key, base, renderer="triton"):
                 expr = small_mm.plan(e, layouts, opts)
                 if expr is not None:
                     overrides[e.name] = expr
+    if opts.packed_linear and renderer == "cpp":
+        from ember.native import packed_linear
+        layouts, names = g.buffers(), {b.name for b in g.inputs}
+        for e in sched.steps:
+            if isinstance(e, ir.ExternNode) and e.name not in overrides:
+                expr = packed_linear.plan(e, layouts, names)
+                if expr is not None:
+                    overrides[e.name] = expr
     r = sched.report
     header = (f"graph {key[:16]}: {r['kernels']} {'C++' if renderer == 'cpp' else 'Triton'} kernels, {r['externs']} extern calls, "
               f"{r['bytes']} bytes moved ({r['kernel_bytes']} by kernels)")
