@@ -212,6 +212,10 @@ def plan(gm, example_inputs, opts, renderer="triton"):
     from ember.native import cpp_emit, ir, lowering, passes, scheduler, split_reduction, triton_emit
     # (the CPU-only passes rewrite matmuls into Triton templates: not for the C++ path)
     passes.run(gm, opts, on_cpu=not _uses_cuda(gm, example_inputs) and renderer == "triton")
+    if renderer == "cpp" and opts.fusion:
+        from ember.native import cpu_mm
+        cpu_mm.fuse_activations(gm)  # (an activation in place on the matmul's result: no second buffer)
+        cpu_mm.unfuse_bias(gm)  # (a bias added in the kernel after the matmul, not filled in before it)
     g, L = lowering.lower(gm, example_inputs)
     if renderer == "cpp":
         _check_cpp_ops(g)
