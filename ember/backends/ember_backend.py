@@ -149,12 +149,18 @@ def ember_default(gm, example_inputs, mode=None, options=None):
 
 
 def _prewarm():
-    """What the first kernel build of a process waits for (Triton's cache key and driver): started in
-    the background when a function is compiled on a machine with a GPU, so it overlaps the frontend's
-    trace (``runtime.prewarm_triton``; the build workers start at the first graph generated)."""
+    """What the first kernel build of a process waits for, started in the background when a function
+    is compiled, so it overlaps the frontend's trace: on a machine with a GPU, Triton's cache key and
+    driver (``runtime.prewarm_triton``; the build workers start at the first graph generated); without
+    one, the C++ compiler's check (``cpp_build.probe_in_background``)."""
     if torch.cuda.is_available():
         from ember.native import runtime
         runtime.prewarm_triton(runtime.compile_threads())
+        return
+    from ember.config import config
+    if config.native_cpu == "cpp" and not config.native_force_triton:
+        from ember.native import cpp_build  # the C++ compiler's check, which the first CPU graph needs
+        cpp_build.probe_in_background()
 
 
 ember_default.prewarm = _prewarm
