@@ -22,7 +22,8 @@ storage) all re-pack or, while the weight keeps changing, run plain ``addmm``. A
 when it is a ``Parameter`` or was seen unchanged on the previous call, so a graph whose "weight" is a
 fresh tensor each call never pays for packing. As with autograd's saved-tensor check, a write that
 bypasses the version counter (``w.data.add_(1)``: ``.data`` has a counter of its own) is not seen;
-inference tensors (no version counter) never use the cache.
+inference tensors (no version counter) never use the cache. Memory: the packed copies of a process
+are capped at ``BUDGET_BYTES`` (MKL's copy is several times the weight's size).
 
 Dynamic batch: ``_mkl_linear`` runs its packed GEMM only at the batch it was packed for and a plain
 GEMM otherwise (tests/native/test_packed_linear.py checks both against eager); the wrapper's
@@ -43,6 +44,15 @@ aten = torch.ops.aten
 RULES = {"addmm": (128, 64), "mm": (128, 64)}
 OPS = {aten.addmm.default: "addmm", aten.mm.default: "mm"}
 STATS = {"packs": 0, "packed_calls": 0}  # (tests read these)
+# MKL's packed copy is 2-5x the weight's size (x[32] @ [1024, 512]: 5x, [3072, 768] at M=128: 2.2x),
+# so the packed copies of one process are capped: past this many bytes, further sites run addmm
+# (a model of hundreds of MiB of fp32 weights would otherwise hold several times that again)
+BUDGET_BYTES = 512 << 20
+_live = [0]  # bytes of packed copies held now
+
+
+def _nbytes(packed: torch.Tensor) -> int:
+    return packed.numel() * packed.element_size()  # (an opaque MKL tensor: no storage to ask)
 
 
 def available() -> bool:
@@ -130,11 +140,27 @@ class PackedLinear:
         if not (stable or isinstance(w, torch.nn.Parameter)):
             self.seen = (w.detach(), version)
             return None
-        self.seen = self.packed = None  # the old copy goes before the new one is made
+        self.seen = None
+        self._drop()  # the old copy goes before the new one is made
         packed = torch.ops.mkl._mkl_reorder_linear_weight(w.detach(), self.M)
+        size = _nbytes(packed)
+        if _live[0] + size > BUDGET_BYTES:
+            return None
+        _live[0] += size
         STATS["packs"] += 1
         self.packed = (w.detach(), version, packed)
         return packed
+
+    def _drop(self):
+        hit, self.packed = self.packed, None
+        if hit is not None:
+            _live[0] -= _nbytes(hit[2])
+
+    def __del__(self):
+        try:
+            self._drop()
+        except Exception:  # noqa: BLE001 - (interpreter shutdown: the module's globals may be gone)
+            pass
 
     def __repr__(self):
         return f"PackedLinear({self.op!r}, {self.M}, {self.N}, {self.K})"

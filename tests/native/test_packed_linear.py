@@ -182,3 +182,21 @@ def test_option_off():
                 torch.testing.assert_close(out[0] if isinstance(out, (tuple, list)) else out, F.linear(*args),
                                            rtol=1e-4, atol=1e-4)
             assert (_packs()[0] > packs[0]) == opt
+
+
+def test_budget_caps_packed_memory(monkeypatch):
+    """Past BUDGET_BYTES of packed copies a site runs addmm (same results); a dropped site frees its share."""
+    w, b = torch.nn.Parameter(torch.randn(96, 64)), torch.randn(96)
+    x = torch.randn(8, 64)
+    before = packed_linear._live[0]
+    monkeypatch.setattr(packed_linear, "BUDGET_BYTES", before)  # nothing more fits
+    site = PackedLinear("addmm", 8, 96, 64)
+    with torch.no_grad():
+        packs = _packs()[0]
+        torch.testing.assert_close(site(b, x, w), torch.addmm(b, x, w.t()), rtol=1e-5, atol=1e-5)
+        assert _packs()[0] == packs and site.packed is None
+        monkeypatch.setattr(packed_linear, "BUDGET_BYTES", before + (64 << 20))
+        torch.testing.assert_close(site(b, x, w), torch.addmm(b, x, w.t()), rtol=1e-5, atol=1e-5)
+        assert _packs()[0] == packs + 1 and packed_linear._live[0] > before
+    del site
+    assert packed_linear._live[0] == before
