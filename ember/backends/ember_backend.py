@@ -74,7 +74,7 @@ def _native_backend(cudagraphs: bool = False, autotune: bool = False, overrides:
         backward = _boxed(functools.partial(compile_aten_graph, options={**options, "release_inputs": True}))
         if cudagraphs:
             from ember.cudagraphs import wrap_compiler
-            compiler = inference = backward = wrap_compiler(compiler)
+            compiler = inference = forward = backward = wrap_compiler(compiler)
         else:  # small inference graphs may replay as CUDA graphs all the same (ember.config.auto_cudagraphs)
             from ember.cudagraphs.auto import wrap_auto
             inference = wrap_auto(compiler)
@@ -149,19 +149,25 @@ def ember_default(gm, example_inputs, mode=None, options=None):
 
 
 def _prewarm():
-    """What the first kernel build of a process waits for, started in the background when a function
-    is compiled, so it overlaps the frontend's trace: on a machine with a GPU, Triton's cache key and
-    driver (``runtime.prewarm_triton``; the build workers start at the first graph generated); without
-    one, the C++ compiler's check (``cpp_build.probe_in_background``)."""
+    """What the first kernel build of a process waits for (Triton's cache key and driver): started in
+    the background when a function is compiled on a machine with a GPU, so it overlaps the frontend's
+    trace (``runtime.prewarm_triton``; the build workers start at the first graph generated)."""
     if torch.cuda.is_available():
         from ember.native import runtime
         runtime.prewarm_triton(runtime.compile_threads())
-        return
+
+
+def _prewarm_trace():
+    """Started when the frontend begins tracing a frame (not at decoration, which loads nothing
+    heavy on CPU): the C++ compiler's check (``cpp_build.probe_in_background``), which the first CPU
+    graph would otherwise wait for before its AOT trace; it then overlaps the frontend's trace."""
     from ember.config import config
-    if config.native_cpu == "cpp" and not config.native_force_triton:
-        from ember.native import cpp_build  # the C++ compiler's check, which the first CPU graph needs
-        cpp_build.probe_in_background()
+    if torch.cuda.is_available() or config.native_cpu != "cpp" or config.native_force_triton:
+        return
+    from ember.native import cpp_build
+    cpp_build.probe_in_background()
 
 
 ember_default.prewarm = _prewarm
+ember_default.prewarm_trace = _prewarm_trace
 register_alias("inductor", "ember")

@@ -107,7 +107,7 @@ def with_regions(compiler, key: tuple | None, enabled: bool | None):
             return split
         return shared_compile(gm, list(example_inputs), compiler, key)  # ember.compile(layer) per layer
 
-    for attr in ("ember_backend_name", "prewarm"):
+    for attr in ("ember_backend_name", "prewarm", "prewarm_trace"):
         if hasattr(compiler, attr):
             setattr(backend, attr, getattr(compiler, attr))
     return backend

@@ -223,10 +223,10 @@ def problem(base: str | None = None) -> str | None:
 
 
 def probe_in_background() -> None:
-    """Start ``problem()``'s compiler check in a daemon thread (the ember backend's prewarm, when a
-    function is wrapped): with a cold disk cache the check is a ~0.3 s compiler run that the first
-    CPU graph would otherwise wait for before its tracing even starts; this way it overlaps the
-    frontend's and AOT's tracing. ``problem()`` itself waits for it (the probe lock) and says the same."""
+    """Start ``problem()``'s compiler check in a daemon thread (the ember backend's ``prewarm_trace``,
+    when the frontend starts tracing a frame): with a cold disk cache the check is a ~0.3 s compiler
+    run that the first CPU graph would otherwise wait for before its AOT trace starts; this way it
+    overlaps the frontend's trace. ``problem()`` itself waits for it (the probe lock) and says the same."""
     try:
         cxx = find_compiler()
     except CompilerMissing:
