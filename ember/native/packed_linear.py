@@ -5,8 +5,8 @@ weight out for the GEMM's inner kernel on every call. MKL can do that once
 (``torch.ops.mkl._mkl_reorder_linear_weight``, cblas_sgemm_pack) and multiply against the packed copy
 (``torch.ops.mkl._mkl_linear``). On the 2-core Xeon VM of ``benchmarks/cpu_suite.py`` (1 thread,
 noisy): x[32,1024] @ w[1024,1024]^T + b 745 us -> 499 us, x[32,512] @ w[512,1024]^T 329 us -> 223 us;
-at M=2048 (the encoder row) it is no faster, at N=10 slower (``/tmp`` probe quoted in the issue 25
-report). torch.compile does this only with ``freezing=True``, where the weights become constants and a
+at M=2048 (the encoder row) it is no faster, at N=10 slower (a loop timing each call shape; the
+machine was shared, so these are indicative). torch.compile does this only with ``freezing=True``, where the weights become constants and a
 later in-place update is silently ignored; here the packed copy is a cache that is checked each call.
 
 Where: the wrapper's extern calls of ``aten.addmm``/``aten.mm`` on CPU fp32 whose second operand is
