@@ -135,6 +135,9 @@ def make_compiler(backend, mode: str | None, options: dict, regional: bool | Non
         prewarm()
     compiler = functools.partial(spec.fn, **bound)
     compiler.ember_backend_name = spec.name  # the name a BackendCompilerFailed message gives
+    trace_start = getattr(spec.fn, "prewarm_trace", None)  # work to start when a frame's trace starts
+    if trace_start is not None:
+        compiler.prewarm_trace = trace_start
     # repeated blocks compiled once (backends/regional.py; only ember's stateless backends take part)
     compiler = with_regions(compiler, compiler_key(spec.name if isinstance(backend, str) else "", mode, options),
                             regional)

@@ -67,15 +67,18 @@ def _native_backend(cudagraphs: bool = False, autotune: bool = False, overrides:
         if options:
             compiler = functools.partial(compile_aten_graph, options=options)
             compiler.__name__ = "compile_aten_graph_" + "_".join(sorted(options))
-        inference = compiler
+        inference = forward = compiler
+        if not cudagraphs:  # a training forward's weights change every step: packing them would not pay
+            forward = functools.partial(compile_aten_graph, options={**options, "packed_linear": False})
+            forward.__name__ = "compile_aten_graph_forward"
         backward = _boxed(functools.partial(compile_aten_graph, options={**options, "release_inputs": True}))
         if cudagraphs:
             from ember.cudagraphs import wrap_compiler
-            compiler = inference = backward = wrap_compiler(compiler)
+            compiler = inference = forward = backward = wrap_compiler(compiler)
         else:  # small inference graphs may replay as CUDA graphs all the same (ember.config.auto_cudagraphs)
             from ember.cudagraphs.auto import wrap_auto
             inference = wrap_auto(compiler)
-        _native[key] = aot_autograd(fw_compiler=compiler, bw_compiler=backward, inference_compiler=inference,
+        _native[key] = aot_autograd(fw_compiler=forward, bw_compiler=backward, inference_compiler=inference,
                                     decompositions=AOT_DECOMPOSITIONS)
     return _native[key]
 
@@ -154,5 +157,17 @@ def _prewarm():
         runtime.prewarm_triton(runtime.compile_threads())
 
 
+def _prewarm_trace():
+    """Started when the frontend begins tracing a frame (not at decoration, which loads nothing
+    heavy on CPU): the C++ compiler's check (``cpp_build.probe_in_background``), which the first CPU
+    graph would otherwise wait for before its AOT trace; it then overlaps the frontend's trace."""
+    from ember.config import config
+    if torch.cuda.is_available() or config.native_cpu != "cpp" or config.native_force_triton:
+        return
+    from ember.native import cpp_build
+    cpp_build.probe_in_background()
+
+
 ember_default.prewarm = _prewarm
+ember_default.prewarm_trace = _prewarm_trace
 register_alias("inductor", "ember")

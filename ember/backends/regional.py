@@ -134,7 +134,7 @@ def with_regions(compiler, key: tuple | None, enabled: bool | None):
                 return split
         return compiler(gm, example_inputs)
 
-    for attr in ("ember_backend_name", "prewarm"):
+    for attr in ("ember_backend_name", "prewarm", "prewarm_trace"):
         if hasattr(compiler, attr):
             setattr(backend, attr, getattr(compiler, attr))
     return backend

@@ -52,7 +52,7 @@ def with_ddp_buckets(compiler):
         split = split_at_buckets(gm, example_inputs, ddp, compiler)
         return split if split is not None else compiler(gm, example_inputs)
 
-    for attr in ("ember_backend_name", "prewarm"):
+    for attr in ("ember_backend_name", "prewarm", "prewarm_trace"):
         if hasattr(compiler, attr):
             setattr(backend, attr, getattr(compiler, attr))
     return backend

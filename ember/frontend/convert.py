@@ -152,6 +152,9 @@ def compile_entry(root: RootSpec, args: tuple, kwargs: dict, backend: Callable,
 def _compile(root: RootSpec, args: tuple, kwargs: dict, backend: Callable, guard_filter_fn, plan,
              shapes: FrameShapeState | None = None, structural: tuple = ()) -> CacheEntry:
     t0 = time.perf_counter()
+    start = getattr(backend, "prewarm_trace", None)  # what the backend can start while this frame traces
+    if start is not None:
+        start()
     info = resume.resume_info(root.fn)
     fn_globals = info.fn.__globals__ if info is not None else getattr(root.fn, "__globals__", {})
     output = OutputGraph(root_globals=fn_globals, shapes=shapes)

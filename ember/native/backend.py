@@ -217,6 +217,10 @@ def plan(gm, example_inputs, opts, renderer="triton"):
     from ember.native import cpp_emit, ir, lowering, passes, scheduler, split_reduction, triton_emit
     # (the CPU-only passes rewrite matmuls into Triton templates: not for the C++ path)
     passes.run(gm, opts, on_cpu=not _uses_cuda(gm, example_inputs) and renderer == "triton")
+    if renderer == "cpp" and opts.fusion:
+        from ember.native import cpu_mm
+        cpu_mm.fuse_activations(gm)  # (an activation in place on the matmul's result: no second buffer)
+        cpu_mm.unfuse_bias(gm)  # (a bias added in the kernel after the matmul, not filled in before it)
     g, L = lowering.lower(gm, example_inputs)
     if renderer == "cpp":
         _check_cpp_ops(g)
@@ -273,6 +277,14 @@ def _generate(gm, example_inputs, opts, key, base, renderer="triton"):
         for e in sched.steps:
             if isinstance(e, ir.ExternNode) and e.name not in overrides:
                 expr = small_mm.plan(e, layouts, opts)
+                if expr is not None:
+                    overrides[e.name] = expr
+    if opts.packed_linear and renderer == "cpp":
+        from ember.native import packed_linear
+        layouts, names = g.buffers(), {b.name for b in g.inputs}
+        for e in sched.steps:
+            if isinstance(e, ir.ExternNode) and e.name not in overrides:
+                expr = packed_linear.plan(e, layouts, names)
                 if expr is not None:
                     overrides[e.name] = expr
     r = sched.report

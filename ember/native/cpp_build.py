@@ -57,6 +57,7 @@ _POOL: list = []       # the build threads (build_threads.BuildThreads), once st
 _PROBED: dict = {}     # compiler path -> None (works) or why it does not
 _WARNED: set = set()   # compiler paths (None: none found) the warning was given for
 _PROBE_LOCK = threading.Lock()
+_PROBE_STARTED: set = set()  # compiler paths whose check a background thread started (probe_in_background)
 _COUNT_LOCK = threading.Lock()
 log = logging.getLogger("ember.native")
 
@@ -132,6 +133,7 @@ def _after_fork_in_child():
     global _LOCK, _PROBE_LOCK, _COUNT_LOCK
     _LOCK, _PROBE_LOCK, _COUNT_LOCK = threading.Lock(), threading.Lock(), threading.Lock()
     _POOL.clear()
+    _PROBE_STARTED.clear()  # (a parent's probe thread is not in the child: problem() checks here itself)
     _FUTURES.clear()  # (their builds ran in the parent's threads: library() submits them again)
 
 
@@ -218,6 +220,22 @@ def problem(base: str | None = None) -> str | None:
                 why = f"{type(e).__name__}: {str(e)[:1500]}"
             _PROBED[cxx] = _report(cxx, why)
     return _PROBED[cxx]
+
+
+def probe_in_background() -> None:
+    """Start ``problem()``'s compiler check in a daemon thread (the ember backend's ``prewarm_trace``,
+    when the frontend starts tracing a frame): with a cold disk cache the check is a ~0.3 s compiler
+    run that the first CPU graph would otherwise wait for before its AOT trace starts; this way it
+    overlaps the frontend's trace. ``problem()`` itself waits for it (the probe lock) and says the same."""
+    try:
+        cxx = find_compiler()
+    except CompilerMissing:
+        return  # (problem() reports it, at the first CPU graph)
+    with _LOCK:
+        if cxx in _PROBED or cxx in _PROBE_STARTED:
+            return
+        _PROBE_STARTED.add(cxx)
+    threading.Thread(target=problem, name="ember-cpp-probe", daemon=True).start()
 
 
 def _report(cxx, why):

@@ -27,6 +27,7 @@ Z = sympy.Integer(0)
 
 register_extern(
     aten.mm.default, aten.bmm.default, aten.addmm.default, aten.baddbmm.default,
+    aten._addmm_activation.default,  # (cpu_mm.py's rewrite on the C++ path)
     aten.convolution.default, aten.convolution_backward.default,
     aten._scaled_dot_product_flash_attention.default, aten._scaled_dot_product_efficient_attention.default,
     aten._scaled_dot_product_cudnn_attention.default, aten._scaled_dot_product_flash_attention_for_cpu.default,

@@ -41,6 +41,9 @@ class NativeOptions(BackendOptions):
     pad_mm_min_flops: int = option(1 << 30, "smallest matmul (FLOPs) pad_mm pads", min=0)
     small_mm_flops: int = option(1 << 26, "mm/addmm up to this many FLOPs run as one Triton launch "
                                           "(small_mm.py); 0: never", min=0)
+    packed_linear: bool = option(True, "CPU fp32 linear layers of a small batch whose weight is a graph input use MKL's "
+                                       "packed GEMM, the packed weight cached and re-packed when the weight changes "
+                                       "(packed_linear.py); the ember backend's training forward graphs turn it off")
     release_inputs: bool = option(False, "the compiled function takes its inputs boxed (one list, which it empties) "
                                        "and drops each at its last use: the ember backend's backward graphs, "
                                        "whose saved activations then die as the backward consumes them")

@@ -281,7 +281,9 @@ class WrapperCodegen:
             gname, expr = f"template_{e.name}", self.extern_overrides[e.name]
         self.globals[gname] = expr
         baked = expr.startswith("SmallMM(")  # shapes, strides and scalars fixed in the callable
-        if baked:
+        if expr.startswith("PackedLinear("):  # takes its operands' whole buffers (packed_linear.plan)
+            args = [a.name for a in e.args if a is not None]
+        elif baked:
             self.static_launches.append(f"{gname}.site")  # (its kernel builds ahead like a generated one)
             # its strides and scalars are baked in: a view starting at its buffer's first element is
             # passed as the buffer itself (one as_strided call less per operand)
@@ -290,7 +292,8 @@ class WrapperCodegen:
         else:
             args = [self.arg(a) for a in e.args] + [f"{k}={self.arg(v)}" for k, v in e.kwargs.items()]
         ops = ", ".join(sorted({o for o, _ in e.origins}))
-        self.body.append(f"# extern {ops} {e.reason}".rstrip())
+        note = " (MKL packed weight, packed_linear.py)" if expr.startswith("PackedLinear(") else ""
+        self.body.append(f"# extern {ops} {e.reason}".rstrip() + note)
         call = f"{gname}({', '.join(args)})"
         contiguous = baked and all(o is not None and o[1] is not None and tuple(o[1].strides) == (o[1].sizes[1], 1)
                                    for o in e.outputs)
@@ -330,15 +333,19 @@ class WrapperCodegen:
         lines += [f"# {l}" for l in self.header.splitlines()]
         lines += ["import torch", "from ember.native.runtime import Launch, fixed_layout, load_kernel", "",
                   "empty_strided = torch.empty_strided", "as_strided = torch.as_strided"]
-        for cls, where in (("MMTemplate", "autotune"), ("SmallMM", "small_mm")):
+        for cls, where in (("MMTemplate", "autotune"), ("SmallMM", "small_mm"), ("PackedLinear", "packed_linear")):
             if any(expr.startswith(cls + "(") for expr in self.extern_overrides.values()):
                 lines.insert(-3, f"from ember.native.{where} import {cls}")
         if any(expr.startswith("torch.ops.ember_native.") for expr in self.globals.values()):
             lines.insert(-3, "import ember.native.small_mm  # noqa: F401 - (defines the ember_native ops)")
         if any(l.split(" = ")[1].startswith("DynamicLaunch(") for l in self.launches):
             lines.insert(-3, "from ember.native.dynamic_launch import DynamicLaunch")
+        per_call = []  # callables with per-call-site state: one per compiled function, made by make_call
         for name, expr in self.globals.items():
-            lines.append(f"{name} = {expr}")
+            if expr.startswith("PackedLinear("):
+                per_call.append(f"{name} = {expr}")
+            else:
+                lines.append(f"{name} = {expr}")
         cpp, loads, cpp_loads = False, [], []
         for name, ek, path in sorted({(name, path): (name, ek, path)
                                       for name, ek, path in self.kernels.values()}.values(), key=lambda t: t[0]):
@@ -361,7 +368,7 @@ class WrapperCodegen:
         # the launch sites whose kernels runtime.precompile may build before the first call
         lines.append(f"LAUNCHES = [{', '.join(self.static_launches)}]")
         lines += ["", "", "def make_call(constants, fallback):"]
-        lines += ["    " + l for l in cpp_loads]
+        lines += ["    " + l for l in cpp_loads + per_call]
         if consts:
             lines.append(f"    {', '.join(consts)}, = constants")
         lines.append("")

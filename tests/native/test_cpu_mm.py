@@ -1,0 +1,90 @@
+"""The C++ path's matmul rewrites (ember/native/cpu_mm.py): an activation in place on a large addmm's
+result (``_addmm_activation``) and a bias added in the kernel after ``mm``; results equal eager's."""
+import copy
+import shutil
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ember
+from ember.native import cpu_mm
+from tests.native.harness import trace
+
+aten = torch.ops.aten
+needs_cxx = pytest.mark.skipif(not any(map(shutil.which, ("c++", "g++"))), reason="no C++ compiler")
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch, tmp_path):
+    monkeypatch.setattr(ember.config, "cache_dir", str(tmp_path))
+    ember.reset()
+
+
+def _count(gm, target):
+    return sum(n.target is target for n in gm.graph.nodes)
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu"])
+@pytest.mark.parametrize("rank", [2, 3])
+def test_fuse_activations_graph(act, rank):
+    fn = {"relu": F.relu, "gelu": F.gelu}[act]
+    x = torch.randn(4, 64, 32) if rank == 3 else torch.randn(256, 32)
+    w, b = torch.randn(48, 32), torch.randn(48)
+    gm = trace(lambda x, w, b: fn(F.linear(x, w, b)), [x, w, b])
+    want = fn(F.linear(x, w, b))
+    assert cpu_mm.fuse_activations(gm) == 1
+    assert _count(gm, aten._addmm_activation.default) == 1 and _count(gm, aten.addmm.default) == 0
+    assert _count(gm, aten.relu.default) == 0 and _count(gm, aten.erf.default) == 0
+    out = gm(x, w, b)
+    torch.testing.assert_close(out[0] if isinstance(out, (tuple, list)) else out, want)
+
+
+def test_fuse_activations_leaves_small_batches_and_shared_results():
+    x, w, b = torch.randn(32, 32), torch.randn(48, 32), torch.randn(48)
+    gm = trace(lambda x, w, b: F.relu(F.linear(x, w, b)), [x, w, b])
+    assert cpu_mm.fuse_activations(gm) == 0  # below MIN_ROWS: packed_linear's
+    x = torch.randn(256, 32)
+    gm = trace(lambda x, w, b: (lambda y: (F.relu(y), y * 2))(F.linear(x, w, b)), [x, w, b])
+    assert cpu_mm.fuse_activations(gm) == 0  # the pre-activation value is used too
+
+
+def test_unfuse_bias_graph():
+    x, w, b, r = torch.randn(256, 32), torch.randn(48, 32), torch.randn(48), torch.randn(256, 48)
+    gm = trace(lambda x, w, b, r: F.layer_norm(F.linear(x, w, b) + r, (48,)), [x, w, b, r])
+    assert cpu_mm.unfuse_bias(gm) == 1
+    assert _count(gm, aten.mm.default) == 1 and _count(gm, aten.addmm.default) == 0
+    out = gm(x, w, b, r)
+    torch.testing.assert_close(out[0] if isinstance(out, (tuple, list)) else out,
+                               F.layer_norm(F.linear(x, w, b) + r, (48,)), rtol=1e-5, atol=1e-5)
+    # a result returned as is, or fed to another matmul, keeps its addmm
+    gm = trace(lambda x, w, b: F.linear(x, w, b), [x, w, b])
+    assert cpu_mm.unfuse_bias(gm) == 0
+    gm = trace(lambda x, w, b: F.linear(x, w, b) @ w, [x, w, b])
+    assert cpu_mm.unfuse_bias(gm) == 0
+
+
+@needs_cxx
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_encoder_layer_matches_eager(activation):
+    torch.manual_seed(0)
+    m = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True, activation=activation).eval()
+    x = torch.randn(4, 40, 32)
+    fn = ember.compile(m)
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(fn(x), m(x), rtol=1e-4, atol=1e-4)
+
+
+@needs_cxx
+def test_training_through_rewrites_matches_eager():
+    """Forward + backward of a large-batch MLP (the rewrites apply to the training forward graph)."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16), torch.nn.LayerNorm(16))
+    twin = copy.deepcopy(m)
+    x = torch.randn(300, 32)
+    fn = ember.compile(m)
+    fn(x).square().sum().backward()
+    twin(x).square().sum().backward()
+    for p, q in zip(m.parameters(), twin.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
