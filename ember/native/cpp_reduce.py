@@ -115,6 +115,8 @@ class ReductionEmitter:
         if any(n.name in self.welford for n in reds):
             return self._welford_stage(scope, reds, stores, all_nodes, stage)
         accs = {n.name: self._init_acc(n, scope) for n in reds}
+        # explicit AVX-512 over the row's multiples of 64 (cpp_vector); the scalar loop runs the tail
+        vec = self._vector_stage(scope, reds, stores, all_nodes, stage, accs)
         inner = CScope(scope)
         rvars = list(k.reduced)
         rlin = self.index_str(linear(self.vars, k.ranges, rvars))
@@ -139,7 +141,13 @@ class ReductionEmitter:
             # and min are our NaN-propagating ones, PRELUDE's `declare reduction`)
             simd = ("#pragma omp simd " + " ".join(f"reduction({c}:{accs[n.name][0]})" for c, n in zip(clauses, reds)),
                     len(rvars) - 1)
-        scope.lines += self._loops(rvars, inner.lines, simd)
+        if vec is None:
+            scope.lines += self._loops(rvars, inner.lines, simd)
+        else:
+            self.vector = True
+            scope.lines += vec[0]
+            if vec[1] is not None:
+                scope.lines += self._loops(rvars, inner.lines, simd, start=vec[1])
         for n in reds:
             r = self._finish_acc(n, accs[n.name], scope)
             self.outer_vals[n.name] = self.cast(r, k.bodies[n.name].dtype, n.layout.dtype, scope)
