@@ -115,6 +115,11 @@ class CppKernelEmitter(ReductionEmitter, VectorEmitter, Names):
         hit = scope.lookup(e)
         if hit is not None:
             return hit
+        if self.vmode is not None and self.row_scope is not None and scope is not self.row_scope \
+                and not self._rdep(e):
+            # fixed along the row (layer_norm's rsqrt(var + eps)): once per row, before the V loop (gcc
+            # left a scalar sqrt and division inside it)
+            return self.value(e, self.row_scope)
         out = self._value(e, scope)
         scope.cache[e] = out
         return out
