@@ -16,6 +16,9 @@ gcc vectorizes at ``-O3``:
 * var_mean's pair of sums (the lowering's two-pass spelling, lower_ops._var_mean) becomes one Welford
   pass over the row (``cpp_reduce``): 16 lanes of running (mean, M2) merged pairwise, the data
   shifted by the row's first element, eager's accuracy for rows far from zero;
+* where the CPU has avx512f (option ``cpu_simd``), those row loops of fp32 reductions are written
+  again as explicit AVX-512 code over 64 floats at a time (``cpp_vector``), the scalar loop running
+  the tail;
 * a one-stage reduction whose innermost range is kept (a bias gradient: a sum over rows) walks the rows
   in order and reduces a block of columns side by side (``cpp_reduce``), vectorized and contiguous,
   the blocks shared by the threads;

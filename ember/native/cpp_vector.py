@@ -5,12 +5,14 @@ layer_norm+GELU far from memory speed (issue 25): a vectorized reduction runs on
 so the NaN-propagating max's compare/or/blend chain (~7 cycles per 16 floats) sets the pace; the
 portable ``e_exp`` scales by 2^n in two halves with integer ops and range selects (~25 instructions
 per 16 floats) where AVX-512 has ``vscalefps``; and ``e_erf`` divides (a slow ``vdivps`` on 512-bit
-vectors). Where the CPU has avx512f and ``cpu_simd`` is 'auto', a stage of a row reduction
-(``cpp_reduce._reduce_stage``) over one contiguous fp32 range is written a second time over ``V``:
-E_VW = 64 consecutive floats as four zmm registers (PRELUDE below), so every op is four independent
-instructions and every accumulator four independent chains; the scalar loop then runs only the
-tail (the row's last ``n % 64`` elements), or everything when the stage holds anything ``V`` does
-not spell (a gather, a mask, a cast, an op outside VECTOR_OPS: ``NoVector``).
+vectors). Where the CPU has avx512f and ``cpu_simd`` is 'auto' (the default), a stage of a row
+reduction over one contiguous fp32 range (``cpp_reduce._reduce_stage``, and Welford's pass:
+``_welford_stage``, 64 lanes) is written a second time over ``V``: E_VW = 64 consecutive floats as
+four zmm registers (PRELUDE below), so every op is four independent instructions and every
+accumulator four independent chains; the scalar loop then runs only the tail (the row's last
+``n % 64`` elements), or the whole row when the stage holds anything ``V`` does not spell (a gather, a
+mask, a cast, an op outside VECTOR_OPS: ``NoVector``). A later loop over the row prefetches the
+next row's lines of what it reads, and values fixed along the row are computed once before the loop.
 
 Values that do not depend on the reduced index (constants, the row's max or mean) stay scalars and
 convert to ``V`` by broadcast in the ops. The semantics are the scalar helpers' (NaN/Inf included);
@@ -45,6 +47,25 @@ def cpu_has_avx512() -> bool:
             return any(l.startswith("flags") and " avx512f" in l for l in f)
     except OSError:
         return False
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_is_gcc() -> bool:
+    """PRELUDE uses GCC's vector extensions (``__builtin_shuffle``, ``?:`` on vectors), tested with
+    gcc only: another compiler (clang as $CXX) gets the portable loops."""
+    import subprocess
+
+    from ember.native import cpp_build
+    try:
+        out = subprocess.run([cpp_build.find_compiler(), "--version"], capture_output=True, text=True,
+                             timeout=30).stdout
+    except (OSError, subprocess.SubprocessError, cpp_build.CompilerMissing):
+        return False
+    return "Free Software Foundation" in out and "clang" not in out.lower()  # (gcc's --version)
+
+
+def vector_available(options) -> bool:
+    return options.cpu_simd == "auto" and cpu_has_avx512() and compiler_is_gcc()
 
 
 PRELUDE = r"""
@@ -150,7 +171,7 @@ class VectorEmitter:
 
     def _vector_wanted(self, reds, accs) -> bool:
         k = self.k
-        if self.options.cpu_simd != "auto" or not cpu_has_avx512() or k.single or len(k.reduced) != 1:
+        if not vector_available(self.options) or k.single or len(k.reduced) != 1:
             return False
         if isinstance(k.rnumel, int) or getattr(k.rnumel, "is_Integer", False):
             if int(k.rnumel) < VECTOR_WIDTH:

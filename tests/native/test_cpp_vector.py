@@ -10,12 +10,14 @@ import torch.nn.functional as F
 
 import ember
 import ember.config
+from ember.native import cpp_vector
 from ember.native.cpp_vector import VECTOR_WIDTH, cpu_has_avx512
 from tests.native.harness import trace
 from tests.native.test_cpp import run_cpp
 
 pytestmark = pytest.mark.skipif(not any(map(__import__("shutil").which, ("c++", "g++"))), reason="no C++ compiler")
-needs_avx512 = pytest.mark.skipif(not cpu_has_avx512(), reason="the CPU has no avx512f: no V loops to test")
+needs_avx512 = pytest.mark.skipif(not (cpu_has_avx512() and cpp_vector.compiler_is_gcc()),
+                                  reason="the CPU has no avx512f (or the compiler is not gcc): no V loops to test")
 MODES = ["auto", "portable"]
 # one V and a tail, exactly two Vs (no tail), several Vs and a tail
 WIDTHS = [VECTOR_WIDTH + 7, 2 * VECTOR_WIDTH, 5 * VECTOR_WIDTH + 33]
@@ -31,11 +33,24 @@ def _source(fn, inputs, mode):
 def test_softmax_stages_get_v_loops():
     x = torch.randn(4, 300)
     src, kernels = _source(lambda x: torch.softmax(x * 0.125, -1), [x], "auto")
-    # the max, the exp-and-sum and the normalizing stage: a V loop each, then the scalar tail (300 % 64)
+    # the max, the exp-and-sum and the normalizing stage: a V loop each, then the scalar tail (300 % 64);
+    # the exp loop prefetches the next row of x
     assert src.count("e_vld(") == 3 and src.count("V vacc") == 2 and kernels[0].vector, src
+    assert src.count("e_vprefetch(&in_ptr0[(300 + (300 * v0) + v1)])") == 1, src
     assert src.count("e_exp(") == 2 and f"v1 = {256}; v1 < 300" in src, src  # V loop + tail, exp once each
     src, kernels = _source(lambda x: torch.softmax(x * 0.125, -1), [x], "portable")
     assert "e_vld" not in src and not kernels[0].vector, src
+
+
+def test_other_compilers_and_cpus_get_the_portable_loops(monkeypatch):
+    x = torch.randn(4, 300)
+    monkeypatch.setattr(cpp_vector, "compiler_is_gcc", lambda: False)
+    src, _ = _source(lambda x: torch.softmax(x, -1), [x], "auto")
+    assert "e_vld" not in src, src
+    monkeypatch.setattr(cpp_vector, "compiler_is_gcc", lambda: True)
+    monkeypatch.setattr(cpp_vector, "cpu_has_avx512", lambda: False)
+    src, _ = _source(lambda x: torch.softmax(x, -1), [x], "auto")
+    assert "e_vld" not in src, src
 
 
 @needs_avx512
@@ -43,6 +58,16 @@ def test_no_tail_loop_for_whole_vectors():
     x = torch.randn(4, 2 * VECTOR_WIDTH)
     src, _ = _source(lambda x: x.amax(-1), [x], "auto")
     assert "e_vld(" in src and "++v1" not in src, src
+
+
+@needs_avx512
+def test_layer_norm_gelu_v_welford_and_hoisted_row_values():
+    x, w, b = torch.randn(4, 300), torch.randn(300), torch.randn(300)
+    src, _ = _source(lambda x, w, b: F.gelu(F.layer_norm(x, (300,), w, b)), [x, w, b], "auto")
+    assert "e_welford_lanes<float, 64>" in src and "V wf0_vm(0.0f)" in src, src
+    # rsqrt(var + eps) once per row, before the GELU's V loop (not inside it)
+    v_loop = src.index("for (int64_t v1 = 0; v1 < 256; v1 += 64) {\n        V tmp")
+    assert src.index("e_rsqrt(") < v_loop and "e_erf(" in src[v_loop:], src
 
 
 @needs_avx512
