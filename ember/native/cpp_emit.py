@@ -119,7 +119,7 @@ class CppKernelEmitter(ReductionEmitter, VectorEmitter, Names):
         if hit is not None:
             return hit
         if self.vmode is not None and self.row_scope is not None and scope is not self.row_scope \
-                and not self._rdep(e):
+                and not self._rdep(e) and not self._may_fail(e):
             # fixed along the row (layer_norm's rsqrt(var + eps)): once per row, before the V loop (gcc
             # left a scalar sqrt and division inside it)
             return self.value(e, self.row_scope)
@@ -164,6 +164,12 @@ class CppKernelEmitter(ReductionEmitter, VectorEmitter, Names):
         if any(a in self.vnames for a in args):
             return self._vop(e, e.args, ops.render("cpp", e, args), scope)
         return self.emit(scope, compute_dtype(e.dtype), ops.render("cpp", e, args))
+
+    def _may_fail(self, e) -> bool:
+        """Whether computing ``e`` may record an error (an integer division, a gathered load): such a
+        value is not moved out of a loop that might not run."""
+        return any((x.op in INT_DIVISIONS and not x.dtype.is_floating_point) or (x.op == "load" and x.attr[2])
+                   for x in ir.walk([e]))
 
     def _row_invariant_divisor(self, e) -> bool:
         return (self.row_scope is not None and e.dtype.is_floating_point and e.args[1].dtype == e.dtype
