@@ -136,12 +136,11 @@ static inline e_v16 e_verf16(e_v16 x) {
   q = x2 * q + -1.42647390514189e-02f;
   e_v16 rq = __builtin_ia32_rcp14ps512_mask(q, q, (uint16_t)-1);
   rq = rq + rq * (1.0f - q * rq);
-  e_v16 y = x * p * rq;  // NaN stays NaN (the select below is false for it)
+  e_v16 y = x * p * rq;  // NaN stays NaN (the selects below are false for it)
   // +-1 past +-4 (erf(4) rounds to 1 in float; the approximate 1 / q may not give exactly 1 there,
-  // and gelu(-1e30) needs 1 + erf(x) = 0 exactly): copysign(1, x) as one vpternlogd
-  e_i16 sign = (e_i16)e_bc(-0.0f), bits = (e_i16)x;
-  e_v16 one = (e_v16)((bits & sign) | (e_i16)e_bc(1.0f));
-  return (e_v16)(bits & ~sign) > 4.0f ? one : y;
+  // and gelu(-1e30) needs 1 + erf(x) = 0 exactly): two compares and two masked moves
+  y = x > 4.0f ? e_bc(1.0f) : y;
+  return x < -4.0f ? e_bc(-1.0f) : y;
 }
 static inline V e_exp(const V& a) { E_VMAP(e_vexp16(a.r[i])); }
 static inline V e_erf(const V& a) { E_VMAP(e_verf16(a.r[i])); }
