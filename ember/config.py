@@ -39,6 +39,10 @@ def _check_native_cpu(value: str) -> str | None:
     return None if value in ("aten", "cpp") else "must be 'aten' or 'cpp'"
 
 
+def _check_native_cpu_simd(value: str) -> str | None:
+    return None if value in ("auto", "portable") else "must be 'auto' or 'portable'"
+
+
 def _check_distributed_check(value: str) -> str | None:
     return None if value in ("off", "warn", "raise") else "must be 'off', 'warn' or 'raise'"
 
@@ -63,6 +67,7 @@ class Config:
     distributed_check_timeout: int = field(default=120, metadata={"doc": "seconds distributed_check waits for the other ranks' compile of the same number before reporting that they did not compile it", "min": 1})
     native_force_triton: bool = field(default=False, metadata={"doc": "run the native backend's Triton kernels on CPU tensors too (needs TRITON_INTERPRET=1 before triton is imported; for tests)"})
     native_cpu: str = field(default="cpp", metadata={"doc": "native backend on CPU tensors: 'cpp' generates fused C++/OpenMP kernels built with the system compiler (without a working one: a warning, once, and 'aten'), 'aten' runs the captured ATen graph (eager's kernels)", "check": _check_native_cpu})
+    native_cpu_simd: str = field(default="auto", metadata={"doc": "native backend's C++ kernels: 'auto' writes the hot row loops of fp32 reductions as explicit AVX-512 code where the CPU has avx512f (several accumulators, vscalefps exp, division-free erf: ember/native/cpp_vector.py), 'portable' keeps every loop scalar C++ that the compiler vectorizes (other CPUs always get that)", "check": _check_native_cpu_simd})
     emulate_precision_casts: bool = field(default=False, metadata={"doc": "native backend: round fp16/bf16 casts inside fused kernels as eager rounds each op's result (off: computed in fp32 until stored, like torch.compile; closer to exact, faster)"})
     compile_threads: int = field(default=0, metadata={"doc": "native backend: Triton kernel builds at once, in worker processes, before a graph's first call (0: one per CPU core, up to 16; 1: no workers, each kernel built at its first launch)", "min": 0})
     regional_compile: bool = field(default=False, metadata={"doc": "compile each distinct repeated block of a graph (the layers of a ModuleList) once and share the compiled code, with weights as inputs, across its calls and across graphs (ember/backends/regional.py): compile time stops growing with depth, but a step pays a few Python frames per block and loses fusion across block boundaries (slower BERT inference steps on an H100: benchmarks/results/regional-gpu-h100.json, docs/architecture.md), so off by default for every graph (blocks as large as regional_auto_block_params are compiled regionally anyway). On for every graph: EMBER_REGIONAL_COMPILE=1, or per compile options={'regional': True}"})

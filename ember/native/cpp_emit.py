@@ -16,6 +16,9 @@ gcc vectorizes at ``-O3``:
 * var_mean's pair of sums (the lowering's two-pass spelling, lower_ops._var_mean) becomes one Welford
   pass over the row (``cpp_reduce``): 16 lanes of running (mean, M2) merged pairwise, the data
   shifted by the row's first element, eager's accuracy for rows far from zero;
+* where the CPU has avx512f (option ``cpu_simd``), those row loops of fp32 reductions are written
+  again as explicit AVX-512 code over 64 floats at a time (``cpp_vector``), the scalar loop running
+  the tail;
 * a one-stage reduction whose innermost range is kept (a bias gradient: a sum over rows) walks the rows
   in order and reduces a block of columns side by side (``cpp_reduce``), vectorized and contiguous,
   the blocks shared by the threads;
@@ -42,6 +45,7 @@ import torch
 from ember.native import ir, ops
 from ember.native.cpp_prelude import PRELUDE  # the e_* helpers the registry's "cpp" spellings call
 from ember.native.cpp_reduce import ReductionEmitter
+from ember.native.cpp_vector import PRELUDE as VECTOR_PRELUDE, NoVector, VectorEmitter
 # (PARALLEL_NUMEL: re-exported for the tests that read the renderer's grain)
 from ember.native.cpp_spelling import (LOW_PRECISION, PARALLEL_NUMEL, STORAGE, CppUnsupported, CScope,  # noqa: F401
                                        combine, compute_dtype, ctype, indent, literal, parallel_for, print_c)
@@ -65,6 +69,7 @@ class CppKernel:
     size_args: list = dataclasses.field(default_factory=list)  # size symbols passed as ks0, ks1...
     int32_limits: list = dataclasses.field(default_factory=list)  # (always empty: index math is int64)
     checked: bool = False       # may record an error the wrapper raises (cpp_build.check)
+    vector: bool = False        # has explicit AVX-512 loops (cpp_vector: its prelude goes in the unit)
     renderer: str = "cpp"
 
     @property
@@ -72,7 +77,7 @@ class CppKernel:
         return bool(self.size_args)
 
 
-class CppKernelEmitter(ReductionEmitter, Names):
+class CppKernelEmitter(ReductionEmitter, VectorEmitter, Names):
     def __init__(self, k: Kernel, layouts: dict, options, sv: ir.SizeVars | None = None):
         self.k, self.layouts, self.options = k, layouts, options
         self.sv = sv or ir.SizeVars()
@@ -88,6 +93,8 @@ class CppKernelEmitter(ReductionEmitter, Names):
         self.row_cache, self.stage_sets, self._rdeps, self.row_in_output = {}, {}, {}, {}
         self.row_scope = None  # while a reduction loop is built: the scope of its row (values before the loop)
         self.welford: dict = {}  # sum node -> the sum of squared deviations from its mean (var_mean's pair)
+        self.vnames: set = set()  # temporaries holding a V (cpp_vector), while a V loop is emitted
+        self.vector = False       # some stage got a V loop
 
     # -- names ---------------------------------------------------------------------------------
     def emit(self, scope, dtype, code) -> str:
@@ -111,11 +118,18 @@ class CppKernelEmitter(ReductionEmitter, Names):
         hit = scope.lookup(e)
         if hit is not None:
             return hit
+        if self.vmode is not None and self.row_scope is not None and scope is not self.row_scope \
+                and not self._rdep(e) and not self._may_fail(e):
+            # fixed along the row (layer_norm's rsqrt(var + eps)): once per row, before the V loop (gcc
+            # left a scalar sqrt and division inside it)
+            return self.value(e, self.row_scope)
         out = self._value(e, scope)
         scope.cache[e] = out
         return out
 
     def _value(self, e, scope):
+        if self.vmode is not None:
+            self._vcheck_scalar(e)
         if e.op == "load":
             return self.load(e, scope)
         if e.op == "const":
@@ -141,17 +155,30 @@ class CppKernelEmitter(ReductionEmitter, Names):
             num = self.value(e.args[0], scope)
             cdt = compute_dtype(e.dtype)
             rcp = self.value(ir.op("truediv", ir.const(1.0, cdt), e.args[1]), self.row_scope)
+            if num in self.vnames:
+                return self._vop(e, e.args, f"{num} * {rcp}", scope)
             return self.emit(scope, cdt, f"{num} * {rcp}")
         args = [self.value(a, scope) for a in e.args]
         if e.op in INT_DIVISIONS and not e.dtype.is_floating_point:
             self.checked = True
+        if any(a in self.vnames for a in args):
+            return self._vop(e, e.args, ops.render("cpp", e, args), scope)
         return self.emit(scope, compute_dtype(e.dtype), ops.render("cpp", e, args))
+
+    def _may_fail(self, e) -> bool:
+        """Whether computing ``e`` may record an error (an integer division, a gathered load): such a
+        value is not moved out of a loop that might not run."""
+        return any((x.op in INT_DIVISIONS and not x.dtype.is_floating_point) or (x.op == "load" and x.attr[2])
+                   for x in ir.walk([e]))
 
     def _row_invariant_divisor(self, e) -> bool:
         return (self.row_scope is not None and e.dtype.is_floating_point and e.args[1].dtype == e.dtype
                 and self._rdep(e.args[0]) and not self._rdep(e.args[1]))
 
     def cast(self, v, src, dst, scope):
+        if v in self.vnames and (dst == torch.bool or compute_dtype(src) != compute_dtype(dst)
+                                 or (dst in LOW_PRECISION and self.options.emulate_precision_casts)):
+            raise NoVector(f"cast {src} -> {dst}")
         if dst == torch.bool:
             return self.emit(scope, dst, f"{v} != 0")
         if dst in LOW_PRECISION and self.options.emulate_precision_casts:
@@ -163,6 +190,10 @@ class CppKernelEmitter(ReductionEmitter, Names):
 
     def load(self, e, scope):
         buf, index, syms = e.attr
+        if self.vmode is not None and buf not in self.nodes:
+            hit = self._vload(e, scope)
+            if hit is not None:
+                return hit
         if buf in self.nodes:  # computed in this kernel: the scheduler checked the index matches
             return self.node_value(buf, scope)
         ind = {s: f"((int64_t){self.value(a, scope)})" for s, a in zip(syms, e.args)}
@@ -185,6 +216,8 @@ class CppKernelEmitter(ReductionEmitter, Names):
     node_value = node_value  # (scope.py: shared by both renderers)
 
     def store(self, name, v, scope):
+        if self.vmode is not None:
+            return self._vstore(name, v, scope)
         n = self.nodes[name]
         ptr = self.pointer(name, out=True)
         dt = n.layout.dtype
@@ -215,11 +248,13 @@ class CppKernelEmitter(ReductionEmitter, Names):
         return st
 
     # -- loops ---------------------------------------------------------------------------------
-    def _loops(self, positions, body_lines, pragma=None) -> list:
+    def _loops(self, positions, body_lines, pragma=None, start="0") -> list:
+        """A loop nest over ``positions``; the innermost loop from ``start`` (a V loop's scalar tail)."""
         lines = []
         for depth, i in enumerate(positions):
             r = self.index_str(self.k.ranges[i])
-            lines.append("  " * depth + f"for (int64_t v{i} = 0; v{i} < {r}; ++v{i}) {{")
+            first = start if depth == len(positions) - 1 else "0"
+            lines.append("  " * depth + f"for (int64_t v{i} = {first}; v{i} < {r}; ++v{i}) {{")
         if pragma and positions:
             lines.insert(pragma[1], "  " * pragma[1] + pragma[0])
         lines += indent(body_lines, len(positions))
@@ -252,7 +287,7 @@ class CppKernelEmitter(ReductionEmitter, Names):
         from ember.native.triton_emit import provenance
         return CppKernel("\n".join(src) + "\n", "red" if k.is_reduction else "poi", list(self.args), k.xnumel,
                          k.rnumel, provenance(k).replace("# ", "// "), size_args=list(self.size_names),
-                         checked=self.checked)
+                         checked=self.checked, vector=self.vector)
 
     def _row_body(self) -> list:
         k = self.k
@@ -327,6 +362,8 @@ def emit_kernel(k: Kernel, layouts: dict, options, sv: ir.SizeVars | None = None
 def translation_unit(kernels: list) -> str:
     """One C++ file for a graph's kernels ``[(name, CppKernel)]``: one compiler run per graph."""
     parts = ["// ember native C++ kernels: generated code, do not edit", PRELUDE]
+    if any(ck.vector for _, ck in kernels):
+        parts.append(VECTOR_PRELUDE)
     for name, ck in kernels:
         parts += [f"// {name} ({ck.kind})", ck.comment, ck.source.replace("KERNEL_NAME", name)]
     return "\n".join(parts) + "\n"

@@ -9,6 +9,7 @@ import torch
 from ember.native import ir, ops
 from ember.native.cpp_spelling import (SIMD_REDUCTION, STORAGE, CScope, combine, compute_dtype, ctype, identity, indent,
                                        linear, parallel_for)
+from ember.native.cpp_vector import VECTOR_WIDTH
 from ember.native.symbolic import is_static
 
 # rows up to this many elements keep costly values a later loop needs in a stack buffer (32 KiB of fp32)
@@ -115,6 +116,8 @@ class ReductionEmitter:
         if any(n.name in self.welford for n in reds):
             return self._welford_stage(scope, reds, stores, all_nodes, stage)
         accs = {n.name: self._init_acc(n, scope) for n in reds}
+        # explicit AVX-512 over the row's multiples of 64 (cpp_vector); the scalar loop runs the tail
+        vec = self._vector_stage(scope, reds, stores, all_nodes, stage, accs)
         inner = CScope(scope)
         rvars = list(k.reduced)
         rlin = self.index_str(linear(self.vars, k.ranges, rvars))
@@ -139,7 +142,13 @@ class ReductionEmitter:
             # and min are our NaN-propagating ones, PRELUDE's `declare reduction`)
             simd = ("#pragma omp simd " + " ".join(f"reduction({c}:{accs[n.name][0]})" for c, n in zip(clauses, reds)),
                     len(rvars) - 1)
-        scope.lines += self._loops(rvars, inner.lines, simd)
+        if vec is None:
+            scope.lines += self._loops(rvars, inner.lines, simd)
+        else:
+            self.vector = True
+            scope.lines += vec[0]
+            if vec[1] is not None:
+                scope.lines += self._loops(rvars, inner.lines, simd, start=vec[1])
         for n in reds:
             r = self._finish_acc(n, accs[n.name], scope)
             self.outer_vals[n.name] = self.cast(r, k.bodies[n.name].dtype, n.layout.dtype, scope)
@@ -190,23 +199,19 @@ class ReductionEmitter:
         k = self.k
         (r,) = k.reduced
         n_r = int(k.rnumel)
-        lanes = WELFORD_LANES
-        full = n_r // lanes * lanes
         pairs = [(n, self.nodes[self.welford[n.name]]) for n in reds if n.name in self.welford]
         names = {}
         for a, b in pairs:
-            t = ctype(compute_dtype(k.bodies[a.name].dtype))
-            w = f"wf{len(names)}"
-            names[a.name] = (w, t)
-            scope.lines.append(f"{t} {w}_m[{lanes}] = {{}}, {w}_m2[{lanes}] = {{}};")
+            names[a.name] = (f"wf{len(names)}", ctype(compute_dtype(k.bodies[a.name].dtype)))
         rvar = f"v{r}"
         mine = self.stage_sets.get(stage, ())
 
-        def body(update):
+        def body(update, vec=False):
             inner = CScope(scope)
             for e, (buf, s0) in self.row_cache.items():
                 if s0 < stage and e in mine:
-                    inner.cache[e] = self.emit(inner, compute_dtype(e.dtype), self._row_slot(buf, rvar))
+                    inner.cache[e] = (self._vemit(inner, f"e_vld(&{self._vslot(buf, rvar)})") if vec else
+                                      self.emit(inner, compute_dtype(e.dtype), self._row_slot(buf, rvar)))
             self.row_scope = scope
             for n in all_nodes:
                 if n.name in names:
@@ -216,9 +221,23 @@ class ReductionEmitter:
                     self.store(n.name, self.node_value(n.name, inner), inner)
             for e, (buf, s0) in self.row_cache.items():
                 if s0 == stage:
-                    inner.lines.append(f"{self._row_slot(buf, rvar)} = {self.value(e, inner)};")
+                    inner.lines.append(f"e_vst(&{self._vslot(buf, rvar)}, {self.value(e, inner)});" if vec else
+                                       f"{self._row_slot(buf, rvar)} = {self.value(e, inner)};")
             self.row_scope = None
             return inner.lines
+
+        def v_update(wt, x):  # V lanes (cpp_vector): the running mean and M2 in registers, four chains
+            w, _ = wt
+            return [f"V {w}_x = {x} - {w}_k;", f"V {w}_d = {w}_x - {w}_vm;",
+                    f"{w}_vm = {w}_vm + {w}_d * wrc;", f"{w}_vm2 = {w}_vm2 + {w}_d * ({w}_x - {w}_vm);"]
+
+        vlines = None
+        if all(t == "float" for _, t in names.values()) and n_r >= 2 * VECTOR_WIDTH:
+            vlines = self._vector_lines(r, lambda: body(v_update, vec=True))
+        lanes = VECTOR_WIDTH if vlines is not None else WELFORD_LANES
+        full = n_r // lanes * lanes
+        for w, t in names.values():
+            scope.lines.append(f"{t} {w}_m[{lanes}] = {{}}, {w}_m2[{lanes}] = {{}};")
 
         def lane_update(wt, x):
             w, t = wt
@@ -242,13 +261,23 @@ class ReductionEmitter:
             scope.lines.append(f"{t} {w}_k;")
         scope.lines += ["{"] + indent(first.lines) + ["}"]
         t0 = names[pairs[0][0].name][1]
-        scope.lines.append(f"for (int64_t vb = 0; vb < {full}; vb += {lanes}) {{")
-        scope.lines.append(f"  const {t0} wrc = {t0}(1) / {t0}(vb / {lanes} + 1);")
-        scope.lines.append("  #pragma omp simd")
-        scope.lines.append(f"  for (int64_t vl = 0; vl < {lanes}; ++vl) {{")
-        scope.lines.append(f"    const int64_t {rvar} = vb + vl;")
-        scope.lines += indent(body(lane_update), 2)
-        scope.lines += ["  }", "}"]
+        if vlines is not None:
+            self.vector = True
+            scope.lines.append("{")
+            scope.lines += [f"  V {w}_vm(0.0f), {w}_vm2(0.0f);" for w, _ in names.values()]
+            scope.lines.append(f"  for (int64_t {rvar} = 0; {rvar} < {full}; {rvar} += {lanes}) {{")
+            scope.lines.append(f"    const float wrc = 1.0f / float({rvar} / {lanes} + 1);")
+            scope.lines += indent(vlines, 2) + ["  }"]
+            scope.lines += [f"  e_vst({w}_m, {w}_vm); e_vst({w}_m2, {w}_vm2);" for w, _ in names.values()]
+            scope.lines.append("}")
+        else:
+            scope.lines.append(f"for (int64_t vb = 0; vb < {full}; vb += {lanes}) {{")
+            scope.lines.append(f"  const {t0} wrc = {t0}(1) / {t0}(vb / {lanes} + 1);")
+            scope.lines.append("  #pragma omp simd")
+            scope.lines.append(f"  for (int64_t vl = 0; vl < {lanes}; ++vl) {{")
+            scope.lines.append(f"    const int64_t {rvar} = vb + vl;")
+            scope.lines += indent(body(lane_update), 2)
+            scope.lines += ["  }", "}"]
         for w, t in names.values():
             scope.lines.append(f"{t} {w}_mean, {w}_M2;")
             scope.lines.append(f"e_welford_lanes<{t}, {lanes}>({w}_m, {w}_m2, {full // lanes}, {w}_mean, {w}_M2);")

@@ -50,6 +50,9 @@ class NativeOptions(BackendOptions):
     cpu_codegen: str = option("cpp", "CPU tensors: 'cpp' generates fused C++ kernels (cpp_emit.py; without a working "
                                      "compiler the ATen graph, logged once), 'aten' runs the ATen graph as it is "
                                      "(compile_aten_graph fills it from ember.config.native_cpu)")
+    cpu_simd: str = option("auto", "C++ kernels: 'auto' writes fp32 row loops as explicit AVX-512 code where the CPU "
+                                   "has avx512f (cpp_vector.py), 'portable' keeps scalar C++ only (compile_aten_graph "
+                                   "fills it from ember.config.native_cpu_simd)")
     emulate_precision_casts: bool = option(False, "round fp16/bf16 casts inside fused kernels as eager rounds "
                                                   "each op (compile_aten_graph fills it from ember.config)")
 
@@ -70,14 +73,19 @@ def resolve(options=None) -> NativeOptions:
     given = dict(options or {})
     given.setdefault("emulate_precision_casts", config.emulate_precision_casts)
     given.setdefault("cpu_codegen", config.native_cpu)
+    given.setdefault("cpu_simd", config.native_cpu_simd)
     opts = NativeOptions.from_dict(given)
     if opts.cpu_codegen not in CPU_CODEGENS:
         raise ValueError(f"native option cpu_codegen={opts.cpu_codegen!r}: use one of {', '.join(CPU_CODEGENS)} "
                          "(or EMBER_NATIVE_CPU / ember.config.native_cpu)")
+    if opts.cpu_simd not in CPU_SIMD:
+        raise ValueError(f"native option cpu_simd={opts.cpu_simd!r}: use one of {', '.join(CPU_SIMD)} "
+                         "(or EMBER_NATIVE_CPU_SIMD / ember.config.native_cpu_simd)")
     return opts
 
 
 CPU_CODEGENS = ("aten", "cpp")
+CPU_SIMD = ("auto", "portable")
 
 
 # the defaults as a dict, for code written against the old DEFAULT_OPTIONS dict (read-only use)
