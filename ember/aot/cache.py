@@ -340,12 +340,12 @@ def rebuild_nodes(data: dict) -> fx.Graph:
 
 
 class LoadedGraphModule(_LazyGraphModule):
-    """A graph module rebuilt from a cache entry. Its Python code is generated (and checked against
-    the stored text) but compiled only when ``forward`` first runs: a warm start whose compiled
-    graphs come from the native cache never runs it (it is the fallback), and compiling GPT-2's
-    forward and backward graphs took ~0.1 s of its first call. ``code`` answers the checked text
-    until then (the native and aot caches hash it); ``recompile()`` (a pass changed the graph)
-    forgets it."""
+    """A graph module rebuilt from a cache entry, whose Python code is compiled only when it runs: a
+    warm start whose compiled graphs come from the native cache never runs it (it is the fallback),
+    and compiling GPT-2's forward and backward code took ~0.1-0.2 s of its first call. The code is
+    generated at once and must be the stored text (``make_loaded``: else the entry is stale and is
+    traced again); until the graph runs, ``code`` answers that checked text, which is what the
+    caches downstream hash. ``recompile()`` (a pass changed the graph) forgets it."""
 
     _ember_code = None
 
@@ -363,9 +363,9 @@ class LoadedGraphModule(_LazyGraphModule):
 
 def make_loaded(root, graph: fx.Graph, code: str, class_name: str = "GraphModule") -> fx.GraphModule:
     """A ``LoadedGraphModule`` of ``graph``, whose code must be ``code`` (else ValueError: a stale entry)."""
-    gm = LoadedGraphModule(root, graph, class_name=class_name)
     if graph.python_code(root_module="self").src != code:
         raise ValueError("the rebuilt graph's code differs from the stored one")
+    gm = LoadedGraphModule(root, graph, class_name=class_name)
     type(gm)._ember_code = code
     return gm
 

@@ -466,7 +466,7 @@ def rebuild_graph(data: dict) -> fx.GraphModule:
         if "." in target:
             raise Doubt("a dotted graph attribute")
         holder.register_buffer(target, value) if isinstance(value, torch.Tensor) else setattr(holder, target, value)
-    try:
+    try:  # (its code is checked now, compiled when a call runs it: aot.cache.LoadedGraphModule)
         return make_loaded(holder, g, data["code"], class_name=data["class_name"])
     except ValueError as e:
         raise Doubt(str(e)) from None
