@@ -62,6 +62,10 @@ def holds_at_one(gm: fx.GraphModule, env, oblivious: set) -> str | None:
             for g, w in zip(got, want):
                 check(node, g, w)
 
+    for node in gm.graph.nodes:  # these would change the process's autocast state for real
+        if node.op == "call_function" and getattr(node.target, "__name__", "") in _GLOBAL_STATE_NODES:
+            return f"{node.format_node()}: not propagated again (it changes global state)"
+    grad = torch.is_grad_enabled()  # (a _set_grad_enabled node switches it for real)
     try:
         for node in gm.graph.nodes:
             if node.op == "placeholder":
@@ -86,4 +90,9 @@ def holds_at_one(gm: fx.GraphModule, env, oblivious: set) -> str | None:
         return str(exc)
     except Exception as exc:  # noqa: BLE001 - any failure at 1 means: do not serve 1
         return f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        torch._C._set_grad_enabled(grad)
     return None
+
+
+_GLOBAL_STATE_NODES = frozenset({"_enter_autocast", "_exit_autocast"})

@@ -147,3 +147,19 @@ def test_training_from_batch_one_matches_eager():
         for p, g in zip(m.parameters(), grads):
             torch.testing.assert_close(p.grad, g)
     assert _compiles(twin) == 2
+
+
+def test_grad_mode_and_autocast_in_the_graph_leave_global_state_alone():
+    def f(x):
+        with torch.no_grad():
+            y = x * 2
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            z = y @ y.t()
+        return y + 1, z
+
+    c = ember.compile(f, backend="aot_eager")
+    for b, s in [(1, 4), (2, 6), (1, 8), (3, 10)]:
+        x = torch.randn(b, s)
+        for got, want in zip(c(x), f(x)):
+            torch.testing.assert_close(got, want)
+        assert torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")
