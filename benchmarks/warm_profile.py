@@ -11,7 +11,8 @@ one finds them warm and profiles its first call (imports excluded, as in compile
 
 * ``first``: wrapping the model and the first result (compile_time.py's warm ``compile_s``);
 * ``steady``: the same step once more (what running costs), and ``eager``: the uncompiled step, so
-  ``first - steady`` is what loading costs; on CUDA the eager step also pays the CUDA/cuBLAS warm-up;
+  ``first - steady`` is what loading costs; a third process times eager's own first step, which
+  pays CUDA's context, cuBLAS and the first kernels' loading too (the part of ``first`` not ours);
 * spans: cumulative seconds of the named phases (frontend cache, aot cache, native kernels...) from
   cProfile, then the most expensive ember functions (cumulative and own time).
 
@@ -46,13 +47,19 @@ SPANS = (
     ("native: compile_aten_graph", "ember/native/backend.py", "compile_aten_graph"),
     ("native: load kernels", "ember/native/cache.py", "load_module"),
     ("native: plan (should be 0)", "ember/native/backend.py", "plan"),
+    ("native: precompile launches", "ember/native/runtime.py", "precompile"),
+    ("native: cuda prewarm join", "ember/native/runtime.py", "prewarm_cuda"),
+    ("triton: compile (disk cache hits)", "triton/compiler/compiler.py", "compile"),
+    ("triton: launcher", "triton/backends/nvidia/driver.py", "__init__"),
+    ("cuda: lazy init", "torch/cuda/__init__.py", "_lazy_init"),
     ("make_fx (should be 0)", "torch/fx/experimental/proxy_tensor.py", "wrapped"),
     ("torch.autograd.backward", "torch/autograd/__init__.py", "backward"),
     ("optimizer step", "torch/optim/optimizer.py", "wrapper"),
 )
 
 
-def child(row: str, dev: str, quick: bool, shape, profile: bool, top: int, callers: str | None = None) -> dict:
+def child(row: str, dev: str, quick: bool, shape, profile: bool, top: int, callers: str | None = None,
+          eager_only: bool = False) -> dict:
     import importlib
     from compile_time import COMPILER_MODULES, SHARED, compiler_fn, make
     for m in (*SHARED, "transformers", *COMPILER_MODULES["ember"]):
@@ -73,6 +80,16 @@ def child(row: str, dev: str, quick: bool, shape, profile: bool, top: int, calle
     build, inputs = make(row, dev, quick)
     if shape is not None:  # fewer tokens: the same model, less running
         inputs = (torch.randint(0, 100, shape, device=dev),)
+    if eager_only:  # a fresh process's first eager step: what eager pays too (CUDA/cuBLAS init, first kernels)
+        step = build(lambda f: f)
+        t0 = time.perf_counter()
+        step(*inputs)
+        sync()
+        first = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        step(*inputs)
+        sync()
+        return dict(row=row, eager_first_s=round(first, 4), eager_steady_s=round(time.perf_counter() - t1, 4))
     prof = None
     if profile:
         import cProfile
@@ -145,10 +162,11 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--eager-only", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     shape = tuple(int(x) for x in a.shape.split(",")) if a.shape else None
     if a.child:
-        print("RESULT " + json.dumps(child(a.child, a.device, a.quick, shape, a.profile, a.top, a.callers)), flush=True)
+        print("RESULT " + json.dumps(child(a.child, a.device, a.quick, shape, a.profile, a.top, a.callers, a.eager_only)), flush=True)
         return 0
     from gpu_suite import child_env
     tmp = tempfile.mkdtemp(prefix="warm_profile_")
@@ -163,8 +181,9 @@ def main(argv=None) -> int:
             cmd += (["--quick"] if a.quick else []) + (["--shape", a.shape] if a.shape else [])
             cmd += ["--callers", a.callers] if a.callers else []
             phases = ["warm"] if os.path.isdir(os.path.join(base, "ember")) else ["cold", "warm"]
-            for phase in phases:
+            for phase in ["eager", *phases]:
                 extra = ["--profile"] if phase == "warm" and not a.no_profile else []
+                extra += ["--eager-only"] if phase == "eager" else []
                 r = subprocess.run(cmd + extra, env=env_row, cwd=ROOT, capture_output=True, text=True, timeout=a.timeout)
                 line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
                 if line is None:
@@ -177,6 +196,10 @@ def main(argv=None) -> int:
 
 
 def _print(phase: str, rec: dict) -> None:
+    if phase == "eager":
+        print(f"{rec['row']} eager in a fresh process: first step {rec['eager_first_s']:.3f} s, then "
+              f"{rec['eager_steady_s']:.3f} s (first - then: what eager pays at start, CUDA/cuBLAS init included)")
+        return
     print(f"{rec['row']} {phase}: first {rec['first_s']:.3f} s, steady {rec['steady_s']:.3f} s, eager "
           f"{rec['eager_s']:.3f} s, frames traced {rec['frames_traced']}, loaded {rec['frames_loaded']}")
     if rec.get("imported_in_first_call"):
