@@ -116,13 +116,19 @@ def test_broadcast_only_at_one_is_never_reused_wrongly():
         _run(g, f, torch.randn(bx, s), torch.randn(by, s))
 
 
-def test_native_kernels_serve_size_one_without_rebuilding(native_cache):
+@pytest.mark.parametrize("renderer", ["cpp", "triton"])
+def test_native_kernels_serve_size_one_without_rebuilding(native_cache, monkeypatch, renderer):
+    # sizes are kernel arguments: C++ kernels, and Triton's (in the interpreter here), built once
+    pytest.importorskip("triton")
     from ember.native.backend import COUNTERS
 
+    monkeypatch.setattr(config, "native_force_triton", renderer == "triton")
     f = lambda x: torch.softmax(x * 2, -1) + x.mean(0)  # noqa: E731
     c = ember.compile(f, backend="ember")
     _run(c, f, torch.randn(1, 4))
+    start = dict(COUNTERS)
     _run(c, f, torch.randn(2, 6))
+    assert COUNTERS["graphs"] == start["graphs"] + 1  # the dynamic graph, generated (fresh cache)
     before = dict(COUNTERS)
     for b, s in [(1, 8), (3, 10), (1, 12), (5, 3)]:
         _run(c, f, torch.randn(b, s))
