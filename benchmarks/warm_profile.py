@@ -134,19 +134,16 @@ def _report(prof, top: int):
     st = pstats.Stats(prof).stats  # (file, line, fn) -> (cc, nc, tt, ct, callers)
     spans = {}
     for label, suffix, name in SPANS:
-        ct = sum(v[3] for (f, _, fn), v in st.items() if f.endswith(suffix) and fn == name and
-                 not _recursive_copy(st, (f, _, fn)))
+        ct = sum(v[3] for (f, _, fn), v in st.items() if f.endswith(suffix) and fn == name)
         if ct:
             spans[label] = round(ct, 4)
     ours = [(k, v) for k, v in st.items() if "/ember/" in k[0]]
-    short = lambda k: f"{k[0].split('/ember/')[-1] if '/ember/' in k[0] else k[0].split('site-packages/')[-1]}:{k[1]}:{k[2]}"  # noqa: E731
+    def short(k):
+        where = k[0].split("/ember/")[-1] if "/ember/" in k[0] else k[0].split("site-packages/")[-1]
+        return f"{where}:{k[1]}:{k[2]}"
     top_cum = [(short(k), round(v[3], 4), v[1]) for k, v in sorted(ours, key=lambda kv: -kv[1][3])[:top]]
     top_own = [(short(k), round(v[2], 4), v[1]) for k, v in sorted(st.items(), key=lambda kv: -kv[1][2])[:top]]
     return spans, top_cum, top_own
-
-
-def _recursive_copy(st, key) -> bool:
-    return False  # cProfile's cumulative time already counts a recursive function once
 
 
 def main(argv=None) -> int:
@@ -166,7 +163,8 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     shape = tuple(int(x) for x in a.shape.split(",")) if a.shape else None
     if a.child:
-        print("RESULT " + json.dumps(child(a.child, a.device, a.quick, shape, a.profile, a.top, a.callers, a.eager_only)), flush=True)
+        rec = child(a.child, a.device, a.quick, shape, a.profile, a.top, a.callers, a.eager_only)
+        print("RESULT " + json.dumps(rec), flush=True)
         return 0
     from gpu_suite import child_env
     tmp = tempfile.mkdtemp(prefix="warm_profile_")
@@ -176,7 +174,8 @@ def main(argv=None) -> int:
     try:
         for row in a.workloads.split(","):
             base = os.path.join(a.cache_dir or tmp, row)
-            env_row = dict(env, EMBER_CACHE_DIR=os.path.join(base, "ember"), TRITON_CACHE_DIR=os.path.join(base, "triton"))
+            env_row = dict(env, EMBER_CACHE_DIR=os.path.join(base, "ember"),
+                           TRITON_CACHE_DIR=os.path.join(base, "triton"))
             cmd = [sys.executable, os.path.abspath(__file__), "--child", row, "--device", a.device, "--top", str(a.top)]
             cmd += (["--quick"] if a.quick else []) + (["--shape", a.shape] if a.shape else [])
             cmd += ["--callers", a.callers] if a.callers else []
@@ -184,7 +183,8 @@ def main(argv=None) -> int:
             for phase in ["eager", *phases]:
                 extra = ["--profile"] if phase == "warm" and not a.no_profile else []
                 extra += ["--eager-only"] if phase == "eager" else []
-                r = subprocess.run(cmd + extra, env=env_row, cwd=ROOT, capture_output=True, text=True, timeout=a.timeout)
+                r = subprocess.run(cmd + extra, env=env_row, cwd=ROOT, capture_output=True, text=True,
+                                   timeout=a.timeout)
                 line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
                 if line is None:
                     print(f"{row} {phase}: failed\n{r.stderr[-3000:]}")

@@ -271,7 +271,8 @@ def compile_cached(source: bytes, filename: str, code_path: str | None, root: st
     if code_path is None or root is None:
         return compile(source, filename, "exec", dont_inherit=True)
     key = sha256(source + b"\0" + filename.encode() + b"\0" + (sys.implementation.cache_tag or "").encode())
-    payload = read_entry(code_path, _CODE_KIND, key) if secure_dir(os.path.dirname(code_path), root, create=False) else None
+    trusted = secure_dir(os.path.dirname(code_path), root, create=False)
+    payload = read_entry(code_path, _CODE_KIND, key) if trusted else None
     if payload is not None:
         try:
             return marshal.loads(payload)
