@@ -56,6 +56,7 @@ def _check_nonempty(value: str) -> str | None:
 class Config:
     recompile_limit: int = field(default=8, metadata={"doc": "cache entries per compiled function before further misses run eagerly", "min": 1})
     automatic_dynamic: bool = field(default=True, metadata={"doc": "with dynamic=None, a dimension (or int argument) whose value changed between calls becomes symbolic at the recompile (False: one compile per size, as dynamic=False; torch._dynamo.config.automatic_dynamic_shapes)"})
+    size_oblivious_ones: bool = field(default=True, metadata={"doc": "a dimension that had size 1 at an earlier compile and becomes symbolic is traced size-obliviously (range [1, inf), torch's backed_size_oblivious), so the dynamic graph also serves size 1 where the program does not depend on it being 1: a batch sweep from 1 recompiles once, not twice (False: sizes 0 and 1 always specialize)"})
     inline_depth_limit: int = field(default=48, metadata={"doc": "deepest chain of inlined user calls before tracing gives up", "min": 1})
     instruction_limit: int = field(default=2_000_000, metadata={"doc": "bytecode instructions one trace may interpret (guards against endless loops)", "min": 1})
     logs: str = field(default="", metadata={"doc": "comma list of log artifacts: graph_breaks, recompiles, guards, graph_code, output_code, aot_graphs, openvino, bytecode (or all)", "check": _check_logs})

@@ -42,6 +42,7 @@ import pickle
 
 import torch
 import torch.fx as fx
+from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from ember import diskcache
 from ember.config import config
@@ -338,14 +339,43 @@ def rebuild_nodes(data: dict) -> fx.Graph:
     return g
 
 
+class LoadedGraphModule(_LazyGraphModule):
+    """A graph module rebuilt from a cache entry, whose Python code is compiled only when it runs: a
+    warm start whose compiled graphs come from the native cache never runs it (it is the fallback),
+    and compiling GPT-2's forward and backward code took ~0.1-0.2 s of its first call. The code is
+    generated at once and must be the stored text (``make_loaded``: else the entry is stale and is
+    traced again); until the graph runs, ``code`` answers that checked text, which is what the
+    caches downstream hash. ``recompile()`` (a pass changed the graph) forgets it."""
+
+    _ember_code = None
+
+    @classmethod
+    def recompile(cls) -> None:  # (fx makes one class per instance: these are per graph module)
+        cls._ember_code = None
+        cls.forward = cls._lazy_forward
+
+    @property
+    def code(self) -> str:
+        if type(self)._ember_code is not None and self._needs_recompile():
+            return type(self)._ember_code
+        return super().code
+
+
+def make_loaded(root, graph: fx.Graph, code: str, class_name: str = "GraphModule") -> fx.GraphModule:
+    """A ``LoadedGraphModule`` of ``graph``, whose code must be ``code`` (else ValueError: a stale entry)."""
+    if graph.python_code(root_module="self").src != code:
+        raise ValueError("the rebuilt graph's code differs from the stored one")
+    gm = LoadedGraphModule(root, graph, class_name=class_name)
+    type(gm)._ember_code = code
+    return gm
+
+
 def rebuild_graph(data: dict) -> fx.GraphModule:
     g = rebuild_nodes(data)
-    gm = fx.GraphModule(data["attrs"], g)  # (a dict root: dotted targets get their submodules)
+    gm = make_loaded(data["attrs"], g, data["code"])  # (a dict root: dotted targets get their submodules)
     gm.meta.update(data["meta"])
     if data["name"] is not None:
         gm._ember_name = data["name"]
-    if gm.code != data["code"]:
-        raise ValueError("the rebuilt graph's code differs from the stored one")
     return gm
 
 

@@ -154,6 +154,7 @@ def _prewarm():
     trace (``runtime.prewarm_triton``; the build workers start at the first graph generated)."""
     if torch.cuda.is_available():
         from ember.native import runtime
+        runtime.prewarm_cuda()
         runtime.prewarm_triton(runtime.compile_threads())
 
 

@@ -159,6 +159,12 @@ def _compile(root: RootSpec, args: tuple, kwargs: dict, backend: Callable, guard
     fn_globals = info.fn.__globals__ if info is not None else getattr(root.fn, "__globals__", {})
     output = OutputGraph(root_globals=fn_globals, shapes=shapes)
     output.structural_roots = frozenset(LocalSource(name) for name in structural)
+    with output.scope:  # switches tracing enters (size-oblivious symbols) stay on through the backend
+        return _trace(root, output, info, args, kwargs, backend, guard_filter_fn, plan, t0)
+
+
+def _trace(root: RootSpec, output: OutputGraph, info, args: tuple, kwargs: dict, backend: Callable,
+           guard_filter_fn, plan, t0: float) -> CacheEntry:
     tracer = Tracer(output)
     if plan is not None:
         tracer.break_at = plan[0]
@@ -254,6 +260,11 @@ def _finish(root, output: OutputGraph, result, backend, t0, self_name, guard_fil
         example_inputs = [real for _, real, _ in output.inputs]
         if config.frontend_cache:  # the graph as the backend gets it (a backend may rewrite it in place)
             persist_graph = _persist_graph(gm)
+        if output.oblivious_symbols:  # before the backend: it reads the symbols' ranges
+            why = output.check_size_one(gm)
+            if why is not None:
+                elog.artifact("recompiles", f"graph {entry_id} of {root.name} does not hold at size 1 of its "
+                              f"dimensions that were 1 before; they keep the guard >= 2 ({why})")
         try:
             compiled = backend(gm, example_inputs)
         except Exception as exc:  # not BaseException: KeyboardInterrupt and SystemExit go through untouched

@@ -11,6 +11,14 @@ torch.compile's policy, reproduced:
 * ``ember.mark_dynamic(t, dim, min=, max=)`` / ``maybe_mark_dynamic`` / ``mark_static`` mark one tensor's
   dimensions, whatever the policy. Parameters and module buffers always stay static.
 * Sizes 0 and 1 stay specialized (the ShapeEnv does that), so broadcasting stays decidable.
+  One exception, so that a batch sweep starting at 1 costs one recompile, not two: a dimension that
+  had size 1 at an earlier compile and now becomes a symbol is traced *size-obliviously* (torch's
+  ``backed_size_oblivious``): its symbol's range is ``[1, inf)``, and the library code that asks "is
+  this size 1?" through ``guard_or_false`` takes the general branch without a guard (torch writes
+  those sites so that the general branch is right for 1 too, or checks with ``torch._check``, which
+  *is* a guard). A program that branches on the size being 1 itself (``if x.size(0) == 1``, a
+  broadcast that only works at 1) still records ``Ne(s0, 1)`` or ``Eq(s0, s1)``, and the guard
+  rejects size 1 there: never a wrong result, at worst the old extra compile.
 
 The symbols live in a ``ShapeEnv`` shared by the frame's ``FakeTensorMode``. Tracing records what the
 program assumed of them (``s0 >= 2``, ``s0 == s1``, ``s1 % 8 == 0``); ``ShapeGuardPlan`` renders those
@@ -27,6 +35,7 @@ import sympy
 import torch
 from torch._guards import GuardSource
 from torch._guards import Source as _TorchSource
+from torch.fx.experimental import _config as _fx_config
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 from torch.utils._sympy.printers import PythonPrinter
 
@@ -94,6 +103,7 @@ class FrameShapeState:
         self.dynamic = dynamic
         self.sizes: dict[str, tuple] = {}   # source name -> sizes, None = changed before
         self.ints: dict[str, Any] = {}      # source name -> value, None = changed before
+        self.ones: dict[str, set] = {}      # source name -> dimensions that had size 1 at a compile
 
     def tensor_dims(self, name: str, value: torch.Tensor, static_source: bool) -> dict[int, tuple | None]:
         """{dim: (min, max) or None} of the dimensions to trace as symbols; records the sizes."""
@@ -109,6 +119,8 @@ class FrameShapeState:
         else:
             merged = shape
         self.sizes[name] = merged
+        ones = self.ones.setdefault(name, set())
+        ones.update(d for d, s in enumerate(shape) if s == 1)
         if not static_source:
             if self.dynamic is True:
                 dims.update({d: None for d in range(len(shape)) if d not in dims})
@@ -119,6 +131,16 @@ class FrameShapeState:
                 raise ValueError(f"dimension {d} of {name} is marked both dynamic and static")
             dims.pop(d, None)
         return dims
+
+    def oblivious_dims(self, name: str, value: torch.Tensor, dims: dict) -> set[int]:
+        """Of the symbolic ``dims`` (from ``tensor_dims``), those to trace size-obliviously: size 1 at an
+        earlier compile, 2 or more now, and not given bounds by ``mark_dynamic`` (whose ranges keep
+        their documented meaning). Empty when ``config.size_oblivious_ones`` is off."""
+        if not config.size_oblivious_ones:
+            return set()
+        ones = self.ones.get(name, ())
+        marked = getattr(value, _DYN_ATTR, {})
+        return {d for d in dims if d in ones and d not in marked and value.shape[d] >= 2}
 
     def scalar_changed(self, name: str, value) -> bool:
         """Has this Python number (read by a loop body that runs as compiled segments) had another
@@ -183,6 +205,13 @@ class _DimSource(_TorchSource):
 def new_shape_env() -> ShapeEnv:
     # no unbacked symbols: data-dependent ops (nonzero, item) stay graph breaks, as with static shapes
     return ShapeEnv(allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False)
+
+
+def size_oblivious():
+    """torch's switch for size-oblivious tracing of backed symbols (read by ``create_symbol`` and by
+    ``guard_or_false``/``guard_or_true``); a global, so it is on only while one frame is traced and
+    compiled (``OutputGraph.scope``)."""
+    return _fx_config.patch(backed_size_oblivious=True)
 
 
 def symbolic_context(ndim: int, dims: dict) -> StatelessSymbolicContext:

@@ -24,9 +24,10 @@ from torch.utils._sympy.numbers import int_oo
 
 from ember.frontend.dynamic import (
     Binding, ConstraintViolation, FrameShapeState, ShapeGuardPlan, dim_source, free_symbols, is_static_source,
-    is_symbolic, new_shape_env, symbolic_context,
+    is_symbolic, new_shape_env, size_oblivious, symbolic_context,
 )
 from ember.frontend.errors import Unsupported
+from ember.frontend.size_one import holds_at_one
 from ember.frontend.guards import GuardKind, GuardSet, TensorMeta, global_state
 from ember.frontend.side_effects import SideEffects
 from ember.frontend.sources import ConstSource, Source
@@ -76,6 +77,11 @@ class OutputGraph:
         self._sym_ties: list = []
         self._sym_bounds: dict = {}  # symbol -> (min, max) from mark_dynamic
         self._marked: list = []      # (source name, dim, symbol expr, bounds): checked after tracing
+        # held for the whole trace and backend compile (convert._compile): the size-oblivious switch,
+        # entered at the first dimension traced size-obliviously (dynamic.FrameShapeState.oblivious_dims)
+        self.scope = contextlib.ExitStack()
+        self._oblivious = False
+        self.oblivious_symbols: set = set()
         self.guards = GuardSet()
         self.guards.add(None, GuardKind.GLOBAL_STATE, global_state())
         # graph inputs, in placeholder order: (source, real value, placeholder node)
@@ -133,9 +139,16 @@ class OutputGraph:
                 self.guards.add(source, GuardKind.ALIAS, None, other=existing.source)
             return existing
         dims = self.shapes.tensor_dims(source.name(), value, is_static_source(source, value))
+        oblivious = self.shapes.oblivious_dims(source.name(), value, dims) if dims else set()
+        if oblivious:
+            # the other symbolic dimensions of this tensor keep the usual rule: 0 and 1 specialize
+            dims = {d: b for d, b in dims.items() if d in oblivious or value.shape[d] >= 2}
         if dims:
-            fake = self.fake_mode.from_tensor(value, symbolic_context=symbolic_context(value.dim(), dims),
-                                              source=dim_source(source.name()))
+            with size_oblivious() if oblivious else contextlib.nullcontext():
+                fake = self.fake_mode.from_tensor(value, symbolic_context=symbolic_context(value.dim(), dims),
+                                                  source=dim_source(source.name()))
+            if oblivious:
+                self._oblivious_ranges(fake, dims, oblivious)
             meta = self._bind_sizes(source, value, fake, dims)
         else:
             fake = self.fake_mode.from_tensor(value, static_shapes=True)
@@ -161,6 +174,34 @@ class OutputGraph:
         node.meta["example_value"] = sym
         self.inputs.append((source, value, node))
         return SymIntVariable(node, sym, source=source)
+
+    def _oblivious_ranges(self, fake, dims: dict, oblivious: set) -> None:
+        """A size-oblivious tensor's symbols start at [0, inf): its oblivious dimensions get [1, inf)
+        (size 0 still recompiles), the others [2, inf) as usual. From here to the end of the compile
+        torch's guard_or_false sites take their general branch for every symbol (``scope``)."""
+        for d in dims:
+            size = fake.shape[d]
+            if is_symbolic(size) and isinstance(size.node.expr, sympy.Symbol):
+                self.shape_env.constrain_symbol_range(size.node.expr, 1 if d in oblivious else 2, int_oo)
+                if d in oblivious:
+                    self.oblivious_symbols.add(size.node.expr)
+        if not self._oblivious:
+            self._oblivious = True
+            self.scope.enter_context(size_oblivious())
+
+    def check_size_one(self, gm: fx.GraphModule) -> str | None:
+        """Before the backend compiles ``gm``: if the graph does not hold at size 1 of its oblivious
+        symbols (size_one.py), their ranges start at 2 again, so the guard rejects 1. Returns why."""
+        env = self.shape_env
+        live = {env.replace(s) for s in self.oblivious_symbols}
+        live = {s for s in live if isinstance(s, sympy.Symbol) and env.var_to_range[s].lower < 2}
+        if not live:
+            return None
+        why = holds_at_one(gm, env, live)
+        if why is not None:
+            for s in live:
+                env.constrain_symbol_range(s, 2, int_oo)
+        return why
 
     def _bind_sizes(self, source: Source, value: torch.Tensor, fake, dims: dict) -> TensorMeta:
         """Record where each new symbol is read from; static positions stay in the tensor guard."""

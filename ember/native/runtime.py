@@ -204,6 +204,30 @@ def prewarm_triton(pool_workers: int = 0) -> None:
     _PREWARM.start()
 
 
+_CUDA_PREWARM = None  # the thread creating the CUDA context and a cuBLAS handle, once started
+
+
+def prewarm_cuda() -> None:
+    """Start, once per process, what the first matmul of a process waits for: the CUDA context and
+    cuBLAS (loading the library and creating a handle, 0.1-0.5 s), in a daemon thread, so that a warm
+    start pays it while it loads its caches instead of at its first kernel. (A process that ran
+    eagerly before compiling has them already; this then costs nothing.)"""
+    global _CUDA_PREWARM
+    if _CUDA_PREWARM is not None:
+        return
+    import threading
+
+    def work():
+        import torch
+        try:
+            torch.cuda.init()
+            torch.cuda.current_blas_handle()  # (per thread, but the library loads once per process)
+        except Exception:  # noqa: BLE001 - the first real call meets the same error and reports it
+            pass
+    _CUDA_PREWARM = threading.Thread(target=work, name="ember-cuda-prewarm", daemon=True)
+    _CUDA_PREWARM.start()
+
+
 def want_builds() -> None:
     """A graph is about to be generated (a native-cache miss): start the build workers that
     ``prewarm_triton`` asked for (they import Triton while this process lowers and emits the graph)."""
