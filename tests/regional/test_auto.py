@@ -57,8 +57,10 @@ def test_the_regional_option_false_opts_out(monkeypatch):
     assert _splits(regional.AUTO_MIN_CALLS, BLOCK_PARAMS, monkeypatch, options={"regional": False}) == 0
 
 
-def test_default_threshold_leaves_small_models_whole():
-    assert ember.config.regional_auto_block_params > 10 * BLOCK_PARAMS
+def test_the_automatic_choice_is_off_by_default(monkeypatch):
+    # (measured: the 1B Llama's training step ran 1.20x slower regional on the H100, see config's doc)
+    assert ember.config.regional_auto_block_params == 0
+    assert _splits(regional.AUTO_MIN_CALLS, ember.config.regional_auto_block_params, monkeypatch) == 0
 
 
 def test_hf_llama_compiles_one_layer_and_matches_eager(monkeypatch):
