@@ -208,20 +208,28 @@ _CUDA_PREWARM = None  # the thread creating the CUDA context and a cuBLAS handle
 
 
 def prewarm_cuda() -> None:
-    """Start, once per process, what the first matmul of a process waits for: the CUDA context and
-    cuBLAS (loading the library and creating a handle, 0.1-0.5 s), in a daemon thread, so that a warm
-    start pays it while it loads its caches instead of at its first kernel. (A process that ran
-    eagerly before compiling has them already; this then costs nothing.)"""
+    """Start, once per process, what the first matmul of a process waits for: loading cuBLAS (its
+    library and kernels, 0.1-0.5 s, shared by every thread's handle), in a daemon thread, so that a
+    warm start pays it while it loads its caches instead of at its first kernel. Only where the
+    caller's thread has CUDA initialized already (a model on the GPU): the thread then works on the
+    caller's current device. A thread of its own would otherwise make a context on device 0, memory
+    taken from another process's GPU under one-GPU-per-rank training, and torch warns when a thread
+    without a current context asks for a handle. (A process that ran eagerly before compiling has
+    cuBLAS loaded already; this then costs nothing.)"""
     global _CUDA_PREWARM
     if _CUDA_PREWARM is not None:
         return
     import threading
 
+    import torch
+    if not torch.cuda.is_initialized():
+        return
+    device = torch.cuda.current_device()
+
     def work():
-        import torch
         try:
-            torch.cuda.init()
-            torch.cuda.current_blas_handle()  # (per thread, but the library loads once per process)
+            torch.cuda.set_device(device)  # (the caller's device, current in this thread: no new context)
+            torch.cuda.current_blas_handle()
         except Exception:  # noqa: BLE001 - the first real call meets the same error and reports it
             pass
     _CUDA_PREWARM = threading.Thread(target=work, name="ember-cuda-prewarm", daemon=True)

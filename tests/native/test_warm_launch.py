@@ -125,3 +125,13 @@ def test_a_warm_process_runs_no_triton_jit(tmp_path):
     cold, warm = run(), run()
     assert cold["first"] >= 1 and cold["adopted"] == 0  # the first process compiled through the JIT...
     assert warm["adopted"] >= 1 and warm["jit"] == 0 and warm["first"] == 0  # ...the second loaded its binaries
+
+
+def test_cuda_prewarm_starts_only_where_the_caller_has_cuda(monkeypatch):
+    """A prewarm thread of its own would make a CUDA context on device 0 (another rank's GPU under
+    one-GPU-per-process training): without CUDA initialized in the caller, nothing starts."""
+    from ember.native import runtime
+    monkeypatch.setattr(runtime, "_CUDA_PREWARM", None)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    runtime.prewarm_cuda()
+    assert runtime._CUDA_PREWARM is None
