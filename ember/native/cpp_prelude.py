@@ -2,6 +2,23 @@
 
 # Helpers the registry's "cpp" spellings call where C's semantics differ from eager's. No
 # -ffast-math anywhere: NaN and Inf must behave as in eager (max/min propagate NaN, isnan works).
+# erf's rational function in x^2 (the one Eigen and XLA use; highest power first): one table for the
+# scalar e_erf below and the AVX-512 e_verf16 (cpp_vector.py)
+ERF_P = ("-2.72614225801306e-10f", "2.77068142495902e-08f", "-2.10102402082508e-06f", "-5.69250639462346e-05f",
+         "-7.34990630326855e-04f", "-2.95459980854025e-03f", "-1.60960333262415e-02f")
+ERF_Q = ("-1.45660718464996e-05f", "-2.13374055278905e-04f", "-1.68282697438203e-03f", "-7.37332916720468e-03f",
+         "-1.42647390514189e-02f")
+
+
+def erf_polynomials(ctype: str) -> str:
+    """The C lines computing erf's numerator ``p`` and denominator ``q`` (Horner in ``x2``) as ``ctype``."""
+    lines = []
+    for name, coeffs in (("p", ERF_P), ("q", ERF_Q)):
+        lines.append(f"  {ctype} {name} = x2 * {coeffs[0]} + {coeffs[1]};")
+        lines += [f"  {name} = x2 * {name} + {c};" for c in coeffs[2:]]
+    return "\n".join(lines)
+
+
 PRELUDE = r"""
 #include <algorithm>
 #include <cmath>
@@ -110,16 +127,7 @@ static inline float e_exp(float x) {
 static inline double e_exp(double x) { return std::exp(x); }
 static inline float e_erf(float x) {
   float x2 = x * x;
-  float p = x2 * -2.72614225801306e-10f + 2.77068142495902e-08f;
-  p = x2 * p + -2.10102402082508e-06f;
-  p = x2 * p + -5.69250639462346e-05f;
-  p = x2 * p + -7.34990630326855e-04f;
-  p = x2 * p + -2.95459980854025e-03f;
-  p = x2 * p + -1.60960333262415e-02f;
-  float q = x2 * -1.45660718464996e-05f + -2.13374055278905e-04f;
-  q = x2 * q + -1.68282697438203e-03f;
-  q = x2 * q + -7.37332916720468e-03f;
-  q = x2 * q + -1.42647390514189e-02f;
+@ERF_POLYNOMIALS_float@
   float y = x * p / q;  // NaN stays NaN (the select below is false for it)
   return std::fabs(x) > 4.0f ? std::copysign(1.0f, x) : y;  // erf(4) rounds to 1 in float
 }
@@ -167,4 +175,4 @@ static inline uint16_t e_bf16_store(float f) {
 }
 static inline float e_round_bf16(float f) { return e_bf16_load(e_bf16_store(f)); }
 static inline float e_round_f16(float f) { return float(_Float16(f)); }
-"""
+""".replace("@ERF_POLYNOMIALS_float@", erf_polynomials("float"))

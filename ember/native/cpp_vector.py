@@ -25,6 +25,7 @@ import functools
 import sympy
 import torch
 
+from ember.native.cpp_prelude import erf_polynomials
 from ember.native.cpp_spelling import CScope, combine, identity, indent
 
 # floats per V (four zmm registers: four independent chains per accumulator)
@@ -124,16 +125,7 @@ static inline e_v16 e_vexp16(e_v16 x) {
 // Newton step (relative error ~2^-28, under float's rounding): a 512-bit vdivps costs several FMAs.
 static inline e_v16 e_verf16(e_v16 x) {
   e_v16 x2 = x * x;
-  e_v16 p = x2 * -2.72614225801306e-10f + 2.77068142495902e-08f;
-  p = x2 * p + -2.10102402082508e-06f;
-  p = x2 * p + -5.69250639462346e-05f;
-  p = x2 * p + -7.34990630326855e-04f;
-  p = x2 * p + -2.95459980854025e-03f;
-  p = x2 * p + -1.60960333262415e-02f;
-  e_v16 q = x2 * -1.45660718464996e-05f + -2.13374055278905e-04f;
-  q = x2 * q + -1.68282697438203e-03f;
-  q = x2 * q + -7.37332916720468e-03f;
-  q = x2 * q + -1.42647390514189e-02f;
+@ERF_POLYNOMIALS_e_v16@
   e_v16 rq = __builtin_ia32_rcp14ps512_mask(q, q, (uint16_t)-1);
   rq = rq + rq * (1.0f - q * rq);
   e_v16 y = x * p * rq;  // NaN stays NaN (the selects below are false for it)
@@ -159,7 +151,7 @@ template <class F> static inline float e_vfold(const V& a, F f) {
 static inline float e_vsum(const V& a) { return e_vfold(a, [](e_v16 x, e_v16 y) { return x + y; }); }
 static inline float e_vmax(const V& a) { return e_vfold(a, e_vmax16); }
 static inline float e_vmin(const V& a) { return e_vfold(a, e_vmin16); }
-"""
+""".replace("@ERF_POLYNOMIALS_e_v16@", erf_polynomials("e_v16"))
 
 
 class VectorEmitter:
