@@ -71,33 +71,32 @@ def _native_backend(cudagraphs: bool = False, autotune: bool = False, overrides:
         if not cudagraphs:  # a training forward's weights change every step: packing them would not pay
             forward = functools.partial(compile_aten_graph, options={**options, "packed_linear": False})
             forward.__name__ = "compile_aten_graph_forward"
-        backward = _boxed(functools.partial(compile_aten_graph, options={**options, "release_inputs": True}))
+        backward = functools.partial(compile_aten_graph, options={**options, "release_inputs": True})
         if cudagraphs:
             from ember.cudagraphs import wrap_compiler
             compiler = inference = forward = backward = wrap_compiler(compiler)
-        else:  # small inference graphs may replay as CUDA graphs all the same (ember.config.auto_cudagraphs)
+        else:  # host-bound graphs may replay as CUDA graphs all the same (ember.config.auto_cudagraphs)
             from ember.cudagraphs.auto import wrap_auto
             inference = wrap_auto(compiler)
+            forward = wrap_auto(forward, training=True)
+            # a replayed backward is called unboxed (its buffers are the pool's); otherwise boxed
+            backward = wrap_auto(backward, training=True, finish=_boxed_form)
         _native[key] = aot_autograd(fw_compiler=forward, bw_compiler=backward, inference_compiler=inference,
                                     decompositions=AOT_DECOMPOSITIONS)
     return _native[key]
 
 
-def _boxed(compiler):
-    """``compiler`` (with native option ``release_inputs``) for backward graphs: the compiled wrapper's
-    boxed form (``run(args)``, which empties
-    the list it is given), so each saved activation dies at its last use inside the backward instead of
-    living until the backward returns (the autograd layer passes the saved tensors boxed and drops its
-    own references first). A compiled function without a boxed form is returned as it is."""
-    def compile_boxed(gm, example_inputs):
-        fn = compiler(gm, example_inputs)
-        run = getattr(fn, "boxed", None)
-        if run is None:
-            return fn
-        run.ember_native = fn.ember_native
-        return run
-    compile_boxed.__name__ = f"boxed({getattr(compiler, '__name__', 'compiler')})"
-    return compile_boxed
+def _boxed_form(fn):
+    """For backward graphs (compiled with native option ``release_inputs``): the compiled wrapper's
+    boxed form (``run(args)``, which empties the list it is given), so each saved activation dies at
+    its last use inside the backward instead of living until the backward returns (the autograd
+    layer passes the saved tensors boxed and drops its own references first). A compiled function
+    without a boxed form is returned as it is."""
+    run = getattr(fn, "boxed", None)
+    if run is None:
+        return fn
+    run.ember_native = fn.ember_native
+    return run
 
 
 def _cpu_backend():

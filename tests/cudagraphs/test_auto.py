@@ -103,7 +103,10 @@ def test_default_mode_inference_compiler_is_the_auto_one():
     from ember.backends.ember_backend import _native_backend
     opts = _native_backend(False, False, ()).options
     assert opts.inference_compiler.__name__.startswith("auto_cudagraphs(")
-    assert not opts.fw_compiler.__name__.startswith("auto") and opts.bw_compiler.__name__.startswith("boxed(")
+    # training graphs too, with their own rule (decide_training); a backward that does not replay
+    # is the wrapper's boxed form (test_training_wrapper_boxes_what_it_does_not_replay)
+    assert opts.fw_compiler.__name__.startswith("auto_cudagraphs(")
+    assert opts.bw_compiler.__name__.startswith("auto_cudagraphs(")
     ro = _native_backend(True, False, ()).options  # reduce-overhead: every graph, as before
     assert ro.inference_compiler is ro.fw_compiler
 
@@ -125,3 +128,116 @@ def test_tiny_model_replays_in_default_mode_on_gpu():
             torch.testing.assert_close(out, ref, rtol=1e-3, atol=1e-3)
             del out
     assert cg.stats()["replays"] >= 1, auto.DECISIONS
+
+
+def _train_est(launches, externs, conv_nodes=0, conv_calls=0, device_us=1000.0):
+    r = auto.RULE
+    host = (r.host_us_per_launch * (launches - externs) + r.host_us_per_convolution * conv_calls
+            + r.host_us_per_extern * (externs - conv_nodes))
+    return dict(launches=launches, externs=externs, bytes=0, flops=0, host_us=0.0, train_host_us=host,
+                device_us=device_us)
+
+
+def test_training_rule_replays_graphs_whose_host_time_is_near_their_device_time():
+    # ember's estimates on the H100 (benchmarks/gpu_suite.py rows, 2026-11-26): launches, ATen calls,
+    # device estimate in us
+    resnet_fw = _train_est(337, 54, conv_nodes=53, conv_calls=53, device_us=6669)
+    resnet_bw = _train_est(331, 57, conv_nodes=53, conv_calls=106, device_us=13512)
+    llama_bw = _train_est(597, 363, device_us=15538)
+    gpt2_fw, gpt2_bw = _train_est(212, 86, device_us=7464), _train_est(418, 112, device_us=15899)
+    for est in (resnet_fw, resnet_bw, llama_bw):
+        replay, why = auto.decide_training(est, None)
+        assert replay and why.startswith("host time near device time"), why
+    for est in (gpt2_fw, gpt2_bw):
+        replay, why = auto.decide_training(est, None)
+        assert not replay and why.startswith("device-bound"), why
+    assert not auto.decide_training(_train_est(1, 0, device_us=0.1), None)[0]
+    assert not auto.decide_training(None, "dynamic shapes (input 0 has symbolic sizes)")[0]
+
+
+def test_distributed_training_is_left_alone(monkeypatch):
+    monkeypatch.setattr(auto, "_distributed", lambda: True)
+    replay, why = auto.decide_training(_train_est(100, 50, device_us=1.0), None)
+    assert not replay and "distributed" in why
+
+
+class _Compiled:
+    """A compiled graph as the native backend returns it: a report, and a boxed form."""
+    def __init__(self, fn, kernels, externs, nbytes):
+        self.fn, self.ember_native = fn, {"report": {"kernels": kernels, "externs": externs, "bytes": nbytes}}
+        self.boxed = lambda args: fn(*args)
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+
+def test_estimate_counts_a_convolution_backward_as_two_cudnn_calls():
+    def f(x, w, g):
+        return torch.ops.aten.convolution_backward(g, x, w, [0], [1, 1], [0, 0], [1, 1], False, [0, 0], 1,
+                                                   [True, True, False])[:2]
+    args = [torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3), torch.randn(2, 4, 6, 6)]
+    gm = make_fx(f, tracing_mode="fake")(*args)
+    r = auto.RULE
+    est = auto.estimate(gm, _Compiled(gm.forward, kernels=3, externs=2, nbytes=0), 0)
+    # 3 launches: one convolution backward (two cuDNN calls), one other ATen call, one Triton kernel
+    assert est["launches"] == 5 and est["externs"] == 2
+    assert est["train_host_us"] == 3 * r.host_us_per_launch + 2 * r.host_us_per_convolution + r.host_us_per_extern
+
+
+def test_training_wrapper_boxes_what_it_does_not_replay(fake, monkeypatch):
+    monkeypatch.setattr(config, "auto_cudagraphs", True)
+    big = torch.randn(2048, 2048)
+    gm = make_fx(lambda t: (t * 2 + 1,))(big)
+    boxed = []
+
+    def finish(fn):
+        boxed.append(fn)
+        return fn.boxed
+    compiled = auto.wrap_auto(lambda g, ex: _Compiled(g.forward, 1, 0, 32 << 20), api=fake, training=True,
+                              finish=finish)(gm, [big])
+    assert not isinstance(compiled, cg.Runner) and len(boxed) == 1 and not auto.DECISIONS[-1][1]
+    torch.testing.assert_close(compiled([big])[0], big * 2 + 1)
+
+    def small(x, w):
+        return ((x @ w).relu() + 1,)
+    x, w = torch.randn(4, 8), torch.nn.Parameter(torch.randn(8, 8))
+    gm2 = make_fx(small)(x, w)
+    compiled2 = auto.wrap_auto(lambda g, ex: _Compiled(g.forward, 2, 1, 512), api=fake, training=True,
+                               finish=finish)(gm2, [x, w])
+    assert isinstance(compiled2, cg.Runner) and len(boxed) == 1 and auto.DECISIONS[-1][1]
+    with torch.no_grad():
+        for _ in range(3):
+            (out,) = compiled2(x, w)
+            torch.testing.assert_close(out, small(x, w)[0])
+            del out
+
+
+@pytest.mark.gpu
+def test_small_convnet_training_replays_in_default_mode_and_matches_eager():
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    import copy
+    import ember
+    cg.reset()
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                            torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                            torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4)).cuda()
+    ref = copy.deepcopy(m)
+    opt, ref_opt = (torch.optim.SGD(p.parameters(), lr=0.1, momentum=0.9) for p in (m, ref))
+    cm = ember.compile(m)
+    before = len(auto.DECISIONS)
+    for step in range(5):
+        x = torch.randn(4, 3, 16, 16, device="cuda")
+        for model, o in ((cm, opt), (ref, ref_opt)):
+            loss = model(x).square().mean()
+            loss.backward()
+            o.step()
+            o.zero_grad(set_to_none=True)
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4)
+    for b, c in zip(m.buffers(), ref.buffers()):
+        torch.testing.assert_close(b.float(), c.float(), rtol=1e-3, atol=1e-4)
+    decided = auto.DECISIONS[before:]
+    assert [d[1] for d in decided] == [True, True], decided
+    assert cg.stats()["replays"] >= 6, cg.stats()
