@@ -7,7 +7,8 @@ as it is).
 Modes, as torch.compile names them (``MODES``):
 
 - ``default``: the above; a small inference graph whose launches cost more host time than its
-  kernels need on the device replays as a CUDA graph (``ember/cudagraphs/auto.py``,
+  kernels need on the device, or a training graph whose host time is near its device time,
+  replays as a CUDA graph (``ember/cudagraphs/auto.py``,
   ``ember.config.auto_cudagraphs``);
 - ``reduce-overhead``: each compiled forward, backward and inference graph replays as a CUDA graph
   (``ember/cudagraphs``), which removes the per-call Python and launch costs;
