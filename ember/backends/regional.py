@@ -257,7 +257,9 @@ def shared_compile(gm: fx.GraphModule, args: list, compiler, key: tuple):
     if hit is not None:
         _bump("reuses")
         return hit
-    compiled = compiler(gm, args)
+    from ember.cudagraphs.auto import shared_by_call_sites
+    with shared_by_call_sites():  # (each layer's weights are other tensors: no automatic CUDA graph)
+        compiled = compiler(gm, args)
     if compiled is None:
         compiled = gm.forward
     _bump("compiles")

@@ -241,3 +241,21 @@ def test_small_convnet_training_replays_in_default_mode_and_matches_eager():
     decided = auto.DECISIONS[before:]
     assert [d[1] for d in decided] == [True, True], decided
     assert cg.stats()["replays"] >= 6, cg.stats()
+
+
+def test_a_graph_shared_by_call_sites_never_replays(fake, monkeypatch):
+    # regional compilation's shared parts: each call brings other weights, which a replay would copy
+    monkeypatch.setattr(config, "auto_cudagraphs", True)
+
+    def small(x, w):
+        return ((x @ w).relu() + 1,)
+    x, w = torch.randn(4, 8), torch.nn.Parameter(torch.randn(8, 8))
+    gm = make_fx(small)(x, w)
+    for training in (False, True):
+        with auto.shared_by_call_sites():
+            compiled = auto.wrap_auto(lambda g, ex: _Compiled(g.forward, 2, 1, 512), api=fake,
+                                      training=training)(gm, [x, w])
+        assert not isinstance(compiled, cg.Runner)
+        assert not auto.DECISIONS[-1][1] and "regional" in auto.DECISIONS[-1][2]
+    compiled = auto.wrap_auto(lambda g, ex: _Compiled(g.forward, 2, 1, 512), api=fake, training=True)(gm, [x, w])
+    assert isinstance(compiled, cg.Runner)  # (outside the context: the rule decides again)
