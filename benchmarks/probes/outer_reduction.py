@@ -104,10 +104,10 @@ SEEN: dict = {}   # what the compile chose: "S" (split count), "cfg" (partial ke
 _split_count, _choose_config = sr.split_count, te.choose_config
 
 
-def split_count(n, ranges, reduced, body, options):
+def split_count(n, ranges, reduced, body, options, *more, **kw):
     if SMOKE_OPTS:
         options = dataclasses.replace(options, **SMOKE_OPTS)
-    s = _split_count(n, ranges, reduced, body, options)
+    s = _split_count(n, ranges, reduced, body, options, *more, **kw)
     strided = not sr.contiguous_reduction(body, sr.ir.node_vars(len(ranges))[reduced[-1]])
     if strided and "chunk" in FORCE and n.reduction_type in sr.SPLITTABLE:
         size = ranges[reduced[0]]
