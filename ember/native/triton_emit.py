@@ -55,6 +55,12 @@ LOW_PRECISION = (torch.float16, torch.bfloat16)
 # the least size a symbolic size's hint counts as when choosing block sizes (see _config)
 SYMBOLIC_HINT_FLOOR = 1024
 
+# L2 eviction hints of a looped (non-persistent, one-pass) reduction, as Inductor writes them: the
+# rows streamed through the r-loop are read once ("stream": leave L2 to others), the per-output
+# values loaded once before the loop are read by many programs ("reused": keep them).
+# Empty: no hints (benchmarks/probes/outer_reduction.py sweeps both).
+EVICTION: dict = {}
+
 
 def compute_dtype(dt):
     return torch.float32 if dt in LOW_PRECISION else dt
@@ -275,11 +281,22 @@ class TritonKernelEmitter(Names):
                 # wants a block of pointers then
                 addr = f"tl.broadcast_to({addr}, {mask}.shape)"
             m = mask if m is None else f"{m} & {mask}"
-        code = f"tl.load({addr})" if m is None else f"tl.load({addr}, {m}, other=0)"
+        hint = self._eviction(index, e)
+        code = f"tl.load({addr}{hint})" if m is None else f"tl.load({addr}, {m}, other=0{hint})"
         dt = self.layouts[buf].dtype
         if dt in LOW_PRECISION:
             code += ".to(tl.float32)"
         return self.emit_line(scope, code)
+
+    def _eviction(self, index, e) -> str:
+        """``, eviction_policy=...`` for a load of a one-pass looped reduction (EVICTION), else ''."""
+        if not self.evict:
+            return ""
+        if self._depends_on(index, "r") or any(self.r_level(a) for a in e.args):
+            policy = self.evict.get("stream")
+        else:
+            policy = self.evict.get("reused")
+        return f", eviction_policy={policy!r}" if policy else ""
 
     def _varies(self, e: ir.Expr) -> bool:
         """Does e depend on a loop variable (so it is a block, not a scalar)?"""
@@ -350,6 +367,7 @@ class TritonKernelEmitter(Names):
         inner_red = self._inner_reduction()
         cfg = self._config(inner_red)
         self.cfg = cfg
+        self.evict: dict = {}  # EVICTION while emitting a one-pass r-loop (_looped)
         self.exact: set = set()  # "x"/"r": which masks _mask wrote as constant true
         body: list[str] = []
         idx_t = ".to(tl.int64)" if self.int64 else ""
@@ -511,6 +529,8 @@ class TritonKernelEmitter(Names):
         stages = self.stages()
         top = _Scope(fscope, mask="xmask")
         nstages = max([s for s in stages.values()] + [0]) + 1
+        # a second r-loop would read the streamed rows again: hints only for a single pass
+        self.evict = EVICTION if nstages == 1 and not k.single else {}
         for n in k.nodes:  # outer nodes that need no reduction of this kernel
             if k.roles[n.name] in ("outer", "xred") and stages[n.name] < 0:
                 self._outer(n, top, fscope)
