@@ -208,12 +208,33 @@ def _extract(gm: fx.GraphModule, inputs: list[fx.Node], outputs: list, name: str
     return out
 
 
+def _writes_to_input(n: fx.Node, primals: set) -> bool:
+    """Does ``n`` write in place to a graph input (through views too)? Functionalization turns the
+    mutations it sees into outputs copied back after the call; this is what it did not see, e.g. a
+    decomposition below it writing BatchNorm's running statistics with ``copy_`` (CUDA's batch norm)."""
+    if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+        return False
+    for k, arg in enumerate(n.target._schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        a = n.args[k] if k < len(n.args) else n.kwargs.get(arg.name)
+        while isinstance(a, fx.Node) and a.op == "call_function" and a.args and \
+                isinstance(a.target, torch._ops.OpOverload) and a.target.is_view:
+            a = a.args[0]
+        if a in primals:
+            return True
+    return False
+
+
 def _build(joint: _Joint, saved: list[fx.Node], summary: PartitionSummary):
-    # A random op whose result nobody reads still advances the generator, as it did in eager: keep it
-    # in the graph (forward or backward) it belongs to.
+    # Side effects nobody reads stay in the graph (forward or backward) they belong to: a random op
+    # still advances the generator, as it did in eager, and an in-place write to an input (BatchNorm's
+    # running statistics, when functionalization did not see it) still updates the input.
+    primals = set(joint.primals)
     random = [n for n in joint.nodes if n.op == "call_function" and is_random_op(n.target)]
+    writes = [n for n in joint.nodes if n not in joint.backward and _writes_to_input(n, primals)]
     fw = _extract(joint.gm, joint.primals, joint.fw_outputs + saved, "forward",
-                  keep=[n for n in random if n not in joint.backward])
+                  keep=[n for n in random + writes if n not in joint.backward])
     # In the joint graph the recomputed forward values come before the whole backward; emitted there,
     # every layer's recomputation would be alive at once when the backward starts. Emitting each one
     # just before its first use keeps only the current layer's alive, as eager autograd does.

@@ -247,3 +247,26 @@ def test_graphs_are_logged_under_the_aot_graphs_artifact(caplog):
     text = "\n".join(r.getMessage() for r in caplog.records if r.name == "ember.aot_graphs")
     assert "joint graph" in text and "training variant" in text and "partition (min-cut)" in text
     assert "class forward" in text and "class backward" in text
+
+
+@pytest.mark.parametrize("partition", [default_partition, min_cut_partition], ids=["default", "min_cut"])
+def test_an_in_place_write_to_an_input_stays_in_the_forward(partition):
+    # What functionalization did not see stays a side effect of the forward: on CUDA, batch norm's
+    # decomposition wrote the running statistics with copy_ below it, and the partitioner dropped the
+    # unused copy_ (ember's running statistics never moved from their initial values on the GPU)
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def joint(x, running_mean, tangents_1):
+        mean = x.mean(0)
+        aten.copy_(running_mean, running_mean * 0.9 + mean * 0.1)
+        y = (x - mean).relu()
+        grad_x = tangents_1 * (y > 0)
+        return y, grad_x
+
+    args = [torch.randn(4, 8), torch.zeros(8), torch.randn(4, 8)]
+    gm = make_fx(joint)(*args)
+    fw, bw = partition(gm, num_fwd_outputs=1)
+    assert any(n.target is aten.copy_.default for n in fw.graph.nodes), fw.code
+    x, rm = args[0], torch.zeros(8)
+    fw(x, rm)
+    torch.testing.assert_close(rm, x.mean(0) * 0.1)
