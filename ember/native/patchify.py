@@ -82,6 +82,8 @@ def match(node, on_cpu: bool = False):
     if b is not None and not (isinstance(b, torch.fx.Node) and isinstance(b.meta.get("val"), torch.Tensor)
                               and b.meta["val"].dtype == vx.dtype):
         return None
+    if len({id(v.fake_mode) for v in (vx, vw, vo, *([b.meta["val"]] if b is not None else []))}) != 1:
+        return None  # (a graph traced in real mode: metadata from several fake modes, not to mix)
     if _final_memory_format(vo) is False:
         return None
     return x, w, b, kernel
