@@ -200,3 +200,26 @@ def test_option_turns_it_off():
     gm, inputs = _fake_graph(torch.bfloat16)
     _, _, sched, _ = backend.plan(gm, inputs, backend.NativeOptions(patchify_conv=False))
     assert "aten.convolution.default" in sched.report["extern_ops"]
+
+
+# -- on a GPU ---------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n, img, k, width, dtype", [
+    (4, 224, 16, 768, torch.bfloat16),    # ViT-B/16
+    (2, 224, 14, 1024, torch.float16),    # ViT-L/14: K = 588, padded to 592 by pad_mm
+    (2, 384, 14, 1152, torch.bfloat16),   # SigLIP-So400m/14: 384 % 14 = 6 rows and columns dropped
+])
+def test_gpu_patch_embeddings_compile_to_a_matmul_and_match_eager(n, img, k, width, dtype):
+    torch.manual_seed(0)
+    x = torch.randn(n, 3, img, img, device="cuda", dtype=dtype)
+    w = (torch.randn(width, 3, k, k, device="cuda") * 0.05).to(dtype)
+    b = torch.randn(width, device="cuda", dtype=dtype)
+    cls = torch.randn(1, 1, width, device="cuda", dtype=dtype)
+    pos = torch.randn(1, (img // k) ** 2 + 1, width, device="cuda", dtype=dtype)
+
+    def f(x, w, b, cls, pos):
+        y = F.conv2d(x, w, b, stride=k).flatten(2).transpose(1, 2)
+        return F.layer_norm(torch.cat([cls.expand(n, -1, -1), y], 1) + pos, (width,)), F.conv2d(x, w, b, stride=k)
+    report = run_case(f, [x, w, b, cls, pos], atol=5e-2, rtol=5e-2).ember_native["report"]
+    assert "aten.convolution.default" not in report["extern_ops"], report
