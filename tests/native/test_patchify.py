@@ -78,6 +78,22 @@ def test_channels_last_input_contiguous_weight():
     run_case(f, [x, w, b], **TOL)
 
 
+def test_conv1d_over_a_transposed_sequence():
+    """A [N, L, C] sequence read as conv1d's [N, C, L] (channel stride 1): patch rows in (k, C)
+    order, the weight copied into that order, eager's contiguous result kept."""
+    torch.manual_seed(0)
+    seq, w, b = torch.randn(2, 22, 6, device=DEVICE), torch.randn(5, 6, 4, device=DEVICE), torch.randn(5, device=DEVICE)
+    f = lambda seq, w, b: F.conv1d(seq.transpose(1, 2), w, b, stride=4)  # noqa: E731
+    assert _rewritten(f, [seq, w, b]) == 1
+    run_case(f, [seq, w, b], **TOL)
+
+
+def test_symbolic_sizes_are_left_alone():
+    x, w, b = _case(2, size=8)
+    gm = trace(lambda x, w, b: F.conv2d(x, w, b, stride=4), [x, w, b], tracing_mode="symbolic")
+    assert patchify.rewrite(gm, on_cpu=True) == 0
+
+
 def test_vit_patch_embedding_shape_and_its_consumers():
     """The ViT's own use: flatten(2).transpose(1, 2), a class token, a position embedding, a norm."""
     torch.manual_seed(0)
