@@ -124,8 +124,7 @@ def rewrite(gm: torch.fx.GraphModule, on_cpu: bool = False) -> int:
             continue
         _rewrite(gm.graph, node, *m)
         count += 1
-    if count:
-        gm.graph.eliminate_dead_code()
+    if count:  # (no dead-code pass: nothing else lost its users, and it could drop an unused random op)
         gm.graph.lint()
         gm.recompile()
     return count
