@@ -157,6 +157,12 @@ MUTANTS: list[Mutant] = [
     M("np_random_seed_dropped", "ember/frontend/convert.py", "                      return_expr=return_expr, ns=cg.ns, before_call=before_call)",
       "                      return_expr=return_expr, ns=cg.ns, before_call=[])", "tests/fullgraph/test_numpy_random.py",
       why="np.random.seed in compiled code has no effect"),
+    M("patchify_crop_dropped", "ember/native/patchify.py", "            if s != oi * k:", "            if False:",
+      "tests/native/test_patchify.py", why="a patchify convolution over a size the kernel does not divide "
+      "reads the positions the convolution drops"),
+    M("patchify_channels_last_order", "ember/native/patchify.py", "[0, *outer, *inner, 1] if cl",
+      "[0, *outer, 1, *inner] if cl", "tests/native/test_patchify.py",
+      why="channels-last patch rows ordered (C, k...) against a weight ordered (k..., C)"),
 ]
 
 

@@ -422,6 +422,8 @@ class GraphLowering:
 
     def extern(self, node: torch.fx.Node, args, kwargs, reason="") -> object:
         """Call node.target at run time on realized arguments; returns its value(s) as Stored."""
+        if node.meta.get("ember_rewrite"):  # what a graph pass made it from (the output code's comment)
+            reason = f"{reason} [{node.meta['ember_rewrite']}]".strip()
         align = EXTERN_ALIGN.get(node.target, {})
 
         def conv(a, name=None, src=None):

@@ -37,6 +37,9 @@ class NativeOptions(BackendOptions):
     autotune: bool = option(False, "time launch configs and cuBLAS against a Triton matmul on the device "
                                    "(autotune.py; mode max-autotune)")
     cse: bool = option(True, "merge repeated pure ops before lowering (passes.py)")
+    patchify_conv: bool = option(True, "convolutions with stride == kernel, no padding (a ViT's patch embedding) "
+                                       "become a gather and one matmul where patchify.APPLY lists the device "
+                                       "and dtype (patchify.py)")
     pad_mm: bool = option(True, "pad large matmuls with misaligned sizes for cuBLAS (pad_mm.py)")
     pad_mm_min_flops: int = option(1 << 30, "smallest matmul (FLOPs) pad_mm pads", min=0)
     small_mm_flops: int = option(1 << 26, "mm/addmm up to this many FLOPs run as one Triton launch "

@@ -6,6 +6,8 @@ count, for logs and tests). ``run`` applies the ones whose option is on.
 * ``cse``: common subexpressions. Traced graphs repeat pure ops: every attention layer of a
   Hugging Face encoder expands the same padding mask, and each copy would otherwise be lowered,
   realized and written to memory once per layer (BERT-base: 12 x 25 MB per call).
+* ``patchify_conv``: convolutions whose stride is their kernel (a ViT's patch embedding) become one
+  matmul on the gathered patches (``patchify.py``); before ``pad_mm``, which may pad that matmul.
 * ``pad_mm``: matmuls whose sizes break cuBLAS's alignment (``pad_mm.py``).
 * ``small_mm_flops`` (``fuse_activations``): a ReLU/GELU after a matmul that becomes a ``SmallMM``
   runs in its epilogue (``small_mm.py``).
@@ -16,7 +18,7 @@ import operator
 
 import torch
 
-from ember.native import pad_mm
+from ember.native import pad_mm, patchify
 from ember.native.options import NativeOptions
 
 aten = torch.ops.aten
@@ -76,6 +78,10 @@ def cse(gm: torch.fx.GraphModule, opts=None, on_cpu=False) -> int:
     return merged
 
 
+def _patchify(gm, opts, on_cpu) -> int:
+    return patchify.rewrite(gm, on_cpu=on_cpu)
+
+
 def _pad_mm(gm, opts, on_cpu) -> int:
     return pad_mm.pad_matmuls(gm, opts.pad_mm_min_flops, on_cpu=on_cpu)
 
@@ -86,7 +92,8 @@ def _fuse_activations(gm, opts, on_cpu) -> int:
 
 
 # (option that enables it, pass)
-PASSES = [("cse", cse), ("pad_mm", _pad_mm), ("small_mm_flops", _fuse_activations)]
+PASSES = [("cse", cse), ("patchify_conv", _patchify), ("pad_mm", _pad_mm),
+          ("small_mm_flops", _fuse_activations)]
 
 
 def run(gm: torch.fx.GraphModule, opts: NativeOptions, on_cpu: bool = False) -> dict:
