@@ -19,7 +19,10 @@ Strided ("outer") reductions in Triton kernels (BatchNorm statistics and weight 
 channels-last activation: per channel, a sum down N*H*W rows of C contiguous values) are bound by
 how many bytes are in flight, not by per-program loop overhead: they split into many short chunks
 (``split_outer_outputs`` partial outputs, chunks of ``split_outer_rows`` rows or more), so the
-partial kernel runs thousands of small programs (triton_emit.choose_config's OUTER_CONFIGS).
+partial kernel runs ~1000 programs of 64 channels each (triton_emit.OUTER_CONFIGS). On an H100 at
+ResNet-50's shapes (benchmarks/results/outer_reduction-nvidia-h100-s36.json) anything from ~400 to
+~1600 such programs of 256-1024 rows ran within 5% of the best; the old rule (programs of 16
+channels, chunks of 4096-8192 rows, the unsplit 7x7 layer) was 10-95% slower.
 The C++ renderer keeps the rule above (its kernels parallelize over outputs with few threads).
 """
 from __future__ import annotations
@@ -37,8 +40,10 @@ SPLITTABLE = ("sum", "prod", "max", "min", "any", "all")
 # Programs of a reduction whose reduced loop is strided, not contiguous: each covers this many
 # outputs along the contiguous kept dim (the C++ renderer's rule; Triton's: split_outer_*).
 STRIDED_XBLOCK = 16
-# chunks of a strided reduction's split, a multiple of this many rows where a divisor allows:
-# OUTER_CONFIGS' r-blocks divide them
+# Triton's rule for strided reductions: the x block of their partial kernels
+# (triton_emit.OUTER_CONFIGS), and chunks of a multiple of ALIGN_ROWS rows where a divisor allows
+# (the r-loop's blocks then need no mask)
+OUTER_XBLOCK = 64
 ALIGN_ROWS = 32
 
 
@@ -78,12 +83,13 @@ def split_count(n: ir.ComputedNode, ranges, reduced, body, options, outer_rule: 
     size = ranges[reduced[0]]
     vs = ir.node_vars(len(ranges))
     strided = not contiguous_reduction(body, vs[reduced[-1]])
-    per_program = min(xnumel, STRIDED_XBLOCK if strided else 1)
+    outer = strided and outer_rule
+    per_program = min(xnumel, (OUTER_XBLOCK if outer else STRIDED_XBLOCK) if strided else 1)
     programs = -(-xnumel // per_program)
     target = options.split_reduction_programs
     if programs >= target or per_program * rnumel < options.split_reduction_numel:
         return 1  # enough programs, or each one's loop is short anyway
-    if strided and outer_rule:
+    if outer:
         # enough partial outputs to fill the GPU, in chunks no shorter than split_outer_rows
         most = size // options.split_outer_rows
         want = min(-(-options.split_outer_outputs // xnumel), most)

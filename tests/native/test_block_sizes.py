@@ -52,7 +52,9 @@ def test_strided_looped_reductions_take_the_outer_table():
     """A looped reduction along a strided dim with many outputs takes OUTER_CONFIGS' row for how
     many buffers it streams; with few outputs (a split's final kernel) a long tile along r instead.
     Powers of two, never persistent."""
+    from ember.native.split_reduction import OUTER_XBLOCK
     from ember.native.triton_emit import OUTER_CONFIGS
+    assert all(row[1] == OUTER_XBLOCK for row in OUTER_CONFIGS)  # split_reduction counts programs with it
     for streams in (1, 2, 4, 8, 20):
         row = next(r for r in OUTER_CONFIGS if r[0] is None or streams <= r[0])
         k = types.SimpleNamespace(is_reduction=True, xnumel=131072, rnumel=392,
