@@ -5,7 +5,8 @@ shape [64, C, H, W]:
   fwd_stats  var_mean over (0, 2, 3) of x.float()                       (BN forward statistics)
   bwd        where(y <= 0, 0, g): sum and sum * (x - mean)              (BN + ReLU backward sums)
   bwd_res    kernel-51-like: two ReLU masks, a residual add, the bf16 grad written, two sums
-Each is timed (CUDA events) eagerly, under torch.compile and under ember's current heuristic; then
+Each is timed (CUDA events) eagerly, under torch.compile and under ember's current heuristic (and
+session 35's, "old": few long chunks, 16x256 tiles); then
 ember is swept over the split reduction's chunk size (rows per chunk of the partial kernel) and the
 partial kernel's launch config (XBLOCK, RBLOCK, num_warps), by patching split_reduction.split_count
 and triton_emit.choose_config in this process (graph cache off, so each variant compiles afresh).
@@ -107,6 +108,8 @@ _split_count, _choose_config = sr.split_count, te.choose_config
 def split_count(n, ranges, reduced, body, options, *more, **kw):
     if SMOKE_OPTS:
         options = dataclasses.replace(options, **SMOKE_OPTS)
+    if FORCE.get("old"):  # session 35's rule: few long chunks (the C++ renderer's)
+        more, kw = (), {}
     s = _split_count(n, ranges, reduced, body, options, *more, **kw)
     strided = not sr.contiguous_reduction(body, sr.ir.node_vars(len(ranges))[reduced[-1]])
     if strided and "chunk" in FORCE and n.reduction_type in sr.SPLITTABLE:
@@ -121,6 +124,10 @@ def choose_config(k, options, inner, persistent_ok=True, **kw):
     cfg = _choose_config(k, options, inner, persistent_ok, **kw)
     final = any(str(b).endswith("_partial") for b in k.reads)  # reduces the partials: left alone
     if k.is_reduction and not inner and not final:
+        if FORCE.get("old") and not cfg.persistent:  # session 35's config of looped strided reductions
+            xb = min(64, max(16, te.next_pow2(-(-k.xnumel // 512))), te.next_pow2(k.xnumel))
+            rb = min(te.next_pow2(k.rnumel), 4096 // xb)
+            cfg = te.LaunchConfig(xb, rb, 8 if xb * rb >= 2048 else 4, False)
         if "cfg" in FORCE:
             xb, rb, w = FORCE["cfg"]
             cfg = te.LaunchConfig(min(xb, te.next_pow2(k.xnumel)), min(rb, te.next_pow2(k.rnumel)), w, False)
@@ -204,7 +211,8 @@ def main():
     batch = 4 if smoke else 64
     shapes, chunks, configs = (SMOKE_SHAPES, SMOKE_CHUNKS, SMOKE_CONFIGS) if smoke else (SHAPES, CHUNKS, CONFIGS)
     if smoke:
-        SMOKE_OPTS.update(split_reduction_programs=16, split_reduction_numel=64, single_program_numel=64)
+        SMOKE_OPTS.update(split_reduction_programs=16, split_reduction_numel=64, single_program_numel=64,
+                          split_outer_rows=9)
     t0 = time.time()
     rows, results = [], {"device": torch.cuda.get_device_name() if not smoke else "cpu-interpreter",
                          "torch": torch.__version__, "batch": batch, "records": []}
@@ -250,7 +258,8 @@ def main():
     # eviction hints on/off at a reference point and on under the heuristic; chunk sizes at the
     # reference config; configs at the reference chunk size; then the rest of the grid, shuffled
     ref_cfg, ref_chunk = configs[2], chunks[1]
-    plan = [dict(chunk=ref_chunk, cfg=ref_cfg, evict=True), dict(chunk=ref_chunk, cfg=ref_cfg, evict=False),
+    plan = [dict(chunk=None, cfg=None, evict=False, old=True),
+            dict(chunk=ref_chunk, cfg=ref_cfg, evict=True), dict(chunk=ref_chunk, cfg=ref_cfg, evict=False),
             dict(chunk=None, cfg=None, evict=True)]
     plan += [dict(chunk=ch, cfg=ref_cfg, evict=True) for ch in chunks if ch != ref_chunk]
     plan += [dict(chunk=ref_chunk, cfg=cf, evict=True) for cf in configs if cf != ref_cfg]
@@ -272,8 +281,9 @@ def main():
             args, want = inputs(name, batch, c, h, w, device)
             FORCE.clear(); SEEN.clear()
             FORCE.update({key: val for key, val in v.items() if val is not None and key != "evict"})
+            v.setdefault("old", False)
             te.EVICTION = EVICT if v["evict"] else {}
-            tag = f"{name} {c}x{h}x{w} chunk={v['chunk']} cfg={v['cfg']} evict={v['evict']}"
+            tag = f"{name} {c}x{h}x{w} chunk={v['chunk']} cfg={v['cfg']} evict={v['evict']}" + (" OLD" if v["old"] else "")
             try:
                 ef = ember_fn(fn)
                 err = close(ef(*args), want, name)
@@ -303,6 +313,8 @@ def main():
             top = sorted(best.get((e["fn"], tuple(e["shape"][1:])), []), key=lambda r: r["ms"])[:3]
             tops = "; ".join(f"{r['ms']:.3f} {pct(r['ms']):.0f}% {r['chunk']} {(r['S'] or ['?'])[0]} "
                              f"{tuple(r['cfg']) if r['cfg'] else 'heur'} {'E' if r['evict'] else '-'}" for r in top)
+            old = [r for r in best.get((e["fn"], tuple(e["shape"][1:])), []) if r.get("old")]
+            tops = (f"old {old[0]['ms']:.3f} {pct(old[0]['ms']):.0f}% | " if old else "") + tops
             print(f"{e['fn']:9s} {'x'.join(map(str, e['shape'][1:])):12s} {e['eager_ms']:.3f}  {e['torch_ms']:.3f}  "
                   f"{e['ember_ms']:.3f}  | {pct(e['torch_ms']):3.0f} {pct(e['ember_ms']):3.0f} | {tops}")
     bad = [r for r in results["records"] if max(r.get("err", 0) or 0, r.get("err_ember", 0) or 0) > 2e-2]

@@ -224,7 +224,7 @@ def plan(gm, example_inputs, opts, renderer="triton"):
     g, L = lowering.lower(gm, example_inputs)
     if renderer == "cpp":
         _check_cpp_ops(g)
-    g = split_reduction.split_reductions(g, opts)
+    g = split_reduction.split_reductions(g, opts, renderer)
     if opts.verify:
         ir.verify(g)
     sched = scheduler.schedule(g, opts)

@@ -28,6 +28,11 @@ class NativeOptions(BackendOptions):
     split_reduction_programs: int = option(264, "a reduction running fewer programs than this, each reducing "
                                                 "split_reduction_numel elements or more, becomes two kernels", min=1)
     split_reduction_numel: int = option(1 << 16, "see split_reduction_programs", min=1)
+    # Triton kernels of strided reductions (BatchNorm statistics of channels-last activations):
+    # many short chunks (split_reduction.py; measured by benchmarks/probes/outer_reduction.py)
+    split_outer_outputs: int = option(1 << 16, "a strided reduction (kept dim contiguous) splits into chunks until "
+                                               "its partial results number this many", min=1)
+    split_outer_rows: int = option(256, "the least rows per chunk of a split strided reduction", min=2)
     fusion: bool = option(True, "fuse pointwise and reduction nodes into one kernel (False: one kernel per "
                                 "realized node, for comparisons)")
     verify: bool = option(True, "run ir.verify on the lowered graph")

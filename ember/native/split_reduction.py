@@ -14,6 +14,16 @@ sums (the mean, then the squared deviations from it), so each of them splits lik
 The split is made along the outermost reduced loop (after merging the reduced loops that are
 contiguous in memory, so for a channels-last tensor all of N*H*W is one loop). Chunks are a divisor
 of that loop's size when one is near the wanted count; otherwise the last chunk's tail is masked.
+
+Strided ("outer") reductions in Triton kernels (BatchNorm statistics and weight gradients of a
+channels-last activation: per channel, a sum down N*H*W rows of C contiguous values) are bound by
+how many bytes are in flight, not by per-program loop overhead: they split into many short chunks
+(``split_outer_outputs`` partial outputs, chunks of ``split_outer_rows`` rows or more), so the
+partial kernel runs ~1000 programs of 64 channels each (triton_emit.OUTER_CONFIGS). On an H100 at
+ResNet-50's shapes (benchmarks/results/outer_reduction-nvidia-h100-s36.json) anything from ~400 to
+~1600 such programs of 256-1024 rows ran within 5% of the best; the old rule (programs of 16
+channels, chunks of 4096-8192 rows, the unsplit 7x7 layer) was 10-95% slower.
+The C++ renderer keeps the rule above (its kernels parallelize over outputs with few threads).
 """
 from __future__ import annotations
 
@@ -28,8 +38,13 @@ from ember.native.options import NativeOptions
 
 SPLITTABLE = ("sum", "prod", "max", "min", "any", "all")
 # Programs of a reduction whose reduced loop is strided, not contiguous: each covers this many
-# outputs along the contiguous kept dim (triton_emit.choose_config's smallest x-block for them).
+# outputs along the contiguous kept dim (the C++ renderer's rule; Triton's: split_outer_*).
 STRIDED_XBLOCK = 16
+# Triton's rule for strided reductions: the x block of their partial kernels
+# (triton_emit.OUTER_CONFIGS), and chunks of a multiple of ALIGN_ROWS rows where a divisor allows
+# (the r-loop's blocks then need no mask)
+OUTER_XBLOCK = 64
+ALIGN_ROWS = 32
 
 
 def identity(rtype: str, dtype: torch.dtype):
@@ -54,8 +69,9 @@ def contiguous_reduction(body: ir.Expr, last_var) -> bool:
     return True
 
 
-def split_count(n: ir.ComputedNode, ranges, reduced, body, options) -> int:
-    """How many chunks to split n's outermost reduced loop into (1: leave n whole)."""
+def split_count(n: ir.ComputedNode, ranges, reduced, body, options, outer_rule: bool = False) -> int:
+    """How many chunks to split n's outermost reduced loop into (1: leave n whole); ``outer_rule``:
+    strided reductions take the rule of Triton kernels (module docstring)."""
     if n.reduction_type not in SPLITTABLE:
         return 1
     if not all(isinstance(r, int) for r in n.ranges):
@@ -64,27 +80,50 @@ def split_count(n: ir.ComputedNode, ranges, reduced, body, options) -> int:
     xnumel = math.prod(r for i, r in enumerate(ranges) if i not in reduced)
     if xnumel * rnumel <= options.single_program_numel:
         return 1  # the scheduler may run it as one program, in one launch
+    size = ranges[reduced[0]]
     vs = ir.node_vars(len(ranges))
-    per_program = min(xnumel, 1 if contiguous_reduction(body, vs[reduced[-1]]) else STRIDED_XBLOCK)
+    strided = not contiguous_reduction(body, vs[reduced[-1]])
+    outer = strided and outer_rule
+    per_program = min(xnumel, (OUTER_XBLOCK if outer else STRIDED_XBLOCK) if strided else 1)
     programs = -(-xnumel // per_program)
     target = options.split_reduction_programs
     if programs >= target or per_program * rnumel < options.split_reduction_numel:
         return 1  # enough programs, or each one's loop is short anyway
-    size = ranges[reduced[0]]
-    want = max(2, min(-(-target // programs), size // 2))
-    for s in range(want, min(2 * want, size // 2) + 1):  # a divisor near it leaves no tail
+    if outer:
+        # enough partial outputs to fill the GPU, in chunks no shorter than split_outer_rows
+        most = size // options.split_outer_rows
+        want = min(-(-options.split_outer_outputs // xnumel), most)
+        return 1 if want < 2 else _aligned_divisor(size, want, most)
+    return _near_divisor(size, max(2, min(-(-target // programs), size // 2)))
+
+
+def _aligned_divisor(size: int, want: int, most: int) -> int:
+    """A chunk count from want/2 to min(2*want, most) that divides size into chunks of a multiple of
+    ALIGN_ROWS rows (the r-loop's blocks then need no mask), nearest to want; else _near_divisor's."""
+    best = None
+    for s in range(max(2, want // 2), min(2 * want, most) + 1):
+        if size % s == 0 and (size // s) % ALIGN_ROWS == 0:
+            key = abs(math.log(s / want))
+            if best is None or key < best[0]:
+                best = (key, s)
+    return best[1] if best else _near_divisor(size, want)
+
+
+def _near_divisor(size: int, want: int) -> int:
+    """A chunk count from want to 2*want that divides size (no masked tail), else want's."""
+    for s in range(want, min(2 * want, size // 2) + 1):
         if size % s == 0:
             return s
     chunk = -(-size // want)
     return -(-size // chunk)  # no empty chunk
 
 
-def split_node(n: ir.ComputedNode, options) -> list:
+def split_node(n: ir.ComputedNode, options, outer_rule: bool = False) -> list:
     """[n], or [partial, final] replacing it."""
     ranges, reduced, bodies, stores = merge_loops(n.ranges, n.reduced, {n.name: n.body},
                                                   {n.name: n.store_index}, merge_kept=False)
     body, store = bodies[n.name], sympy.sympify(stores[n.name])
-    count = split_count(n, ranges, reduced, body, options)
+    count = split_count(n, ranges, reduced, body, options, outer_rule)
     if count < 2:
         return [n]
     p0 = reduced[0]
@@ -120,10 +159,12 @@ def split_node(n: ir.ComputedNode, options) -> list:
     return [partial, final]
 
 
-def split_reductions(g: ir.GraphIR, options: NativeOptions) -> ir.GraphIR:
-    """Split, in place, every reduction of g that would run too few programs for its size."""
+def split_reductions(g: ir.GraphIR, options: NativeOptions, renderer: str = "triton") -> ir.GraphIR:
+    """Split, in place, every reduction of g that would run too few programs for its size
+    (``renderer``: "triton" or "cpp", whose kernels the graph becomes)."""
     nodes = []
+    outer_rule = renderer == "triton"
     for n in g.nodes:
-        nodes += split_node(n, options) if isinstance(n, ir.ComputedNode) and n.is_reduction else [n]
+        nodes += split_node(n, options, outer_rule) if isinstance(n, ir.ComputedNode) and n.is_reduction else [n]
     g.nodes = nodes
     return g

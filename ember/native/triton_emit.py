@@ -55,6 +55,19 @@ LOW_PRECISION = (torch.float16, torch.bfloat16)
 # the least size a symbolic size's hint counts as when choosing block sizes (see _config)
 SYMBOLIC_HINT_FLOOR = 1024
 
+# Looped reductions along a strided dim with many outputs (the partial kernels of split_reduction's
+# rule for strided reductions: BatchNorm statistics and weight gradients of channels-last
+# activations): (most buffers read and written, XBLOCK, RBLOCK, num_warps), the first row that holds
+# the kernel. Measured on an H100 at ResNet-50's shapes, chunks of 256-1024 rows
+# (benchmarks/results/outer_reduction-nvidia-h100-s36.json): the BN+ReLU backward sums with a residual
+# (7 streams) ran at 90% of a copy's bandwidth with 64x64 tiles and 8 warps (64x32/4 warps within
+# 3%; 16x256/8 warps, the old tile, 25-45% slower); one stream (var_mean's sums) was 2-4% faster
+# with 64x16 tiles and 4 warps. XBLOCK is split_reduction.OUTER_XBLOCK in every row.
+OUTER_CONFIGS = (
+    (3, 64, 16, 4),
+    (None, 64, 64, 8),
+)
+
 # L2 eviction hints of a looped (non-persistent, one-pass) reduction, as Inductor writes them: the
 # rows streamed through the r-loop are read once ("stream": leave L2 to others), the per-output
 # values loaded once before the loop are read by many programs ("reused": keep them).
@@ -132,9 +145,16 @@ def choose_config(k: Kernel, options: NativeOptions, inner_reduction: bool, pers
         if inner_reduction:
             xb, rb = 1, min(next_pow2(rn), 2048, max_r)
         else:
-            # x is the contiguous dim: 16+ elements keep loads coalesced; fewer per program when
-            # that leaves too few programs to fill the GPU (aim at ~512; sum over dim 0 of
-            # 8192x4096 fp32: 67 us, was 132 us with 64)
+            # x is the contiguous dim. Many outputs (split_reduction cuts long strided reductions
+            # into short chunks): a small tile per program, by how many buffers stream through
+            streams = len(getattr(k, "reads", ())) + len(getattr(k, "writes", ()))
+            _, xb, rb, warps = next(row for row in OUTER_CONFIGS if row[0] is None or streams <= row[0])
+            # (at least one program per SM: split_reduction_programs is two per SM)
+            if -(-xn // min(xb, max_x)) >= options.split_reduction_programs // 2:
+                return LaunchConfig(min(xb, max_x), min(next_pow2(rn), rb, max_r), warps, False)
+            # few outputs (the final kernel of a split reduction, a short one): a long tile along r,
+            # 16+ elements along x to keep loads coalesced, fewer when that leaves too few programs
+            # (aim at ~512; sum over dim 0 of 8192x4096 fp32: 67 us, was 132 us with 64)
             xb = min(64, max(16, next_pow2(-(-xn // 512))), next_pow2(xn), max_x)
             rb = min(next_pow2(rn), max(1, 4096 // xb), max_r)
         xb = min(xb, max_x)

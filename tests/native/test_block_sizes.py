@@ -46,3 +46,21 @@ def test_heavy_persistent_reductions_get_fewer_warps():
     assert choose_config(k, OPTS, True, heavy=True).num_warps == 4
     looped = types.SimpleNamespace(is_reduction=True, xnumel=8, rnumel=50000)
     assert choose_config(looped, OPTS, True, heavy=True) == choose_config(looped, OPTS, True)
+
+
+def test_strided_looped_reductions_take_the_outer_table():
+    """A looped reduction along a strided dim with many outputs takes OUTER_CONFIGS' row for how
+    many buffers it streams; with few outputs (a split's final kernel) a long tile along r instead.
+    Powers of two, never persistent."""
+    from ember.native.split_reduction import OUTER_XBLOCK
+    from ember.native.triton_emit import OUTER_CONFIGS
+    assert all(row[1] == OUTER_XBLOCK for row in OUTER_CONFIGS)  # split_reduction counts programs with it
+    for streams in (1, 2, 4, 8, 20):
+        row = next(r for r in OUTER_CONFIGS if r[0] is None or streams <= r[0])
+        k = types.SimpleNamespace(is_reduction=True, xnumel=131072, rnumel=392,
+                                  reads=[f"in{i}" for i in range(streams - 1)], writes=["out"])
+        c = choose_config(k, OPTS, False)
+        assert (c.XBLOCK, c.RBLOCK, c.num_warps, c.persistent) == (row[1], min(row[2], 512), row[3], False)
+        narrow = types.SimpleNamespace(is_reduction=True, xnumel=3, rnumel=5000, reads=k.reads, writes=k.writes)
+        c = choose_config(narrow, OPTS, False)
+        assert c.XBLOCK == 4 and _pow2(c.RBLOCK) and not c.persistent

@@ -6,11 +6,13 @@ import torch
 
 pytest.importorskip("triton")
 
-from ember.native import backend, ir  # noqa: E402
+from ember.native import backend, ir, split_reduction  # noqa: E402
 from tests.native.harness import DEVICE, bn_relu_training_case, run_case, trace  # noqa: E402
 
-# split anything over 64 elements per program that would run fewer than 16 programs
-SPLIT = {"split_reduction_programs": 16, "split_reduction_numel": 64, "single_program_numel": 64}
+# split anything over 64 elements per program that would run fewer than 16 programs (strided
+# reductions: into chunks of 9 rows or more)
+SPLIT = {"split_reduction_programs": 16, "split_reduction_numel": 64, "single_program_numel": 64,
+         "split_outer_rows": 9}
 CL = torch.channels_last
 
 
@@ -65,16 +67,64 @@ def test_no_split_at_default_thresholds_for_small_or_wide_reductions():
         assert not partials, shape
 
 
-def test_batch_norm_statistics_at_resnet_scale():
-    """64 channels of 32*112*112 channels_last elements: 98 chunks of 4096 rows (a divisor, no tail),
-    so the first kernel runs 98 * 64 / 16 = 392 programs (>= 2 per SM of an H100)."""
-    x = torch.empty(32, 64, 112, 112, device="meta").to(memory_format=CL)
-    g, _, sched, emitted = backend.plan(trace(lambda x: x.sum((0, 2, 3)), [x]), [x], dict(backend.DEFAULT_OPTIONS))
+RESNET_BN = [(64, 112, 112), (256, 56, 56), (512, 28, 28), (1024, 14, 14), (2048, 7, 7)]
+
+
+@pytest.mark.parametrize("c,h,w", RESNET_BN)
+def test_batch_norm_statistics_at_resnet_scale(c, h, w):
+    """BatchNorm statistics of ResNet-50's channels_last activations (batch 64): the Triton rule for
+    strided reductions makes many short chunks (a divisor of N*H*W, no tail), so the partial kernel
+    runs thousands of small programs, and the final kernel reduces them per channel."""
+    x = torch.empty(64, c, h, w, device="meta").to(memory_format=CL)
+    opts = backend.NativeOptions()
+    g, _, sched, emitted = backend.plan(trace(lambda x: x.sum((0, 2, 3)), [x]), [x], opts)
+    rows = 64 * h * w
+    if len(g.nodes) == 1:  # not split: its programs are enough, or each loop is short
+        assert rows * split_reduction.OUTER_XBLOCK < opts.split_reduction_numel
+        return
     part, final = g.nodes
-    assert part.ranges == (98, 4096, 64) and part.reduced == (1,)
-    assert final.ranges == (98, 64) and final.reduced == (0,)
+    count, chunk, kept = part.ranges
+    assert part.reduced == (1,) and kept == c and count * chunk == rows
+    assert chunk >= opts.split_outer_rows and count * c <= 2 * opts.split_outer_outputs
+    assert final.ranges == (count, c) and final.reduced == (0,)
     ek = emitted[0][1]
-    assert ek.config.XBLOCK >= 16 and ek.xnumel // ek.config.XBLOCK >= 264
+    assert chunk % split_reduction.ALIGN_ROWS == 0  # (a divisor of N*H*W allows it at these shapes)
+    assert not ek.config.persistent and ek.xnumel // ek.config.XBLOCK >= opts.split_reduction_programs // 2, ek.config
+
+
+def test_cpp_renderer_keeps_few_long_chunks():
+    """The C++ renderer's kernels parallelize over outputs with a few threads: the strided rule of
+    the Triton kernels (thousands of chunks) is not theirs (98 chunks of 4096 rows here)."""
+    x = torch.empty(32, 64, 112, 112, device="meta").to(memory_format=CL)
+    g = trace(lambda x: x.sum((0, 2, 3)), [x])
+    from ember.native import lowering
+    ir_graph, _ = lowering.lower(g, [x])
+    part, final = split_reduction.split_reductions(ir_graph, backend.NativeOptions(), "cpp").nodes
+    assert part.ranges == (98, 4096, 64) and final.ranges == (98, 64)
+
+
+@pytest.mark.parametrize("streams,hint", [(1, True), (5, True), (5, False)])
+def test_strided_reduction_eviction_hints(streams, hint, native_cache, monkeypatch):
+    """triton_emit.EVICTION: a one-pass looped strided reduction streams its rows with
+    evict_first and keeps the per-channel vectors with evict_last; results unchanged."""
+    from ember.native import triton_emit
+    monkeypatch.setattr(triton_emit, "EVICTION", {"stream": "evict_first", "reused": "evict_last"} if hint else {})
+    torch.manual_seed(0)
+    ys = [torch.randn(4, 8, 6, 6, device=DEVICE).to(memory_format=CL) for _ in range(streams)]
+    ys.append(torch.randn(8, device=DEVICE))
+
+    def fn(*ys):
+        *big, mean = ys
+        g = torch.where(big[0] <= 0, 0, sum(big[1:], big[0]))
+        return g * 2, g.sum((0, 2, 3)), (g * (big[-1] - mean[None, :, None, None])).sum((0, 2, 3))
+    # unsplit, and not one program: one looped kernel over 144 rows (past the persistent limit)
+    opts = {"split_reduction_programs": 1, "single_program_numel": 64}
+    run_case(fn, ys, options=opts, cache_dir=native_cache, atol=1e-4, rtol=1e-4)
+    _, _, _, emitted = backend.plan(trace(fn, ys), ys, dict(backend.DEFAULT_OPTIONS, **opts))
+    looped = [ek.source for _, ek in emitted if ek.kind == "red"]
+    assert looped
+    assert any("eviction_policy='evict_first'" in src for src in looped) == hint
+    assert any("eviction_policy='evict_last'" in src for src in looped) == hint
 
 
 def test_training_batch_norm_forward_and_backward(native_cache):
