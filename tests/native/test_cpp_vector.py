@@ -71,6 +71,28 @@ def test_layer_norm_gelu_v_welford_and_hoisted_row_values():
 
 
 @needs_avx512
+def test_gelu_erf_form_is_one_v_helper(native_cache):
+    """GELU's erf form in a V loop is e_gelu (the 1/sqrt(2) folded into erf's coefficients, vrangeps
+    saturation): within 1.2e-6 of float64 gelu over [-8, 8] (the spelled-out form: 1.5e-6), exactly
+    eager's u above 5.94 and 0 below -5.94 (huge values included), NaN kept; a lone erf stays e_erf."""
+    x = torch.linspace(-8, 8, 16 * 4096).view(16, 4096)
+    x[0, :6] = torch.tensor([float("nan"), 1e30, -1e30, 1e38, -3e38, -0.0])  # (eager: gelu(3e38) = inf)
+    fn = lambda x: (F.gelu(x), F.gelu(x).amax(-1))  # noqa: E731
+    src, _ = _source(fn, [x], "auto")
+    body = src.split("// cpp_red")[-1]
+    assert "e_gelu(" in body and "e_erf(" not in body.split("for (int64_t v1 = 4096")[0], src
+    src, _ = _source(lambda x: (torch.erf(x * 0.5), torch.erf(x).amax(-1)), [x], "auto")
+    assert "e_gelu(" not in src.split("// cpp_red")[-1], src
+    out = run_cpp(fn, [x], native_cache, atol=1.2e-6, rtol=1.3e-6)(x)[0]
+    exact = F.gelu(x.double())
+    fin = x.isfinite() & (x.abs() <= 8)
+    assert (out.double() - exact)[fin].abs().max() <= 1.2e-6
+    big = x.abs() >= 5.94
+    assert torch.equal(out[big & (x > 0)], x[big & (x > 0)]) and (out[big & (x < 0)] == 0).all()
+    assert out[0, 0].isnan()
+
+
+@needs_avx512
 @pytest.mark.parametrize("case", ["mask", "bf16", "argmax", "tanh"])
 def test_stages_v_cannot_spell_keep_scalar_loops(case, native_cache):
     """A stage with something V does not spell is scalar; the other stages may still be V loops."""
