@@ -61,13 +61,44 @@ def test_no_tail_loop_for_whole_vectors():
 
 
 @needs_avx512
-def test_layer_norm_gelu_v_welford_and_hoisted_row_values():
+def test_layer_norm_gelu_v_statistics_and_hoisted_row_values():
+    # a row that fits in cache: two V passes (the shifted sum, the squared deviations), no Welford lanes;
+    # a longer row keeps the one-pass V Welford
+    x, w, b = torch.randn(2, 9000), torch.randn(9000), torch.randn(9000)
+    src, _ = _source(lambda x, w, b: F.layer_norm(x, (9000,), w, b), [x, w, b], "auto")
+    assert "e_welford_lanes<float, 64>" in src and "V wf0_vm(0.0f)" in src, src
     x, w, b = torch.randn(4, 300), torch.randn(300), torch.randn(300)
     src, _ = _source(lambda x, w, b: F.gelu(F.layer_norm(x, (300,), w, b)), [x, w, b], "auto")
-    assert "e_welford_lanes<float, 64>" in src and "V wf0_vm(0.0f)" in src, src
+    kernel = src.split("// cpp_red")[-1]
+    assert "e_welford_lanes" not in kernel and kernel.count("V wf0_vs(0.0f);") == 2, src
+    assert "wf0_vs = wf0_vs + (tmp0 - wf0_k);" in kernel and "wf0_vs = wf0_vs + wf0_d * wf0_d;" in kernel, src
     # rsqrt(var + eps) once per row, before the GELU's V loop (not inside it)
-    v_loop = src.index("for (int64_t v1 = 0; v1 < 256; v1 += 64) {\n        V tmp")
-    assert src.index("e_rsqrt(") < v_loop and "e_erf(" in src[v_loop:], src
+    v_loop = src.rindex("for (int64_t v1 = 0; v1 < 256; v1 += 64) {\n        V tmp")
+    assert src.index("e_rsqrt(") < v_loop and "e_gelu(" in src[v_loop:], src
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n", [300, 1024])
+def test_v_statistics_special_rows(n, mode, native_cache, monkeypatch):
+    """The two-pass V statistics (cpp_reduce._two_pass) keep Welford's results on rows with inf, NaN,
+    huge values, a constant row, and rows far from zero with a tiny spread (the float mean's rounding)."""
+    monkeypatch.setattr(ember.config, "native_cpu_simd", mode)
+    torch.manual_seed(0)
+    x = torch.randn(10, n)
+    x[0, 3] = float("inf")
+    x[1, 0] = float("-inf")
+    x[2, n - 9] = float("nan")
+    x[3, 0], x[3, 1] = float("inf"), float("-inf")
+    x[4] = 3e38
+    x[5] = 7.0
+    x[6] = 3e5 + torch.randn(n) * 0.01
+    x[7, 0] = 1e4  # an outlier as the shift
+    v, _ = run_cpp(lambda x: torch.var_mean(x, -1), [x], native_cache, rtol=1e-4, atol=1e-6)(x)
+    # (eager's layer_norm of the 3e38 row is NaN at n=1024, 0 at 300; the 3e5 row is at float's limit)
+    ln_rows = x[[0, 1, 2, 3, 5, 7, 8, 9]]
+    run_cpp(lambda x: F.layer_norm(x, (n,)), [ln_rows], native_cache, rtol=1e-4, atol=1e-4)
+    exact, ev = x[6:8].double().var(-1), x[6:8].var(-1)
+    assert ((v[6:8] - exact).abs() <= 2 * (ev - exact).abs() + 1e-6 * exact).all(), (v[6:8], ev, exact)
 
 
 @needs_avx512
