@@ -75,6 +75,9 @@ def test_layer_norm_gelu_v_statistics_and_hoisted_row_values():
     # rsqrt(var + eps) once per row, before the GELU's V loop (not inside it)
     v_loop = src.rindex("for (int64_t v1 = 0; v1 < 256; v1 += 64) {\n        V tmp")
     assert src.index("e_rsqrt(") < v_loop and "e_gelu(" in src[v_loop:], src
+    # the GELU loop asks for the next row: its input to read, its output to write
+    assert "e_vprefetch(&in_ptr0[(300 + (300 * v0) + v1)]);" in src[v_loop:], src
+    assert src.count("e_vprefetchw(") == 1 and "e_vprefetchw(&out_ptr0[(300 + (300 * v0) + v1)]);" in src[v_loop:], src
 
 
 @pytest.mark.parametrize("mode", MODES)
