@@ -130,6 +130,10 @@ class CppKernelEmitter(ReductionEmitter, VectorEmitter, Names):
     def _value(self, e, scope):
         if self.vmode is not None:
             self._vcheck_scalar(e)
+            if e.op == "mul":
+                hit = self._vgelu(e, scope)
+                if hit is not None:
+                    return hit
         if e.op == "load":
             return self.load(e, scope)
         if e.op == "const":

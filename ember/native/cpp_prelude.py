@@ -10,10 +10,16 @@ ERF_Q = ("-1.45660718464996e-05f", "-2.13374055278905e-04f", "-1.68282697438203e
          "-1.42647390514189e-02f")
 
 
-def erf_polynomials(ctype: str) -> str:
-    """The C lines computing erf's numerator ``p`` and denominator ``q`` (Horner in ``x2``) as ``ctype``."""
+def erf_polynomials(ctype: str, scale: float = 1.0) -> str:
+    """The C lines computing erf's numerator ``p`` and denominator ``q`` (Horner in ``x2``) as ``ctype``.
+    ``scale`` != 1: the rational of erf(scale * x) in x, so x * p / q is that (the coefficient of
+    x^(2i) times scale^(2i), and p's also times scale): GELU's erf(u / sqrt(2)) without the multiply."""
     lines = []
     for name, coeffs in (("p", ERF_P), ("q", ERF_Q)):
+        if scale != 1.0:
+            top = len(coeffs) - 1
+            coeffs = [f"{float(c.rstrip('f')) * scale ** (2 * (top - i)) * (scale if name == 'p' else 1.0)!r}f"
+                      for i, c in enumerate(coeffs)]
         lines.append(f"  {ctype} {name} = x2 * {coeffs[0]} + {coeffs[1]};")
         lines += [f"  {name} = x2 * {name} + {c};" for c in coeffs[2:]]
     return "\n".join(lines)

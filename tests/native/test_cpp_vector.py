@@ -61,13 +61,69 @@ def test_no_tail_loop_for_whole_vectors():
 
 
 @needs_avx512
-def test_layer_norm_gelu_v_welford_and_hoisted_row_values():
+def test_layer_norm_gelu_v_statistics_and_hoisted_row_values():
+    # a row that fits in cache: two V passes (the shifted sum, the squared deviations), no Welford lanes;
+    # a longer row keeps the one-pass V Welford
+    x, w, b = torch.randn(2, 9000), torch.randn(9000), torch.randn(9000)
+    src, _ = _source(lambda x, w, b: F.layer_norm(x, (9000,), w, b), [x, w, b], "auto")
+    assert "e_welford_lanes<float, 64>" in src and "V wf0_vm(0.0f)" in src, src
     x, w, b = torch.randn(4, 300), torch.randn(300), torch.randn(300)
     src, _ = _source(lambda x, w, b: F.gelu(F.layer_norm(x, (300,), w, b)), [x, w, b], "auto")
-    assert "e_welford_lanes<float, 64>" in src and "V wf0_vm(0.0f)" in src, src
+    kernel = src.split("// cpp_red")[-1]
+    assert "e_welford_lanes" not in kernel and kernel.count("V wf0_vs(0.0f);") == 2, src
+    assert "wf0_vs = wf0_vs + (tmp0 - wf0_k);" in kernel and "wf0_vs = wf0_vs + wf0_d * wf0_d;" in kernel, src
     # rsqrt(var + eps) once per row, before the GELU's V loop (not inside it)
-    v_loop = src.index("for (int64_t v1 = 0; v1 < 256; v1 += 64) {\n        V tmp")
-    assert src.index("e_rsqrt(") < v_loop and "e_erf(" in src[v_loop:], src
+    v_loop = src.rindex("for (int64_t v1 = 0; v1 < 256; v1 += 64) {\n        V tmp")
+    assert src.index("e_rsqrt(") < v_loop and "e_gelu(" in src[v_loop:], src
+    # the GELU loop asks for the next row: its input to read, its output to write
+    assert "e_vprefetch(&in_ptr0[(300 + (300 * v0) + v1)]);" in src[v_loop:], src
+    assert src.count("e_vprefetchw(") == 1 and "e_vprefetchw(&out_ptr0[(300 + (300 * v0) + v1)]);" in src[v_loop:], src
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n", [300, 1024])
+def test_v_statistics_special_rows(n, mode, native_cache, monkeypatch):
+    """The two-pass V statistics (cpp_reduce._two_pass) keep Welford's results on rows with inf, NaN,
+    huge values, a constant row, and rows far from zero with a tiny spread (the float mean's rounding)."""
+    monkeypatch.setattr(ember.config, "native_cpu_simd", mode)
+    torch.manual_seed(0)
+    x = torch.randn(10, n)
+    x[0, 3] = float("inf")
+    x[1, 0] = float("-inf")
+    x[2, n - 9] = float("nan")
+    x[3, 0], x[3, 1] = float("inf"), float("-inf")
+    x[4] = 3e38
+    x[5] = 7.0
+    x[6] = 3e5 + torch.randn(n) * 0.01
+    x[7, 0] = 1e4  # an outlier as the shift
+    v, _ = run_cpp(lambda x: torch.var_mean(x, -1), [x], native_cache, rtol=1e-4, atol=1e-6)(x)
+    # (eager's layer_norm of the 3e38 row is NaN at n=1024, 0 at 300; the 3e5 row is at float's limit)
+    ln_rows = x[[0, 1, 2, 3, 5, 7, 8, 9]]
+    run_cpp(lambda x: F.layer_norm(x, (n,)), [ln_rows], native_cache, rtol=1e-4, atol=1e-4)
+    exact, ev = x[6:8].double().var(-1), x[6:8].var(-1)
+    assert ((v[6:8] - exact).abs() <= 2 * (ev - exact).abs() + 1e-6 * exact).all(), (v[6:8], ev, exact)
+
+
+@needs_avx512
+def test_gelu_erf_form_is_one_v_helper(native_cache):
+    """GELU's erf form in a V loop is e_gelu (the 1/sqrt(2) folded into erf's coefficients, vrangeps
+    saturation): within 1.2e-6 of float64 gelu over [-8, 8] (the spelled-out form: 1.5e-6), exactly
+    eager's u above 5.94 and 0 below -5.94 (huge values included), NaN kept; a lone erf stays e_erf."""
+    x = torch.linspace(-8, 8, 16 * 4096).view(16, 4096)
+    x[0, :6] = torch.tensor([float("nan"), 1e30, -1e30, 1e38, -3e38, -0.0])  # (eager: gelu(3e38) = inf)
+    fn = lambda x: (F.gelu(x), F.gelu(x).amax(-1))  # noqa: E731
+    src, _ = _source(fn, [x], "auto")
+    body = src.split("// cpp_red")[-1]
+    assert "e_gelu(" in body and "e_erf(" not in body.split("for (int64_t v1 = 4096")[0], src
+    src, _ = _source(lambda x: (torch.erf(x * 0.5), torch.erf(x).amax(-1)), [x], "auto")
+    assert "e_gelu(" not in src.split("// cpp_red")[-1], src
+    out = run_cpp(fn, [x], native_cache, atol=1.2e-6, rtol=1.3e-6)(x)[0]
+    exact = F.gelu(x.double())
+    fin = x.isfinite() & (x.abs() <= 8)
+    assert (out.double() - exact)[fin].abs().max() <= 1.2e-6
+    big = x.abs() >= 5.94
+    assert torch.equal(out[big & (x > 0)], x[big & (x > 0)]) and (out[big & (x < 0)] == 0).all()
+    assert out[0, 0].isnan()
 
 
 @needs_avx512
