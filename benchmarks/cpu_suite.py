@@ -256,8 +256,11 @@ def measure(wl: str, compiler: str, quick: bool, threads: int, timing: bool, rou
                first_call_s=round(first, 3), first_call_imports=lazy, rel_err=err, tol=tol, match=err <= tol)
     del out, ref
     if timing:
+        faults = _minor_faults()
         times, iters = time_rounds(lambda: step(*inputs), rounds, round_s)
-        rec.update(round_stats(times), iters=iters)
+        # page faults per timed call (time_rounds' few warm-up calls counted in): first touches of memory the
+        # allocator took from the OS, e.g. glibc returning freed blocks each step; no kernel profile shows them
+        rec.update(round_stats(times), iters=iters, faults_per_call=round((_minor_faults() - faults) / (iters * rounds), 1))
         if compiler != "eager":  # eager again, rounds interleaved with this compiler's (see paired_rounds)
             torch.manual_seed(0)
             twin_build, twin_inputs, _ = make(wl, quick)
@@ -277,6 +280,11 @@ def measure(wl: str, compiler: str, quick: bool, threads: int, timing: bool, rou
                 c_times, s_times = paired_rounds(lambda: y.copy_(x), lambda: step(*inputs), rounds, round_s)
                 rec["paired_pct_copy"] = round(100 * statistics.median(c / t for c, t in zip(c_times, s_times)), 1)
     return rec
+
+
+def _minor_faults() -> int:
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def time_rounds(fn, rounds: int, round_s: float) -> tuple[list, int]:
