@@ -256,8 +256,12 @@ def measure(wl: str, compiler: str, quick: bool, threads: int, timing: bool, rou
                first_call_s=round(first, 3), first_call_imports=lazy, rel_err=err, tol=tol, match=err <= tol)
     del out, ref
     if timing:
-        times, iters = time_rounds(lambda: step(*inputs), rounds, round_s)
-        rec.update(round_stats(times), iters=iters)
+        faults = []
+        times, iters = time_rounds(lambda: step(*inputs), rounds, round_s, faults)
+        # page faults per call, median of the rounds (a one-off settling of the first rounds left out): first
+        # touches of memory the allocator took from the OS, e.g. glibc returning freed blocks at each step,
+        # which no kernel profile shows (ember/native/cpu_heap.py)
+        rec.update(round_stats(times), iters=iters, faults_per_call=round(statistics.median(faults) / iters, 1))
         if compiler != "eager":  # eager again, rounds interleaved with this compiler's (see paired_rounds)
             torch.manual_seed(0)
             twin_build, twin_inputs, _ = make(wl, quick)
@@ -279,9 +283,14 @@ def measure(wl: str, compiler: str, quick: bool, threads: int, timing: bool, rou
     return rec
 
 
-def time_rounds(fn, rounds: int, round_s: float) -> tuple[list, int]:
+def _minor_faults() -> int:
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def time_rounds(fn, rounds: int, round_s: float, faults: list | None = None) -> tuple[list, int]:
     """ms per call in each of ``rounds`` rounds of N calls, N chosen so a round takes ~``round_s``
-    (after warm-up calls that also settle any recompile)."""
+    (after warm-up calls that also settle any recompile); ``faults``: gets each round's page faults."""
     t = time.perf_counter()
     fn()
     fn()
@@ -291,10 +300,13 @@ def time_rounds(fn, rounds: int, round_s: float) -> tuple[list, int]:
     iters = max(1, int(round_s / max(per, 1e-6)))
     times = []
     for _ in range(rounds):
+        f0 = _minor_faults()
         t = time.perf_counter()
         for _ in range(iters):
             fn()
         times.append((time.perf_counter() - t) * 1e3 / iters)
+        if faults is not None:
+            faults.append(_minor_faults() - f0)
     return times, iters
 
 

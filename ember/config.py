@@ -69,6 +69,7 @@ class Config:
     native_force_triton: bool = field(default=False, metadata={"doc": "run the native backend's Triton kernels on CPU tensors too (needs TRITON_INTERPRET=1 before triton is imported; for tests)"})
     native_cpu: str = field(default="cpp", metadata={"doc": "native backend on CPU tensors: 'cpp' generates fused C++/OpenMP kernels built with the system compiler (without a working one: a warning, once, and 'aten'), 'aten' runs the captured ATen graph (eager's kernels)", "check": _check_native_cpu})
     native_cpu_simd: str = field(default="auto", metadata={"doc": "native backend's C++ kernels: 'auto' writes the hot row loops of fp32 reductions as explicit AVX-512 code where the CPU has avx512f (several accumulators, vscalefps exp, division-free erf: ember/native/cpp_vector.py), 'portable' keeps every loop scalar C++ that the compiler vectorizes (other CPUs always get that)", "check": _check_native_cpu_simd})
+    native_cpu_malloc: bool = field(default=True, metadata={"doc": "native backend's C++ path on glibc: at its first CPU graph, fix malloc's mmap threshold at 32 MiB and trim threshold at 64 MiB (the values glibc's own dynamic rule reaches at its cap), so tensors a call frees are reused by the next call instead of being returned to the OS and page-faulted back in (a training step's gradients: 110-175 faults per step on cpu_suite's mlp_train row; ember/native/cpu_heap.py). Up to 64 MiB of freed memory stays mapped. False, or malloc set by the user (MALLOC_*_ variables, glibc.malloc tunables): malloc is left alone"})
     emulate_precision_casts: bool = field(default=False, metadata={"doc": "native backend: round fp16/bf16 casts inside fused kernels as eager rounds each op's result (off: computed in fp32 until stored, like torch.compile; closer to exact, faster)"})
     compile_threads: int = field(default=0, metadata={"doc": "native backend: Triton kernel builds at once, in worker processes, before a graph's first call (0: one per CPU core, up to 16; 1: no workers, each kernel built at its first launch)", "min": 0})
     regional_compile: bool = field(default=False, metadata={"doc": "compile each distinct repeated block of a graph (the layers of a ModuleList) once and share the compiled code, with weights as inputs, across its calls and across graphs (ember/backends/regional.py): compile time stops growing with depth, but a step pays a few Python frames per block and loses fusion across block boundaries (slower BERT inference steps on an H100: benchmarks/results/regional-gpu-h100.json, docs/architecture.md), so off by default for every graph (blocks as large as regional_auto_block_params are compiled regionally anyway). On for every graph: EMBER_REGIONAL_COMPILE=1, or per compile options={'regional': True}"})
@@ -204,6 +205,12 @@ class Environment:
         "TRITON_OVERRIDE_DIR": "Triton's kernel override directory (checked like TRITON_CACHE_DIR when overrides are on)",
         "CXX": "the C++ compiler that builds the native backend's CPU kernels (native_cpu='cpp', the default; "
                "unset: c++, then g++, on PATH)",
+        # glibc malloc's own settings: set by the user, native_cpu_malloc leaves malloc alone (ember/native/cpu_heap.py)
+        "MALLOC_TRIM_THRESHOLD_": "glibc malloc's trim threshold (set: native_cpu_malloc changes nothing)",
+        "MALLOC_MMAP_THRESHOLD_": "glibc malloc's mmap threshold (set: native_cpu_malloc changes nothing)",
+        "MALLOC_TOP_PAD_": "glibc malloc's top pad (set: native_cpu_malloc changes nothing)",
+        "MALLOC_MMAP_MAX_": "glibc malloc's mmap count limit (set: native_cpu_malloc changes nothing)",
+        "GLIBC_TUNABLES": "glibc's tunables (with a glibc.malloc one: native_cpu_malloc changes nothing)",
     }
 
     def with_prefixes(self, prefixes: tuple) -> list:

@@ -112,6 +112,14 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, *, force_triton
         return _as_is(gm, str(e), fallback=True)
 
 
+def _keep_freed_memory():
+    """glibc malloc keeps what a call frees for the next one (ember/native/cpu_heap.py), once per process."""
+    from ember.config import config
+    from ember.native import cpu_heap
+    if not cpu_heap._DONE:
+        _log(f"ember.native: glibc malloc for CPU graphs: {cpu_heap.keep_freed_memory(bool(config.native_cpu_malloc))}")
+
+
 def _compile_cpp(gm, example_inputs, opts):
     """CPU tensors through the C++ renderer (``cpp_emit``, ``cpp_build``). Whatever it cannot handle
     (no compiler, a dtype or index it cannot spell, a failed build) runs this graph's ATen code, the
@@ -121,6 +129,7 @@ def _compile_cpp(gm, example_inputs, opts):
     why = cpp_build.problem(opts.cache_dir)  # (checked once per process; a warning says it once)
     if why is not None:
         return _as_is(gm, f"no working C++ compiler, the ATen graph runs: {why}")
+    _keep_freed_memory()
 
     def compile_one(g, args):
         try:
