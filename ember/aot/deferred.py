@@ -131,8 +131,14 @@ def load(summary: dict, fake_mode) -> fx.GraphModule:
     return gm
 
 
+def pending(gm):
+    """(summary, fake mode) of a graph module whose nodes are not built yet, else None; ``load(*it)``
+    makes another module of the same stored graph."""
+    return gm.__dict__.get("_ember_deferred")
+
+
 def _summary(gm):
-    d = gm.__dict__.get("_ember_deferred")
+    d = pending(gm)
     return d[0] if d is not None else None
 
 

@@ -126,14 +126,19 @@ def wrap_auto(compiler, *, api=None):
         from ember.cudagraphs import analysis, cudagraphify
         from ember.cudagraphs.pool import TorchCuda
         cuda = api or TorchCuda()
-        # read before the compiler rewrites gm; sizes are read only of a graph that can be captured
-        # (static sizes: a symbolic size read here would add a guard to the frontend's shape env)
-        problem = analysis.skip_reason(gm, list(example_inputs), cuda)
-        flops = graph_flops(gm) if problem is None else 0
-        fn = compiler(gm, example_inputs)
-        if fn is None:
-            fn = gm.forward
-        est = estimate(gm, fn, flops) if problem is None else None
+        from ember.aot import deferred
+        pending = deferred.pending(gm)
+        if pending is not None:  # a graph from the aot cache, its nodes not built
+            fn, problem, est = _decide_deferred(compiler, gm, example_inputs, cuda, pending)
+        else:
+            # read before the compiler rewrites gm; sizes are read only of a graph that can be captured
+            # (static sizes: a symbolic size read here would add a guard to the frontend's shape env)
+            problem = analysis.skip_reason(gm, list(example_inputs), cuda)
+            flops = graph_flops(gm) if problem is None else 0
+            fn = compiler(gm, example_inputs)
+            if fn is None:
+                fn = gm.forward
+            est = estimate(gm, fn, flops) if problem is None else None
         replay, why = decide(est, problem)
         name = f"{type(gm).__name__}#auto{len(DECISIONS)}"
         DECISIONS.append((name, replay, why))
@@ -145,3 +150,26 @@ def wrap_auto(compiler, *, api=None):
 
     compile_auto.__name__ = f"auto_cudagraphs({getattr(compiler, '__name__', 'compiler')})"
     return compile_auto
+
+
+def _decide_deferred(compiler, gm, example_inputs, cuda, pending):
+    """(compiled, capture problem, estimate) for a graph whose nodes are not built (``ember.aot.deferred``):
+    compiled first, and when its report alone already rules a replay out (the FLOPs a graph adds only
+    add device time, a capture problem only forbids), the graph is never read: a warm start of a large
+    model builds none of its nodes. Otherwise the graph as loaded is read: ``gm`` if the compiler left
+    it unbuilt, else a copy from the summary (the compiler may have rewritten ``gm``)."""
+    from ember.aot import deferred
+    from ember.cudagraphs import analysis
+    fn = compiler(gm, example_inputs)
+    if fn is None:
+        fn = gm.forward
+    report = (getattr(fn, "ember_native", None) or {}).get("report")
+    if report:
+        est = estimate(gm, fn, 0)
+        if not decide(est, None)[0]:
+            return fn, None, est
+    pristine = gm if deferred.is_deferred(gm) else deferred.load(*pending)
+    problem = analysis.skip_reason(pristine, list(example_inputs), cuda)
+    est = estimate(pristine, fn, graph_flops(pristine)) if problem is None else None
+    return fn, problem, est
+

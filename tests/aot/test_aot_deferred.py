@@ -180,3 +180,34 @@ def test_a_tampered_entry_read_by_the_compiler_is_traced_again(cache_dir):
     assert aot_cache.STATS["stores"] == 2  # replaced
     close(ember.compile(_f, backend=aot_autograd())(x, w), _f(x, w), "from the replaced entry")
     assert aot_cache.STATS["hits"] == 1
+
+
+def test_auto_cudagraphs_decides_a_deferred_graph_from_its_report_when_that_suffices(monkeypatch):
+    """Default mode's automatic CUDA graphs: a loaded graph whose compiled report already rules a
+    replay out is not built; one that may replay is read (unbuilt as loaded) and decided as before."""
+    import ember.cudagraphs as cg
+    from ember.cudagraphs import auto
+    from tests.cudagraphs.fake_cuda import FakeCuda
+    monkeypatch.setattr(config, "auto_cudagraphs", True)
+    cg.reset()
+    gm = _aten_graph()
+    x = torch.randn(5, 3)
+
+    def compiler_with(report):
+        def compiler(g, ex):
+            def run(*args):
+                return g(*args)
+            run.ember_native = {"report": report}
+            return run
+        return compiler
+    big = dict(kernels=40, externs=0, bytes=auto.RULE.max_bytes + 1)
+    back = aot_cache.rebuild_graph(_round_trip(gm))
+    fn = auto.wrap_auto(compiler_with(big), api=FakeCuda())(back, [x])
+    assert deferred.is_deferred(back) and not auto.DECISIONS[-1][1] and "bytes" in auto.DECISIONS[-1][2]
+    close(fn(x)[0], gm(x)[0], "output")
+    # a small report: a replay is possible, so the graph is read to decide (the fake API captures CPU tensors)
+    small = dict(kernels=40, externs=0, bytes=1000)
+    back = aot_cache.rebuild_graph(_round_trip(gm))
+    fn = auto.wrap_auto(compiler_with(small), api=FakeCuda())(back, [x])
+    assert not deferred.is_deferred(back) and auto.DECISIONS[-1][1] and "host-bound" in auto.DECISIONS[-1][2]
+    cg.reset()
