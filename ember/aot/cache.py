@@ -352,28 +352,42 @@ class LoadedGraphModule(_LazyGraphModule):
     and compiling GPT-2's forward and backward code took ~0.1-0.2 s of its first call. The code is
     generated at once and must be the stored text (``make_loaded``: else the entry is stale and is
     traced again); until the graph runs, ``code`` answers that checked text, which is what the
-    caches downstream hash. ``recompile()`` (a pass changed the graph) forgets it."""
+    caches downstream hash. ``recompile()`` (a pass changed the graph) forgets it.
+
+    ``make_loaded(verify=False)``: the text is checked when ``code`` is first answered from it, not
+    at load; a graph a pass changes first (the frontend's captured graph, whose attention masks
+    ``aot.mask_simplify`` replaces) never pays for a check of text nothing reads."""
 
     _ember_code = None
+    _ember_unverified = False
 
     @classmethod
     def recompile(cls) -> None:  # (fx makes one class per instance: these are per graph module)
         cls._ember_code = None
+        cls._ember_unverified = False
         cls.forward = cls._lazy_forward
 
     @property
     def code(self) -> str:
-        if type(self)._ember_code is not None and self._needs_recompile():
-            return type(self)._ember_code
+        cls = type(self)
+        if cls._ember_code is not None and self._needs_recompile():
+            if cls._ember_unverified:
+                if self.graph.python_code(root_module="self").src != cls._ember_code:
+                    raise ValueError("the rebuilt graph's code differs from the stored one (a stale cache entry)")
+                cls._ember_unverified = False
+            return cls._ember_code
         return super().code
 
 
-def make_loaded(root, graph: fx.Graph, code: str, class_name: str = "GraphModule") -> fx.GraphModule:
-    """A ``LoadedGraphModule`` of ``graph``, whose code must be ``code`` (else ValueError: a stale entry)."""
-    if graph.python_code(root_module="self").src != code:
+def make_loaded(root, graph: fx.Graph, code: str, class_name: str = "GraphModule",
+                verify: bool = True) -> fx.GraphModule:
+    """A ``LoadedGraphModule`` of ``graph``, whose code must be ``code`` (else ValueError: a stale entry),
+    checked now, or (``verify=False``) when ``code`` is first read from the stored text."""
+    if verify and graph.python_code(root_module="self").src != code:
         raise ValueError("the rebuilt graph's code differs from the stored one")
     gm = LoadedGraphModule(root, graph, class_name=class_name)
     type(gm)._ember_code = code
+    type(gm)._ember_unverified = not verify
     return gm
 
 

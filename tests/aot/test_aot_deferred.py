@@ -211,3 +211,27 @@ def test_auto_cudagraphs_decides_a_deferred_graph_from_its_report_when_that_suff
     fn = auto.wrap_auto(compiler_with(small), api=FakeCuda())(back, [x])
     assert not deferred.is_deferred(back) and auto.DECISIONS[-1][1] and "host-bound" in auto.DECISIONS[-1][2]
     cg.reset()
+
+
+def test_a_loaded_graph_checks_its_stored_code_when_first_read_and_not_after_a_pass():
+    """``make_loaded(verify=False)`` (the frontend's captured graphs): the stored text is compared with
+    the graph's own code when ``code`` is first answered from it; a stale text is an error there. A
+    pass that rewrites the graph first makes the text moot: nothing compares or returns it."""
+    from ember.aot.cache import make_loaded, rebuild_nodes
+    gm = _aten_graph()
+    nodes = rebuild_nodes(_round_trip(gm))
+    good = make_loaded({"scale": gm.scale}, nodes, gm.code, verify=False)
+    assert good.code == gm.code and good._needs_recompile()  # checked, answered, not compiled
+    stale = make_loaded({"scale": gm.scale}, rebuild_nodes(_round_trip(gm)), gm.code.replace("relu", "tanh"),
+                        verify=False)
+    with pytest.raises(ValueError, match="stale"):
+        stale.code
+    rewritten = make_loaded({"scale": gm.scale}, rebuild_nodes(_round_trip(gm)), gm.code.replace("relu", "tanh"),
+                            verify=False)
+    for n in rewritten.graph.nodes:
+        if n.target is torch.ops.aten.relu.default:
+            n.target = torch.ops.aten.sigmoid.default
+    rewritten.recompile()
+    assert "sigmoid" in rewritten.code and "tanh" not in rewritten.code
+    x = torch.randn(5, 3)
+    close(rewritten(x)[0], torch.sigmoid(x * gm.scale), "rewritten output")
