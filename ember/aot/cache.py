@@ -23,7 +23,8 @@ The key hashes everything the trace reads, and a graph the key cannot describe i
 
 Entries (``aot/<hh>/<key>.pkl``) are pickles of plain data: graphs as node lists (ops by qualified
 name, ``val`` metadata as size/stride/dtype/device descriptions, rebuilt as FakeTensors, constant
-tensors as their raw bytes), inside ``ember.diskcache``'s envelope (the key it was built for, a
+tensors as their raw bytes), each graph's nodes pickled apart beside a summary (code, constants,
+placeholders, devices) and built only when something reads them (``deferred.py``), inside ``ember.diskcache``'s envelope (the key it was built for, a
 SHA-256 of the pickle): a file that is not ours, a truncated or corrupt one, or one stored under
 another key is a miss, rebuilt and replaced. Unpickling is restricted to an allow-list of plain
 classes (``_allowed``): no pickle can name a function to call beyond pure operators and torch's
