@@ -23,7 +23,8 @@ The key hashes everything the trace reads, and a graph the key cannot describe i
 
 Entries (``aot/<hh>/<key>.pkl``) are pickles of plain data: graphs as node lists (ops by qualified
 name, ``val`` metadata as size/stride/dtype/device descriptions, rebuilt as FakeTensors, constant
-tensors as their raw bytes), inside ``ember.diskcache``'s envelope (the key it was built for, a
+tensors as their raw bytes), each graph's nodes pickled apart beside a summary (code, constants,
+placeholders, devices) and built only when something reads them (``deferred.py``), inside ``ember.diskcache``'s envelope (the key it was built for, a
 SHA-256 of the pickle): a file that is not ours, a truncated or corrupt one, or one stored under
 another key is a miss, rebuilt and replaced. Unpickling is restricted to an allow-list of plain
 classes (``_allowed``): no pickle can name a function to call beyond pure operators and torch's
@@ -315,16 +316,23 @@ def _fake(fake_mode, shape, stride, offset, dtype, device):
 
 
 def graph_data(gm: fx.GraphModule) -> dict:
-    """A graph module as plain data (taken before any compiler rewrites the graph in place)."""
+    """A graph module as plain data (taken before any compiler rewrites the graph in place): a summary
+    with its nodes pickled apart, loaded as a ``deferred.DeferredGraphModule`` (nodes built when read)."""
+    from ember.aot import deferred
     nodes = [(n.op, n.name, n.target, n.args, n.kwargs, {k: n.meta[k] for k in _NODE_META if k in n.meta})
              for n in gm.graph.nodes]
-    attrs = {n.target: _attr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"}
-    return dict(nodes=nodes, attrs=attrs, codegen=gm.graph._codegen, meta=dict(gm.meta),
-                name=getattr(gm, "_ember_name", None), code=gm.code)
+    buf = io.BytesIO()
+    _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(dict(nodes=nodes, codegen=gm.graph._codegen))
+    _Restricted(io.BytesIO(buf.getvalue())).load()  # (what could not load is not stored)
+    return deferred.summary_of(gm, buf.getvalue())
 
 
-def rebuild_nodes(data: dict) -> fx.Graph:
-    """The fx.Graph of a stored graph's ``nodes`` and ``codegen`` (shared with the frontend cache)."""
+def rebuild_nodes(data: dict, fake_mode=None) -> fx.Graph:
+    """The fx.Graph of a stored graph's ``nodes`` and ``codegen`` (shared with the frontend cache); a
+    summary's nodes (``graph_data``: pickled apart) are unpickled first, their values in ``fake_mode``."""
+    if isinstance(data["nodes"], bytes):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        data = _Unpickler(io.BytesIO(data["nodes"]), fake_mode or FakeTensorMode(allow_non_fake_inputs=True)).load()
     g = fx.Graph()
     env: dict = {}
 
@@ -345,38 +353,49 @@ class LoadedGraphModule(_LazyGraphModule):
     and compiling GPT-2's forward and backward code took ~0.1-0.2 s of its first call. The code is
     generated at once and must be the stored text (``make_loaded``: else the entry is stale and is
     traced again); until the graph runs, ``code`` answers that checked text, which is what the
-    caches downstream hash. ``recompile()`` (a pass changed the graph) forgets it."""
+    caches downstream hash. ``recompile()`` (a pass changed the graph) forgets it.
+
+    ``make_loaded(verify=False)``: the text is checked when ``code`` is first answered from it, not
+    at load; a graph a pass changes first (the frontend's captured graph, whose attention masks
+    ``aot.mask_simplify`` replaces) never pays for a check of text nothing reads."""
 
     _ember_code = None
+    _ember_unverified = False
 
     @classmethod
     def recompile(cls) -> None:  # (fx makes one class per instance: these are per graph module)
         cls._ember_code = None
+        cls._ember_unverified = False
         cls.forward = cls._lazy_forward
 
     @property
     def code(self) -> str:
-        if type(self)._ember_code is not None and self._needs_recompile():
-            return type(self)._ember_code
+        cls = type(self)
+        if cls._ember_code is not None and self._needs_recompile():
+            if cls._ember_unverified:
+                if self.graph.python_code(root_module="self").src != cls._ember_code:
+                    raise ValueError("the rebuilt graph's code differs from the stored one (a stale cache entry)")
+                cls._ember_unverified = False
+            return cls._ember_code
         return super().code
 
 
-def make_loaded(root, graph: fx.Graph, code: str, class_name: str = "GraphModule") -> fx.GraphModule:
-    """A ``LoadedGraphModule`` of ``graph``, whose code must be ``code`` (else ValueError: a stale entry)."""
-    if graph.python_code(root_module="self").src != code:
+def make_loaded(root, graph: fx.Graph, code: str, class_name: str = "GraphModule",
+                verify: bool = True) -> fx.GraphModule:
+    """A ``LoadedGraphModule`` of ``graph``, whose code must be ``code`` (else ValueError: a stale entry),
+    checked now, or (``verify=False``) when ``code`` is first read from the stored text."""
+    if verify and graph.python_code(root_module="self").src != code:
         raise ValueError("the rebuilt graph's code differs from the stored one")
     gm = LoadedGraphModule(root, graph, class_name=class_name)
     type(gm)._ember_code = code
+    type(gm)._ember_unverified = not verify
     return gm
 
 
-def rebuild_graph(data: dict) -> fx.GraphModule:
-    g = rebuild_nodes(data)
-    gm = make_loaded(data["attrs"], g, data["code"])  # (a dict root: dotted targets get their submodules)
-    gm.meta.update(data["meta"])
-    if data["name"] is not None:
-        gm._ember_name = data["name"]
-    return gm
+def rebuild_graph(data: dict, fake_mode=None) -> fx.GraphModule:
+    """The graph module of a stored summary (``graph_data``), its nodes built when first read."""
+    from ember.aot import deferred
+    return deferred.load(data, fake_mode)
 
 
 # ------------------------------------------------------------------------------------ the files
@@ -421,13 +440,21 @@ def load(key: str, fake_mode, graphs=()) -> dict | None:
         entry = _Unpickler(io.BytesIO(payload), fake_mode).load()
         if not isinstance(entry, dict) or not isinstance(entry.get("meta"), _entry_meta_type()):
             raise pickle.UnpicklingError("not a traced-graphs entry")
-        entry = {k: rebuild_graph(v) if k in graphs else v for k, v in entry.items()}
+        entry = {k: rebuild_graph(v, fake_mode) if k in graphs else v for k, v in entry.items()}
     except Exception as e:  # noqa: BLE001 - a class outside the allow-list, a stale graph: trace again
         diskcache.warn_once("ignoring aot entry", path, f"{type(e).__name__}: {e}", "it is traced again and replaced")
         STATS["misses"] += 1
         return None
     STATS["hits"] += 1
     return entry
+
+
+def stale(key: str, error: Exception) -> None:
+    """A loaded entry whose deferred graph did not rebuild (``deferred.StaleCacheEntry``): counted as
+    a miss, said once, traced again and replaced."""
+    STATS["hits"] -= 1
+    STATS["misses"] += 1
+    diskcache.warn_once("ignoring aot entry", _path(key), str(error), "it is traced again and replaced")
 
 
 def _entry_meta_type():

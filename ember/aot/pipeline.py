@@ -18,7 +18,7 @@ import torch
 import torch.fx as fx
 from torch._subclasses import FakeTensorMode
 
-from ember.aot import analysis, mask_simplify
+from ember.aot import analysis, deferred, mask_simplify
 from ember.aot import cache as aot_cache
 from ember.aot.runtime import EagerVariant, InferenceVariant, TrainingVariant
 from ember.aot.trace import JointGraph, trace_forward, trace_joint
@@ -110,11 +110,18 @@ def build_variant(gm: fx.GraphModule, args: list, opts: AOTOptions, name: str = 
             if not isinstance(e, aot_cache.NotCacheable):
                 elog.get_logger("graph_breaks").info(f"ember aot cache: no key for {name}: {type(e).__name__}: {e}")
     parts = aot_cache.load(key, FakeTensorMode(allow_non_fake_inputs=True), _GRAPHS) if key is not None else None
+    variant = None
+    if parts is not None:
+        try:
+            variant = _compile_parts(parts, gm, args, opts)
+        except deferred.StaleCacheEntry as e:  # nodes read for the first time, and not what the key says
+            aot_cache.stale(key, e)
+            parts = None
     if parts is None:
         parts = _trace_parts(gm, args, opts, name, symbolic)
         if key is not None and parts["kind"] != "eager":
             aot_cache.store(key, parts, _GRAPHS)
-    variant = _compile_parts(parts, gm, args, opts)
+        variant = _compile_parts(parts, gm, args, opts)
     variant.meta = parts["meta"]
     if config.verify:  # EMBER_VERIFY=1: check every graph this layer built
         for graph in (getattr(variant, a, None) for a in ("graph", "forward", "backward")):
@@ -164,7 +171,7 @@ def _compile_parts(parts: dict, gm, args: list, opts: AOTOptions):
     fw, bw = parts["fw"], parts["bw"]
     joint = JointGraph(None, parts["num_fw_outputs"], parts["grad_inputs"], None)
     compiled_fw = opts.fw_compiler(fw, inputs) or fw.forward
-    bw_examples = [n.meta.get("val") for n in bw.graph.nodes if n.op == "placeholder"]
+    bw_examples = deferred.placeholder_vals(bw)  # (a cached graph's, without building its nodes)
     bw_examples = _saved_as_produced(compiled_fw, parts["num_fw_outputs"], bw_examples)
     compiled_bw = opts.bw_compiler(bw, bw_examples) or bw.forward
     return TrainingVariant(meta, joint, fw, bw, compiled_fw, compiled_bw)

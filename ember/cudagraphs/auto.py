@@ -137,15 +137,16 @@ def _convolutions(gm: fx.GraphModule) -> tuple[int, int]:
     return nodes, calls
 
 
-def estimate(gm: fx.GraphModule, compiled, flops: int) -> dict:
-    """launches, bytes, flops, host_us, device_us of one call of ``compiled`` (compiled from ``gm``)."""
+def estimate(gm: fx.GraphModule, compiled, flops: int, convolutions: tuple | None = None) -> dict:
+    """launches, bytes, flops, host_us, device_us of one call of ``compiled`` (compiled from ``gm``).
+    ``convolutions``: (nodes, cuDNN calls) when known without reading ``gm`` (see _decide_deferred)."""
     report = (getattr(compiled, "ember_native", None) or {}).get("report")
     if report:
         launches, nbytes = int(report["kernels"]) + int(report["externs"]), int(report["bytes"])
     else:
         launches, nbytes = _aten_estimate(gm)
     externs = int(report["externs"]) if report else launches
-    conv_nodes, conv_calls = _convolutions(gm)
+    conv_nodes, conv_calls = convolutions if convolutions is not None else _convolutions(gm)
     if conv_nodes > externs:  # (a convolution the code generator lowered itself)
         conv_nodes = conv_calls = 0
     extern_us = RULE.host_us_per_convolution * conv_calls + RULE.host_us_per_extern * (externs - conv_nodes)
@@ -206,15 +207,24 @@ def wrap_auto(compiler, *, api=None, training: bool = False, finish=None):
         from ember.cudagraphs import analysis, cudagraphify
         from ember.cudagraphs.pool import TorchCuda
         cuda = api or TorchCuda()
-        # read before the compiler rewrites gm; sizes are read only of a graph that can be captured
-        # (static sizes: a symbolic size read here would add a guard to the frontend's shape env)
-        problem = ("shared by several call sites (regional compilation): its inputs move at every call"
-                   if _SHARED.get() else analysis.skip_reason(gm, list(example_inputs), cuda))
-        flops = graph_flops(gm) if problem is None else 0
-        fn = compiler(gm, example_inputs)
-        if fn is None:
-            fn = gm.forward
-        est = estimate(gm, fn, flops) if problem is None else None
+        from ember.aot import deferred
+        pending = deferred.pending(gm)
+        if _SHARED.get():  # (no estimate needed: the graph is never replayed)
+            fn = compiler(gm, example_inputs)
+            if fn is None:
+                fn = gm.forward
+            problem, est = "shared by several call sites (regional compilation): its inputs move at every call", None
+        elif pending is not None:  # a graph from the aot cache, its nodes not built
+            fn, problem, est = _decide_deferred(compiler, gm, example_inputs, cuda, pending, training)
+        else:
+            # read before the compiler rewrites gm; sizes are read only of a graph that can be captured
+            # (static sizes: a symbolic size read here would add a guard to the frontend's shape env)
+            problem = analysis.skip_reason(gm, list(example_inputs), cuda)
+            flops = graph_flops(gm) if problem is None else 0
+            fn = compiler(gm, example_inputs)
+            if fn is None:
+                fn = gm.forward
+            est = estimate(gm, fn, flops) if problem is None else None
         replay, why = (decide_training if training else decide)(est, problem)
         name = f"{type(gm).__name__}#auto{len(DECISIONS)}"
         DECISIONS.append((name, replay, why))
@@ -226,3 +236,29 @@ def wrap_auto(compiler, *, api=None, training: bool = False, finish=None):
 
     compile_auto.__name__ = f"auto_cudagraphs({getattr(compiler, '__name__', 'compiler')})"
     return compile_auto
+
+
+def _decide_deferred(compiler, gm, example_inputs, cuda, pending, training: bool = False):
+    """(compiled, capture problem, estimate) for a graph whose nodes are not built (``ember.aot.deferred``):
+    compiled first, and when its report alone already rules a replay out (the FLOPs a graph adds only
+    add device time, a capture problem only forbids), the graph is never read: a warm start of a large
+    model builds none of its nodes. Otherwise the graph as loaded is read: ``gm`` if the compiler left
+    it unbuilt, else a copy from the summary (the compiler may have rewritten ``gm``)."""
+    from ember.aot import deferred
+    from ember.cudagraphs import analysis
+    fn = compiler(gm, example_inputs)
+    if fn is None:
+        fn = gm.forward
+    report = (getattr(fn, "ember_native", None) or {}).get("report")
+    if report:
+        # (a training graph's ATen calls counted as convolutions' backward: the most host time they
+        # could cost, so a "no" here is a "no" with the graph read too)
+        externs = int(report["externs"])
+        est = estimate(gm, fn, 0, convolutions=(externs, 2 * externs) if training else (0, 0))
+        if not (decide_training if training else decide)(est, None)[0]:
+            return fn, None, est
+    pristine = gm if deferred.is_deferred(gm) else deferred.load(*pending)
+    problem = analysis.skip_reason(pristine, list(example_inputs), cuda)
+    est = estimate(pristine, fn, graph_flops(pristine)) if problem is None else None
+    return fn, problem, est
+

@@ -55,11 +55,8 @@ def _uses_cuda(gm, example_inputs) -> bool:
     for x in example_inputs:
         if isinstance(x, torch.Tensor) and x.device.type == "cuda":
             return True
-    for n in gm.graph.nodes:
-        v = n.meta.get("val")
-        if isinstance(v, torch.Tensor) and v.device.type == "cuda":
-            return True
-    return False
+    from ember.aot.deferred import value_device_types  # (a graph from the aot cache answers without its nodes)
+    return "cuda" in value_device_types(gm)
 
 
 def _log(msg):

@@ -148,12 +148,12 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, options: dict) -> str:
     descs = _describe_symbolic(gm, example_inputs) if has_symbolic_inputs(gm) else map(_describe, example_inputs)
     for d in descs:
         h.update(d.encode())
-    for n in gm.graph.nodes:
-        if n.op == "get_attr":
-            t = getattr(gm, n.target)
-            h.update(_describe(t).encode())
-            if isinstance(t, torch.Tensor):
-                h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    from ember.aot.deferred import get_attr_targets  # (a graph from the aot cache answers without its nodes)
+    for target in get_attr_targets(gm):
+        t = getattr(gm, target)
+        h.update(_describe(t).encode())
+        if isinstance(t, torch.Tensor):
+            h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     h.update(json.dumps(options, sort_keys=True, default=str).encode())
     return h.hexdigest()
 

@@ -657,10 +657,8 @@ def norm_sizes(xs) -> tuple:
 
 def has_symbolic_inputs(gm) -> bool:
     """Does a placeholder of gm carry a SymInt with free symbols (in its value or sizes/strides)?"""
-    for n in gm.graph.nodes:
-        if n.op != "placeholder":
-            continue
-        v = n.meta.get("val")
+    from ember.aot.deferred import placeholder_vals  # (a graph from the aot cache answers without its nodes)
+    for v in placeholder_vals(gm):
         vals = [v] if isinstance(v, torch.SymInt) else \
             [*v.shape, *v.stride(), v.storage_offset()] if isinstance(v, torch.Tensor) else []
         if any(isinstance(s, torch.SymInt) and s.node.expr.free_symbols for s in vals):

@@ -123,7 +123,9 @@ def adopt(mod, launches: dict, cache_root: str, info: dict) -> None:
         info["kernels_jit"] = info.get("kernels_jit", 0) + len(launches)
         return
     root = os.path.abspath(cache_root)
-    loaded: dict = {}  # one CompiledKernel (one module load) per binary: a layer's kernels repeat per layer
+    # one CompiledKernel (one module load) per binary, its files checked once: a layer's kernels
+    # repeat per layer (GPT-2 training: 432 sites), so what a site adds is a few dict lookups
+    loaded: dict = {}
     for name, entry in launches.items():
         owner = entry.get("owner")
         if owner is not None:  # (a SmallMM's site for the TF32 setting recorded; made at the module's load)
@@ -132,13 +134,13 @@ def adopt(mod, launches: dict, cache_root: str, info: dict) -> None:
             site = getattr(mod, name, None)
         ok = False
         try:
-            group = {f: os.path.abspath(os.path.join(root, rel)) for f, rel in entry["files"].items()}
-            if not all(p.startswith(root + os.sep) and os.path.isfile(p) for p in group.values()):
-                raise FileNotFoundError("a recorded binary is not in Triton's cache")
-            ident = (entry["hash"], tuple(sorted(group.items())), json.dumps(entry["signature"], sort_keys=True),
-                     json.dumps(entry["constants"]))
+            ident = (entry["hash"], tuple(sorted(entry["files"].items())), _frozen(entry["signature"]),
+                     _frozen(entry["constants"]))
             kernel = loaded.get(ident)
             if kernel is None:
+                group = {f: os.path.abspath(os.path.join(root, rel)) for f, rel in entry["files"].items()}
+                if not all(p.startswith(root + os.sep) and os.path.isfile(p) for p in group.values()):
+                    raise FileNotFoundError("a recorded binary is not in Triton's cache")
                 kernel = loaded[ident] = CompiledKernel(_LauncherSource(entry), group, entry["hash"])
             checks = tuple(tuple(c) for c in entry["checks"])
             if isinstance(site, DynamicLaunch):
@@ -151,6 +153,15 @@ def adopt(mod, launches: dict, cache_root: str, info: dict) -> None:
             info["reason"] = f"{name}: {type(e).__name__}: {e}"
         k = "kernels_loaded" if ok else "kernels_jit"
         info[k] = info.get(k, 0) + 1
+
+
+def _frozen(v):
+    """A JSON value as a hashable one (lists as tuples, dicts as sorted item tuples): a binary's identity."""
+    if isinstance(v, dict):
+        return ("{",) + tuple(sorted((k, _frozen(x)) for k, x in v.items()))
+    if isinstance(v, list):
+        return tuple(_frozen(x) for x in v)
+    return (type(v).__name__, v)  # (True and 1 are one key in a dict: not here)
 
 
 def adopt_recorded(mod, key: str, base: str | None) -> dict | None:
