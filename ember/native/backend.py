@@ -118,7 +118,9 @@ def _compile_cpp(gm, example_inputs, opts):
     reason logged: never a wrong result."""
     from ember.native import cpp_build
     from ember.native.cpp_emit import CppUnsupported
-    why = cpp_build.problem(opts.cache_dir)  # (checked once per process; a warning says it once)
+    # (checked once per process, a warning says it once; a check still running is waited for at
+    # the graph's first call, cpp_graph._bind, so that it overlaps this graph's code generation)
+    why = cpp_build.problem(opts.cache_dir, wait=False)
     if why is not None:
         return _as_is(gm, f"no working C++ compiler, the ATen graph runs: {why}")
 

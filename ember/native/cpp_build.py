@@ -196,16 +196,22 @@ extern "C" long ember_probe(long n) {
 """
 
 
-def problem(base: str | None = None) -> str | None:
+def problem(base: str | None = None, wait: bool = True) -> str | None:
     """None when the C++ compiler builds and loads ember's kernels on this machine, else why not
     (and a warning, once per process, that CPU graphs run with ATen instead). Checked once per
-    compiler and process by building a small unit through the disk cache."""
+    compiler and process by building a small unit through the disk cache. ``wait=False``: what is
+    known now, without waiting for the check (started in the background if it was not): None while
+    it runs. The C++ path goes ahead on that answer (tracing and generating its graph overlap the
+    check, 0.1-0.2 s of a cold process) and ``cpp_graph`` asks again, waiting, before the first call."""
     try:
         cxx = find_compiler()
     except CompilerMissing as e:
         return _report(None, str(e))
     if cxx in _PROBED:
         return _PROBED[cxx]
+    if not wait:
+        probe_in_background(base)
+        return None
     with _PROBE_LOCK:
         if cxx not in _PROBED:
             from ember.native.cpp_emit import translation_unit
@@ -222,11 +228,12 @@ def problem(base: str | None = None) -> str | None:
     return _PROBED[cxx]
 
 
-def probe_in_background() -> None:
+def probe_in_background(base: str | None = None) -> None:
     """Start ``problem()``'s compiler check in a daemon thread (the ember backend's ``prewarm_trace``,
-    when the frontend starts tracing a frame): with a cold disk cache the check is a ~0.3 s compiler
-    run that the first CPU graph would otherwise wait for before its AOT trace starts; this way it
-    overlaps the frontend's trace. ``problem()`` itself waits for it (the probe lock) and says the same."""
+    when the frontend starts tracing a frame; ``problem(wait=False)``): with a cold disk cache the
+    check is a compiler run (~0.1 s), which this way overlaps the frontend's and the AOT trace and
+    the code generation of the first CPU graph. ``problem()`` waits for it (the probe lock) and says
+    the same."""
     try:
         cxx = find_compiler()
     except CompilerMissing:
@@ -235,7 +242,7 @@ def probe_in_background() -> None:
         if cxx in _PROBED or cxx in _PROBE_STARTED:
             return
         _PROBE_STARTED.add(cxx)
-    threading.Thread(target=problem, name="ember-cpp-probe", daemon=True).start()
+    threading.Thread(target=problem, args=(base,), name="ember-cpp-probe", daemon=True).start()
 
 
 def _report(cxx, why):
