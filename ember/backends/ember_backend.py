@@ -111,8 +111,10 @@ def _cpu_backend():
 
 
 def _no_cpp_compiler() -> bool:
+    """Known to have no working C++ compiler (not waiting for a check in flight: the graph then goes
+    the C++ way, whose first call runs the ATen graph if the check fails; ``cpp_graph``)."""
     from ember.native import cpp_build
-    return cpp_build.problem() is not None
+    return cpp_build.problem(wait=False) is not None
 
 
 def _on_cuda(gm, example_inputs) -> bool:

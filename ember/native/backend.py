@@ -123,7 +123,9 @@ def _compile_cpp(gm, example_inputs, opts):
     reason logged: never a wrong result."""
     from ember.native import cpp_build
     from ember.native.cpp_emit import CppUnsupported
-    why = cpp_build.problem(opts.cache_dir)  # (checked once per process; a warning says it once)
+    # (checked once per process, a warning says it once; a check still running is waited for at
+    # the graph's first call, cpp_graph._bind, so that it overlaps this graph's code generation)
+    why = cpp_build.problem(opts.cache_dir, wait=False)
     if why is not None:
         return _as_is(gm, f"no working C++ compiler, the ATen graph runs: {why}")
     _keep_freed_memory()
@@ -308,17 +310,24 @@ def _generate(gm, example_inputs, opts, key, base, renderer="triton"):
 
 
 def _cpp_unit(emitted, base):
-    """All C++ kernels of a graph in one translation unit (one compiler run per graph; identical
-    kernels once). Returns ({id(Kernel): (name, CppKernel, unit path)}, [unit source])."""
+    """A graph's C++ kernels in as few translation units as keep the build workers busy
+    (``cpp_build.partition``: one for a small graph, up to one per build thread for a large one;
+    identical kernels once), each submitted to its build thread at once. Returns
+    ({id(Kernel): (name, CppKernel, unit path)}, [unit sources])."""
     from ember.native import cpp_build, cpp_emit
     names, order = {}, []
     for step, ck in emitted:
         if ck.source not in names:
             names[ck.source] = cpp_emit.kernel_name(step, ck.kind, len(names))
             order.append((names[ck.source], ck))
-    text = cpp_emit.translation_unit(order)
-    path = cpp_build.write_source(text, base)
-    return {id(step): (names[ck.source], ck, path) for step, ck in emitted}, [text]
+    paths, texts = {}, []
+    for group in cpp_build.partition([len(ck.source) for _, ck in order], runtime.compile_threads()):
+        text = cpp_emit.translation_unit([order[i] for i in group])
+        path = cpp_build.write_source(text, base)
+        cpp_build.submit(path)  # (building while the wrapper is generated)
+        texts.append(text)
+        paths.update((order[i][1].source, path) for i in group)
+    return {id(step): (names[ck.source], ck, paths[ck.source]) for step, ck in emitted}, texts
 
 
 def output_strides(outputs) -> list | None:

@@ -47,6 +47,13 @@ FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17",
          # and full-width AVX-512 where the CPU has it: softmax 1024x1024, 1 thread, 1.49 -> 1.16 ms
          # on the development VM (gcc defaults to 256-bit vectors)
          "-ffp-contract=fast", "-mprefer-vector-width=512")
+# A graph's kernels are split over up to ``runtime.compile_threads()`` translation units that build at
+# once (``partition``): each unit pays the compiler's start, the prelude and the link again (~0.05 s
+# with g++ 12), so a unit gets at least UNIT_MIN_COST of kernel cost, counted as the kernel's source
+# characters plus KERNEL_COST each (a proxy of gcc's -O3 time: ~20 us a character on the development
+# VM; the transformer encoder layer's 4 kernels, 0.2 s in one unit, cost ~9000).
+UNIT_MIN_COST = 3000
+KERNEL_COST = 600
 _KIND = "native-cpp-so"
 _LIBS: dict = {}       # source path -> ctypes.CDLL
 _FUTURES: dict = {}    # source path -> Future of its CDLL, while a build thread loads or builds it
@@ -118,6 +125,20 @@ def write_source(text: str, base: str | None = None) -> str:
         diskcache.secure_dir(os.path.dirname(path), root)
     diskcache.atomic_write(path, text.encode())
     return path
+
+
+def partition(sizes: list, ways: int) -> list:
+    """The kernels (their source sizes) grouped into translation units that build in parallel: as
+    many as ``ways`` and UNIT_MIN_COST allow, longest kernel first into the lightest unit (each group
+    keeps the kernels' order; deterministic, so a warm process finds the same units)."""
+    costs = [n + KERNEL_COST for n in sizes]
+    n = max(1, min(ways, len(costs), sum(costs) // UNIT_MIN_COST))
+    groups, load = [[] for _ in range(n)], [0] * n
+    for i in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
+        j = load.index(min(load))
+        groups[j].append(i)
+        load[j] += costs[i]
+    return [sorted(g) for g in groups if g]
 
 
 def _executor():
@@ -196,16 +217,22 @@ extern "C" long ember_probe(long n) {
 """
 
 
-def problem(base: str | None = None) -> str | None:
+def problem(base: str | None = None, wait: bool = True) -> str | None:
     """None when the C++ compiler builds and loads ember's kernels on this machine, else why not
     (and a warning, once per process, that CPU graphs run with ATen instead). Checked once per
-    compiler and process by building a small unit through the disk cache."""
+    compiler and process by building a small unit through the disk cache. ``wait=False``: what is
+    known now, without waiting for the check (started in the background if it was not): None while
+    it runs. The C++ path goes ahead on that answer (tracing and generating its graph overlap the
+    check, 0.1-0.2 s of a cold process) and ``cpp_graph`` asks again, waiting, before the first call."""
     try:
         cxx = find_compiler()
     except CompilerMissing as e:
         return _report(None, str(e))
     if cxx in _PROBED:
         return _PROBED[cxx]
+    if not wait:
+        probe_in_background(base)
+        return None
     with _PROBE_LOCK:
         if cxx not in _PROBED:
             from ember.native.cpp_emit import translation_unit
@@ -222,11 +249,12 @@ def problem(base: str | None = None) -> str | None:
     return _PROBED[cxx]
 
 
-def probe_in_background() -> None:
+def probe_in_background(base: str | None = None) -> None:
     """Start ``problem()``'s compiler check in a daemon thread (the ember backend's ``prewarm_trace``,
-    when the frontend starts tracing a frame): with a cold disk cache the check is a ~0.3 s compiler
-    run that the first CPU graph would otherwise wait for before its AOT trace starts; this way it
-    overlaps the frontend's trace. ``problem()`` itself waits for it (the probe lock) and says the same."""
+    when the frontend starts tracing a frame; ``problem(wait=False)``): with a cold disk cache the
+    check is a compiler run (~0.1 s), which this way overlaps the frontend's and the AOT trace and
+    the code generation of the first CPU graph. ``problem()`` waits for it (the probe lock) and says
+    the same."""
     try:
         cxx = find_compiler()
     except CompilerMissing:
@@ -235,7 +263,7 @@ def probe_in_background() -> None:
         if cxx in _PROBED or cxx in _PROBE_STARTED:
             return
         _PROBE_STARTED.add(cxx)
-    threading.Thread(target=problem, name="ember-cpp-probe", daemon=True).start()
+    threading.Thread(target=problem, args=(base,), name="ember-cpp-probe", daemon=True).start()
 
 
 def _report(cxx, why):

@@ -45,7 +45,7 @@ def deferred(gm, example_inputs, opts, key, info, t0):
     def first_call():
         with lock:
             if not impl:
-                impl.append(_bind(gm, mod, info, key, meta))
+                impl.append(_bind(gm, mod, info, key, meta, opts.cache_dir))
         return impl[0]
 
     def call(*args):
@@ -54,9 +54,15 @@ def deferred(gm, example_inputs, opts, key, info, t0):
     return call
 
 
-def _bind(gm, mod, info, key, meta):
-    """The wrapper's ``call`` once the units are built; the ATen graph if a build failed."""
+def _bind(gm, mod, info, key, meta, base=None):
+    """The wrapper's ``call`` once the units are built; the ATen graph if a build failed, or if the
+    compiler check (``cpp_build.problem``, still running when this graph was generated) failed: then
+    the warning says why, once, and the ATen graph is the documented behaviour, not a fallback."""
     from ember.native import backend
+    why = cpp_build.problem(base)
+    if why is not None:
+        meta["reason"] = f"no working C++ compiler, the ATen graph runs: {why}"
+        return gm.forward
     try:
         for path in units(info):
             cpp_build.library(path)

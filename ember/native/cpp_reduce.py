@@ -296,7 +296,7 @@ class ReductionEmitter:
         for a, _ in pairs:
             w, t = names[a.name]
             x0 = self.value(self.k.bodies[a.name], first)
-            first.lines.append(f"{w}_k = std::isfinite({x0}) ? {x0} : {t}(0);")
+            first.lines.append(f"{w}_k = em::isfinite({x0}) ? {x0} : {t}(0);")
         scope.lines += ["{"] + indent(first.lines) + ["}"]
 
     def _welford_results(self, scope, a, b, wt, n_r) -> None:
@@ -466,7 +466,7 @@ class ReductionEmitter:
             if node.name not in k.local:
                 self.store(node.name, self.outer_vals[node.name], epi)
         blk.lines += ["for (int64_t vi = 0; vi < vn; ++vi) {"] + indent(epi.lines) + ["}"]
-        block = [f"for (int64_t vb = 0; vb < {n}; vb += {b}) {{", f"  const int64_t vn = std::min<int64_t>({b}, {n} - vb);"]
+        block = [f"for (int64_t vb = 0; vb < {n}; vb += {b}) {{", f"  const int64_t vn = em::min<int64_t>({b}, {n} - vb);"]
         block += indent(blk.lines) + ["}"]
         numel = self.index_str(k.numel)
         collapse = len(outer) + 1

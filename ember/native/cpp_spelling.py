@@ -73,11 +73,11 @@ def identity(rt, dt) -> str:
     if rt in ("prod", "all"):
         return "1"
     if dt.is_floating_point:
-        inf = f"std::numeric_limits<{ctype(dt)}>::infinity()"
+        inf = f"em::numeric_limits<{ctype(dt)}>::infinity()"
         return f"-{inf}" if rt == "max" else inf
     if dt == torch.bool:
         return "false" if rt == "max" else "true"
-    return f"std::numeric_limits<{ctype(dt)}>::{'lowest' if rt == 'max' else 'max'}()"
+    return f"em::numeric_limits<{ctype(dt)}>::{'lowest' if rt == 'max' else 'max'}()"
 
 
 def literal(value, dtype) -> str:
@@ -87,9 +87,9 @@ def literal(value, dtype) -> str:
         value = float(value)
         t = ctype(dtype)
         if math.isnan(value):
-            return f"std::numeric_limits<{t}>::quiet_NaN()"
+            return f"em::numeric_limits<{t}>::quiet_NaN()"
         if math.isinf(value):
-            return f"{'-' if value < 0 else ''}std::numeric_limits<{t}>::infinity()"
+            return f"{'-' if value < 0 else ''}em::numeric_limits<{t}>::infinity()"
         return repr(value) + ("f" if t == "float" else "")
     value = int(value)
     if value == -(2 ** 63):
@@ -115,7 +115,7 @@ def print_c(expr, name_of) -> str:
     if isinstance(expr, IMod):
         return f"e_imod({print_c(expr.args[0], name_of)}, {print_c(expr.args[1], name_of)})"
     if isinstance(expr, (sympy.Max, sympy.Min)):
-        fn = "std::max" if isinstance(expr, sympy.Max) else "std::min"
+        fn = "em::max" if isinstance(expr, sympy.Max) else "em::min"
         out = print_c(expr.args[0], name_of)
         for a in expr.args[1:]:
             out = f"{fn}<int64_t>({out}, {print_c(a, name_of)})"

@@ -251,9 +251,10 @@ def _tl(template):
 
 
 def _r(triton, cpp):
-    """An op's spellings: Triton, and C++ over scalars (``std::`` math of <cmath>, whose float/double
-    overloads keep the operand's precision; ``e_*`` helpers in cpp_emit.PRELUDE where eager's
-    semantics differ from C's: NaN-propagating max/min, Python-style floor division and remainder)."""
+    """An op's spellings: Triton, and C++ over scalars (``em::`` math: <cmath>'s functions as builtins,
+    cpp_prelude.EM_NAMESPACE, whose float/double overloads keep the operand's precision; ``e_*`` helpers
+    in cpp_prelude.PRELUDE where eager's semantics differ from C's: NaN-propagating max/min,
+    Python-style floor division and remainder)."""
     return {"triton": triton, "cpp": cpp}
 
 
@@ -275,33 +276,33 @@ REGISTRY: list[Op] = [
     Op("fmod", 2, A, _r("{0} % {1}", "e_fmod({0}, {1})"), aten=(aten.fmod,)),
     Op("maximum", 2, A, _r("maximum({0}, {1})", "e_maximum({0}, {1})"), aten=(aten.maximum,)),
     Op("minimum", 2, A, _r("minimum({0}, {1})", "e_minimum({0}, {1})"), aten=(aten.minimum,)),
-    Op("pow", 2, F, _r("pow({0}, {1})", "std::pow({0}, {1})"), heavy=True,
+    Op("pow", 2, F, _r("pow({0}, {1})", "em::pow({0}, {1})"), heavy=True,
        aten={(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar): _pow}),
-    Op("atan2", 2, F, _r("atan2({0}, {1})", "std::atan2({0}, {1})"), heavy=True, aten=(aten.atan2.default,)),
+    Op("atan2", 2, F, _r("atan2({0}, {1})", "em::atan2({0}, {1})"), heavy=True, aten=(aten.atan2.default,)),
     Op("neg", 1, A, _r("-{0}", "-{0}"), aten=(aten.neg,)),
     Op("abs", 1, A, _r("tl.abs({0})", "e_abs({0})"), aten=(aten.abs,)),
     Op("sign", 1, A, _r("sign({0})", "e_sign({0})"), aten=(aten.sign,)),
     Op("reciprocal", 1, F, {"triton": _tl_reciprocal, "cpp": "e_reciprocal({0})"}, aten=(aten.reciprocal,)),
     # ---- transcendental
     Op("exp", 1, F, _r("tl.exp({0})", "e_exp({0})"), aten=(aten.exp,)),
-    Op("exp2", 1, F, _r("tl.exp2({0})", "std::exp2({0})"), aten=(aten.exp2,)),
-    Op("expm1", 1, F, _r("expm1({0})", "std::expm1({0})"), heavy=True, aten=(aten.expm1,)),
-    Op("log", 1, F, _r("tl.log({0})", "std::log({0})"), aten=(aten.log,)),
-    Op("log2", 1, F, _r("tl.log2({0})", "std::log2({0})"), aten=(aten.log2,)),
-    Op("log1p", 1, F, _r("log1p({0})", "std::log1p({0})"), heavy=True, aten=(aten.log1p,)),
-    Op("sqrt", 1, F, _r("tl.sqrt({0})", "std::sqrt({0})"), aten=(aten.sqrt,)),
+    Op("exp2", 1, F, _r("tl.exp2({0})", "em::exp2({0})"), aten=(aten.exp2,)),
+    Op("expm1", 1, F, _r("expm1({0})", "em::expm1({0})"), heavy=True, aten=(aten.expm1,)),
+    Op("log", 1, F, _r("tl.log({0})", "em::log({0})"), aten=(aten.log,)),
+    Op("log2", 1, F, _r("tl.log2({0})", "em::log2({0})"), aten=(aten.log2,)),
+    Op("log1p", 1, F, _r("log1p({0})", "em::log1p({0})"), heavy=True, aten=(aten.log1p,)),
+    Op("sqrt", 1, F, _r("tl.sqrt({0})", "em::sqrt({0})"), aten=(aten.sqrt,)),
     Op("rsqrt", 1, F, _r("tl.rsqrt({0})", "e_rsqrt({0})"), aten=(aten.rsqrt,)),
-    Op("sin", 1, F, _r("tl.sin({0})", "std::sin({0})"), aten=(aten.sin,)),
-    Op("cos", 1, F, _r("tl.cos({0})", "std::cos({0})"), aten=(aten.cos,)),
-    Op("tan", 1, F, _r("tan({0})", "std::tan({0})"), heavy=True, aten=(aten.tan,)),
+    Op("sin", 1, F, _r("tl.sin({0})", "em::sin({0})"), aten=(aten.sin,)),
+    Op("cos", 1, F, _r("tl.cos({0})", "em::cos({0})"), aten=(aten.cos,)),
+    Op("tan", 1, F, _r("tan({0})", "em::tan({0})"), heavy=True, aten=(aten.tan,)),
     Op("tanh", 1, F, _r("tanh({0})", "e_tanh({0})"), heavy=True, aten=(aten.tanh,)),
     Op("sigmoid", 1, F, _r("tl.sigmoid({0})", "e_sigmoid({0})"), aten=(aten.sigmoid,)),
     Op("erf", 1, F, _r("tl.math.erf({0})", "e_erf({0})"), render_lowp=_tl("erf_rational({0})"), heavy=True, aten=(aten.erf,)),
-    Op("atan", 1, F, _r("atan({0})", "std::atan({0})"), heavy=True, aten=(aten.atan,)),
-    Op("sinh", 1, F, _r("sinh({0})", "std::sinh({0})"), heavy=True, aten=(aten.sinh,)),
-    Op("cosh", 1, F, _r("cosh({0})", "std::cosh({0})"), heavy=True, aten=(aten.cosh,)),
-    Op("asin", 1, F, _r("asin({0})", "std::asin({0})"), heavy=True, aten=(aten.asin,)),
-    Op("acos", 1, F, _r("acos({0})", "std::acos({0})"), heavy=True, aten=(aten.acos,)),
+    Op("atan", 1, F, _r("atan({0})", "em::atan({0})"), heavy=True, aten=(aten.atan,)),
+    Op("sinh", 1, F, _r("sinh({0})", "em::sinh({0})"), heavy=True, aten=(aten.sinh,)),
+    Op("cosh", 1, F, _r("cosh({0})", "em::cosh({0})"), heavy=True, aten=(aten.cosh,)),
+    Op("asin", 1, F, _r("asin({0})", "em::asin({0})"), heavy=True, aten=(aten.asin,)),
+    Op("acos", 1, F, _r("acos({0})", "em::acos({0})"), heavy=True, aten=(aten.acos,)),
     Op("logit", 1, F, _r("tl.log({0} / (1.0 - {0}))", "e_logit({0})"), aten={(aten.logit,): _logit}, whole=True,
        samples=(Sample(torch.logit, _U, (torch.float32, torch.float16, torch.bfloat16), grad=True),
                 Sample(lambda x: torch.logit(x, eps=0.25), _U, grad=True),

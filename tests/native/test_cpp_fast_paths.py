@@ -206,7 +206,7 @@ def test_column_reductions(name, native_cache, monkeypatch):
     fn, shapes = COLUMN_CASES[name]
     torch.manual_seed(0)
     run_cpp(fn, [torch.randn(s) for s in shapes], native_cache, atol=1e-5, rtol=1e-5)
-    assert "const int64_t vn = std::min<int64_t>(" in sources[-1]
+    assert "const int64_t vn = em::min<int64_t>(" in sources[-1]
 
 
 def test_column_reductions_special_values(native_cache):
