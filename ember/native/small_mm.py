@@ -221,9 +221,9 @@ class SmallMM:
             launch = self.launches[key] = self._launch(a.dtype, key)
         if self.keep_pre:
             pre = torch.empty((self.M, self.N), dtype=a.dtype, device=a.device)
-            launch(a, b, out, out if bias is None else bias, pre)
+            launch.run(a, b, out, out if bias is None else bias, pre)
             return pre, out
-        launch(a, b, out, out if bias is None else bias, out)
+        launch.run(a, b, out, out if bias is None else bias, out)
         return out
 
     def _launch(self, dtype, tf32: bool):
