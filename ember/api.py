@@ -211,13 +211,22 @@ def explain(fn, *, backend="eager"):
 def _make_cache(d: dict, module: bool):
     """The guarded cache of a compiled function or module (``d``: its ``__dict__``), made at its first
     use: the frontend it belongs to loads then, not at ``import ember`` or decoration."""
+    global _STANCE, _MISS
     with COMPILE_LOCK:
         if d["_ember_cache_obj"] is None:
             from ember import control  # noqa: F401  (registers the tracer rules of ember.is_compiling & co.)
+            from ember.frontend import stance
             from ember.frontend.cache import FrameCache  # the frontend: loaded at the first call
+            from ember.frontend.codegen import MISS
+            _STANCE, _MISS = stance, MISS
             target, cache_args = d["_ember_cache_args"]
             d["_ember_cache_obj"] = (FrameCache.create if module else FrameCache)(target, **cache_args)
         return d["_ember_cache_obj"]
+
+
+# What the wrappers' __call__ needs of the frontend to run a cache's hot path itself (FrameCache.__call__
+# inline: one frame, and one repacking of the arguments, less per call): set by the first _make_cache
+_STANCE = _MISS = None
 
 
 class EmberFunction:
@@ -234,7 +243,16 @@ class EmberFunction:
         return self._ember_cache_obj or _make_cache(self.__dict__, False)
 
     def __call__(self, *args, **kwargs):
-        return (self._ember_cache_obj or _make_cache(self.__dict__, False))(*args, **kwargs)
+        cache = self._ember_cache_obj or _make_cache(self.__dict__, False)
+        # FrameCache.__call__'s hot path, inline: the newest entry whose guards pass runs
+        if _STANCE.current is _STANCE.DEFAULT:
+            entries = cache.entries
+            for entry in entries:
+                out = entry.fn(*args, **kwargs)
+                if out is not _MISS:
+                    return out
+            return cache._miss(args, kwargs, entries)
+        return cache(*args, **kwargs)
 
     def __get__(self, obj, objtype=None):
         if obj is None:
@@ -261,7 +279,16 @@ class OptimizedModule(torch.nn.Module):
 
     def __call__(self, *args, **kwargs):
         d = self.__dict__
-        return (d["_ember_cache_obj"] or _make_cache(d, True))(*args, **kwargs)
+        cache = d["_ember_cache_obj"] or _make_cache(d, True)
+        # FrameCache.__call__'s hot path, inline (not for a wrapper module's cache: its own __call__)
+        if cache.inline_hot_path and _STANCE.current is _STANCE.DEFAULT:
+            entries = cache.entries
+            for entry in entries:
+                out = entry.fn(*args, **kwargs)
+                if out is not _MISS:
+                    return out
+            return cache._miss(args, kwargs, entries)
+        return cache(*args, **kwargs)
 
     def forward(self, *args, **kwargs):
         return self(*args, **kwargs)
