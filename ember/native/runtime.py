@@ -59,9 +59,19 @@ def _direct_launcher(run, packed):
 _FAST_FACTORIES: dict = {}
 
 
-def _fast_source(nargs, checks, n_extra: int, n_consts: int) -> str:
+# Pass the kernel's tensors to Triton's C launcher as their addresses (ints): for a tensor the launcher
+# calls ``data_ptr()`` and then the driver's ``cuPointerGetAttribute`` per pointer, only to check that
+# the memory is the device's (a CPU tensor raises there); an int goes through as it is. The wrapper's
+# tensors are the device's by construction (the entry's guards check every input's device, the
+# wrapper allocates the rest on it), so the check is paid for nothing on every launch. False: pass
+# the tensors (Triton's own way).
+RAW_POINTERS = True
+
+
+def _fast_source(nargs, checks, n_extra: int, n_consts: int, pointers=frozenset()) -> str:
     """The source of a factory ``make(site, launch, g0, g1, g2, stream, device, function, extra, consts)``
-    returning a launch site's ``run``. ``nargs`` None: any number of arguments (``*args``)."""
+    returning a launch site's ``run``. ``nargs`` None: any number of arguments (``*args``), passed on
+    as they are; else ``pointers`` are the positions of tensors, passed as their addresses."""
     params = [f"a{i}" for i in range(nargs)] if nargs is not None else None
     arg = (lambda i: params[i]) if params is not None else (lambda i: f"args[{i}]")
     pack = f"({', '.join(params)}{',' if len(params) == 1 else ''})" if params is not None else "args"
@@ -73,16 +83,25 @@ def _fast_source(nargs, checks, n_extra: int, n_consts: int) -> str:
     if consts:
         lines.append(f"    {', '.join(consts)}, = consts")
     lines.append(f"    def run({', '.join(params) if params is not None else '*args'}):")
+    passed = list(params) if params is not None else ["*args"]
     for i, aligned in checks:
         # (Triton specialized the kernel on this pointer's 16-byte alignment at the first call)
-        test = f"{arg(i)}.data_ptr() & 15" if aligned else f"not ({arg(i)}.data_ptr() & 15)"
+        if params is not None and i in pointers:
+            lines.append(f"        p{i} = {arg(i)}.data_ptr()")
+            ptr, passed[i] = f"p{i}", f"p{i}"
+        else:
+            ptr = f"{arg(i)}.data_ptr()"
+        test = f"{ptr} & 15" if aligned else f"not ({ptr} & 15)"
         lines += [f"        if {test}:  # argument {i} was {'' if aligned else 'not '}16-byte aligned",
                   f"            return site._misaligned({pack})"]
-    call_args = ["g0", "g1", "g2", "stream(device)", "function", *extra,
-                 *(params if params is not None else ["*args"]), *consts]
+    if params is not None:
+        for i in sorted(pointers):
+            if i < nargs and passed[i] == params[i]:  # (a buffer of the wrapper's own: not checked)
+                passed[i] = f"{params[i]}.data_ptr()"
+    call_args = ["g0", "g1", "g2", "stream(device)", "function", *extra, *passed, *consts]
     lines += ["        try:",
               f"            launch({', '.join(call_args)})",
-              "        except TypeError:  # rejected while parsing the arguments, before launching",
+              "        except (TypeError, AttributeError):  # rejected while reading the arguments, before launching",
               f"            return site._fast_failed({pack})",
               "    return run"]
     return "\n".join(lines) + "\n"
@@ -91,7 +110,7 @@ def _fast_source(nargs, checks, n_extra: int, n_consts: int) -> str:
 def _fast_function(site, fast, nargs):
     """``site.run`` for the fast path ``fast`` (see ``Launch.fast``)."""
     launch, g0, g1, g2, stream, device, function, extra, checks, consts = fast
-    src = _fast_source(nargs, checks, len(extra), len(consts))
+    src = _fast_source(nargs, checks, len(extra), len(consts), site.pointers())
     make = _FAST_FACTORIES.get(src)
     if make is None:
         ns: dict = {}
@@ -161,7 +180,14 @@ class Launch:
     def fast_source(self) -> str | None:
         """The source of the factory that made ``run`` (None before the fast path is taken)."""
         fast = self._fast
-        return None if fast is None else _fast_source(self.nargs, fast[8], len(fast[7]), len(fast[9]))
+        return None if fast is None else _fast_source(self.nargs, fast[8], len(fast[7]), len(fast[9]), self.pointers())
+
+    def pointers(self) -> frozenset:
+        """Positions of the arguments the fast path passes as addresses (``RAW_POINTERS``): the
+        tensors whose alignment is checked, and the wrapper's own buffers (``fresh``)."""
+        if not RAW_POINTERS or self._fast is None:
+            return frozenset()
+        return frozenset(i for i, _ in self._fast[8]) | self.fresh
 
     def _first_run(self, *args):
         return self._first(args)

@@ -85,15 +85,36 @@ def test_run_is_generated_for_the_site_after_its_first_call(fake_driver):
     # one check per pointer that may move (the output is the wrapper's own buffer: never checked),
     # the launcher's arguments spelled out, no *args
     assert "def run(a0, a1, a2, a3):" in src and "*args" not in src
-    assert re.search(r"if a0\.data_ptr\(\) & 15:", src) and re.search(r"if not \(a1\.data_ptr\(\) & 15\):", src)
-    assert "a2.data_ptr" not in src
+    assert re.search(r"p0 = a0\.data_ptr\(\)\n\s+if p0 & 15:", src)
+    assert re.search(r"p1 = a1\.data_ptr\(\)\n\s+if not \(p1 & 15\):", src)
+    assert "p2 =" not in src  # (passed as its address, never checked)
     a2, b2, out2 = _Ptr(4096 + 64), _Ptr(4100 + 32), _Ptr(7)  # moved, alignment kept; the output unchecked
     site.run(a2, b2, out2, 1000)
     assert len(jit.slow) == 1
+    # tensors go to the C launcher as their addresses (runtime.RAW_POINTERS: no driver check per pointer)
     assert jit.kernel.run.direct == [(8, 1, 1, 502, "fn-handle", False, True, None, None, "packed", None, None, None,
-                                      a2, b2, out2, 1000, 128)]
+                                      a2.addr, b2.addr, out2.addr, 1000, 128)]
     site(a, b_odd, out, 1000)  # calling the site itself takes the same path
     assert len(jit.slow) == 1 and len(jit.kernel.run.direct) == 2
+
+
+def test_raw_pointers_off_passes_the_tensors(fake_driver, monkeypatch):
+    from ember.native import runtime
+    monkeypatch.setattr(runtime, "RAW_POINTERS", False)
+    jit = _Jit()
+    site = Launch(jit, (1,), {"XBLOCK": 16, "num_warps": 1}, fresh=(2,))
+    a, b, out = _Ptr(0), _Ptr(16), _Ptr(32)
+    site.run(a, b, out, 16)
+    site.run(a, b, out, 16)
+    assert jit.kernel.run.direct[0][13:] == (a, b, out, 16, 16)
+
+
+def test_a_missing_tensor_takes_the_normal_path(fake_driver):
+    jit = _Jit()
+    site = Launch(jit, (1,), {"XBLOCK": 16, "num_warps": 1}, fresh=(2,))
+    site.run(_Ptr(0), _Ptr(16), _Ptr(32), 16)
+    site.run(_Ptr(0), _Ptr(16), None, 16)  # (None where a buffer was: Triton's own path decides)
+    assert len(jit.slow) == 2 and site.fast is None
 
 
 @pytest.mark.parametrize("a, b", [(4096 + 4, 4100), (4096, 4096)])
