@@ -247,10 +247,16 @@ class EmberFunction:
         # FrameCache.__call__'s hot path, inline: the newest entry whose guards pass runs
         if _STANCE.current is _STANCE.DEFAULT:
             entries = cache.entries
-            for entry in entries:
-                out = entry.fn(*args, **kwargs)
-                if out is not _MISS:
-                    return out
+            if kwargs:
+                for entry in entries:
+                    out = entry.fn(*args, **kwargs)
+                    if out is not _MISS:
+                        return out
+            else:  # (no keyword arguments: no dict to pass on)
+                for entry in entries:
+                    out = entry.fn(*args)
+                    if out is not _MISS:
+                        return out
             return cache._miss(args, kwargs, entries)
         return cache(*args, **kwargs)
 
@@ -283,10 +289,16 @@ class OptimizedModule(torch.nn.Module):
         # FrameCache.__call__'s hot path, inline (not for a wrapper module's cache: its own __call__)
         if cache.inline_hot_path and _STANCE.current is _STANCE.DEFAULT:
             entries = cache.entries
-            for entry in entries:
-                out = entry.fn(*args, **kwargs)
-                if out is not _MISS:
-                    return out
+            if kwargs:
+                for entry in entries:
+                    out = entry.fn(*args, **kwargs)
+                    if out is not _MISS:
+                        return out
+            else:  # (no keyword arguments: no dict to pass on)
+                for entry in entries:
+                    out = entry.fn(*args)
+                    if out is not _MISS:
+                        return out
             return cache._miss(args, kwargs, entries)
         return cache(*args, **kwargs)
 

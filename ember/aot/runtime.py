@@ -29,7 +29,10 @@ DOUBLE_BACKWARD_ERROR = (
 )
 
 
+# (read at every call of a compiled graph: one global load each, not a chain of attribute lookups)
 _any_autocast = torch._C._is_any_autocast_enabled
+_grad_enabled = torch.is_grad_enabled
+_set_grad_enabled = torch._C._set_grad_enabled
 
 
 def _autocast_off():
@@ -209,18 +212,18 @@ class InferenceVariant:
         # No traced output needs a gradient, but the ATen graph has no grad-mode switches of its own:
         # an op the captured graph ran under no_grad (an @torch.no_grad entry) must not record here.
         inputs = args if self._all else [args[i] for i in self._tidx]
-        if torch._C._is_any_autocast_enabled():
+        if _any_autocast():
             with torch._C._DisableAutocast(), torch.no_grad():
                 traced = call_compiled(self.compiled, inputs)
         else:
-            grad = torch.is_grad_enabled()
+            grad = _grad_enabled()
             if grad:
-                torch._C._set_grad_enabled(False)
+                _set_grad_enabled(False)
             try:
                 traced = self.compiled(inputs) if self._boxed else self.compiled(*inputs)
             finally:
                 if grad:
-                    torch._C._set_grad_enabled(True)
+                    _set_grad_enabled(True)
         # finish_outputs' usual cases, without its frame (a part of a regional model returns one tensor)
         if self._single:
             return traced[self._plain[0]]
