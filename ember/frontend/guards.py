@@ -63,18 +63,22 @@ _GLOBAL_STATE_NAMES = ("grad mode", "CPU autocast", "CUDA autocast", "default dt
 # The global-state guard is checked inline in the entry, not by calling ``global_state()``: no frame
 # and no tuple per call, and one C call (``_is_any_autocast_enabled``) stands for both autocast
 # reads in the usual case, autocast off everywhere. These names are bound in every entry's namespace.
-GLOBAL_STATE_NS = {"__grad_enabled": torch.is_grad_enabled, "__any_autocast": torch._C._is_any_autocast_enabled,
-                   "__autocast_on": torch.is_autocast_enabled, "__default_dtype": torch.get_default_dtype}
+# (The ``__ember_`` prefix: no name the entry's code generator makes, e.g. ``__default_dtype`` for a
+# parameter ``dtype``'s default, can take it.)
+GLOBAL_STATE_NS = {"__ember_gs_grad": torch.is_grad_enabled,
+                   "__ember_gs_any_autocast": torch._C._is_any_autocast_enabled,
+                   "__ember_gs_autocast": torch.is_autocast_enabled,
+                   "__ember_gs_default_dtype": torch.get_default_dtype}
 
 
 def _render_global_state(state: tuple, const) -> list[str]:
     """``global_state() == state`` as conditions on the state's parts (same result, cheaper)."""
     grad, cpu, cuda, dtype = state
     if not cpu and not cuda:  # (autocast may be on for another device type: then ask about these two)
-        autocast = ["(not __any_autocast() or not (__autocast_on('cpu') or __autocast_on('cuda')))"]
+        autocast = ["(not __ember_gs_any_autocast() or not (__ember_gs_autocast('cpu') or __ember_gs_autocast('cuda')))"]
     else:
-        autocast = [f"__autocast_on('cpu') is {bool(cpu)}", f"__autocast_on('cuda') is {bool(cuda)}"]
-    return [f"__grad_enabled() is {bool(grad)}", *autocast, f"__default_dtype() is {const(dtype, 'dtype')}"]
+        autocast = [f"__ember_gs_autocast('cpu') is {bool(cpu)}", f"__ember_gs_autocast('cuda') is {bool(cuda)}"]
+    return [f"__ember_gs_grad() is {bool(grad)}", *autocast, f"__ember_gs_default_dtype() is {const(dtype, 'dtype')}"]
 
 
 @dataclass(frozen=True, eq=False)

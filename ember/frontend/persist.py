@@ -62,8 +62,8 @@ _MAX_ENTRIES = 8  # per key: entries for different guards (shapes, dtypes) of th
 STATS = {"hits": 0, "misses": 0, "stores": 0, "uncacheable": 0, "rejected": 0}
 _STORED_HERE: set = set()
 # ember's own namespace values, bound again at install time (convert._finish sets them)
-_EMBER_NAMES = ("__MISS", "__global_state", "__new_object", "__graph", "__root_self", "__grad_enabled",
-                "__any_autocast", "__autocast_on", "__default_dtype")  # (the last four: guards.GLOBAL_STATE_NS)
+_EMBER_NAMES = ("__MISS", "__global_state", "__new_object", "__graph", "__root_self", "__ember_gs_grad",
+                "__ember_gs_any_autocast", "__ember_gs_autocast", "__ember_gs_default_dtype")  # (last four: GLOBAL_STATE_NS)
 _TRUSTED_GRAPH_MODULES = ("torch", "_operator", "operator", "builtins", "math")
 
 
