@@ -225,8 +225,10 @@ def _make_cache(d: dict, module: bool):
 
 
 # What the wrappers' __call__ needs of the frontend to run a cache's hot path itself (FrameCache.__call__
-# inline: one frame, and one repacking of the arguments, less per call): set by the first _make_cache
-_STANCE = _MISS = None
+# inline: one frame, and one repacking of the arguments, less per call): set by the first _make_cache.
+# Until then a stand-in whose stance is never the default: a cache that came another way (a copy) is
+# simply called.
+_STANCE, _MISS = types.SimpleNamespace(current=None, DEFAULT=False), None
 
 
 class EmberFunction:
