@@ -211,13 +211,24 @@ def explain(fn, *, backend="eager"):
 def _make_cache(d: dict, module: bool):
     """The guarded cache of a compiled function or module (``d``: its ``__dict__``), made at its first
     use: the frontend it belongs to loads then, not at ``import ember`` or decoration."""
+    global _STANCE, _MISS
     with COMPILE_LOCK:
         if d["_ember_cache_obj"] is None:
             from ember import control  # noqa: F401  (registers the tracer rules of ember.is_compiling & co.)
+            from ember.frontend import stance
             from ember.frontend.cache import FrameCache  # the frontend: loaded at the first call
+            from ember.frontend.codegen import MISS
+            _STANCE, _MISS = stance, MISS
             target, cache_args = d["_ember_cache_args"]
             d["_ember_cache_obj"] = (FrameCache.create if module else FrameCache)(target, **cache_args)
         return d["_ember_cache_obj"]
+
+
+# What the wrappers' __call__ needs of the frontend to run a cache's hot path itself (FrameCache.__call__
+# inline: one frame, and one repacking of the arguments, less per call): set by the first _make_cache.
+# Until then a stand-in whose stance is never the default: a cache that came another way (a copy) is
+# simply called.
+_STANCE, _MISS = types.SimpleNamespace(current=None, DEFAULT=False), None
 
 
 class EmberFunction:
@@ -234,7 +245,22 @@ class EmberFunction:
         return self._ember_cache_obj or _make_cache(self.__dict__, False)
 
     def __call__(self, *args, **kwargs):
-        return (self._ember_cache_obj or _make_cache(self.__dict__, False))(*args, **kwargs)
+        cache = self._ember_cache_obj or _make_cache(self.__dict__, False)
+        # FrameCache.__call__'s hot path, inline: the newest entry whose guards pass runs
+        if _STANCE.current is _STANCE.DEFAULT:
+            entries = cache.entries
+            if kwargs:
+                for entry in entries:
+                    out = entry.fn(*args, **kwargs)
+                    if out is not _MISS:
+                        return out
+            else:  # (no keyword arguments: no dict to pass on)
+                for entry in entries:
+                    out = entry.fn(*args)
+                    if out is not _MISS:
+                        return out
+            return cache._miss(args, kwargs, entries)
+        return cache(*args, **kwargs)
 
     def __get__(self, obj, objtype=None):
         if obj is None:
@@ -261,7 +287,22 @@ class OptimizedModule(torch.nn.Module):
 
     def __call__(self, *args, **kwargs):
         d = self.__dict__
-        return (d["_ember_cache_obj"] or _make_cache(d, True))(*args, **kwargs)
+        cache = d["_ember_cache_obj"] or _make_cache(d, True)
+        # FrameCache.__call__'s hot path, inline (not for a wrapper module's cache: its own __call__)
+        if cache.inline_hot_path and _STANCE.current is _STANCE.DEFAULT:
+            entries = cache.entries
+            if kwargs:
+                for entry in entries:
+                    out = entry.fn(*args, **kwargs)
+                    if out is not _MISS:
+                        return out
+            else:  # (no keyword arguments: no dict to pass on)
+                for entry in entries:
+                    out = entry.fn(*args)
+                    if out is not _MISS:
+                        return out
+            return cache._miss(args, kwargs, entries)
+        return cache(*args, **kwargs)
 
     def forward(self, *args, **kwargs):
         return self(*args, **kwargs)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import operator
 from dataclasses import dataclass
 from typing import Callable
 
@@ -32,6 +33,8 @@ from ember.locks import COMPILE_LOCK
 ARTIFACT = "aot_graphs"
 
 _graph_ids = itertools.count()
+_REQUIRES_GRAD = operator.attrgetter("requires_grad")
+_grad_enabled = torch.is_grad_enabled
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,8 @@ class AOTCompiledGraph:
         symbolic = analysis.symbolic_templates(gm)
         symints = {i for i, t in enumerate(symbolic[1]) if analysis.is_symint(t)} if symbolic else set()
         self._cidx = [i for i, a in enumerate(example_inputs) if not isinstance(a, torch.Tensor) and i not in symints]
+        # every argument a tensor (the usual graph): the per-call key reads them all, no index list
+        self._all_tensors = len(self._tidx) == len(example_inputs)
         self.variants: dict = {}
         self._variant(self._key(example_inputs), list(example_inputs))
 
@@ -69,7 +74,14 @@ class AOTCompiledGraph:
         return (grads, tuple(args[i] for i in self._cidx)) if self._cidx else grads
 
     def __call__(self, *args):
-        key = self._key(args) if self._cidx or torch.is_grad_enabled() else None
+        # ``_key`` inline, in C calls only (no frame, no comprehension): this runs at every call
+        if self._cidx:
+            key = self._key(args)
+        elif _grad_enabled():
+            mask = tuple(map(_REQUIRES_GRAD, args if self._all_tensors else map(args.__getitem__, self._tidx)))
+            key = mask if True in mask else None
+        else:
+            key = None
         variant = self.variants.get(key)
         if variant is None:
             with COMPILE_LOCK:  # tracing is not thread-safe (ember/locks.py); another thread may have built it

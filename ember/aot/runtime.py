@@ -29,6 +29,12 @@ DOUBLE_BACKWARD_ERROR = (
 )
 
 
+# (read at every call of a compiled graph: one global load each, not a chain of attribute lookups)
+_any_autocast = torch._C._is_any_autocast_enabled
+_grad_enabled = torch.is_grad_enabled
+_set_grad_enabled = torch._C._set_grad_enabled
+
+
 def _autocast_off():
     """The traced graphs already contain autocast's casts; an autocast region around the call must not
     cast their ops a second time."""
@@ -206,18 +212,18 @@ class InferenceVariant:
         # No traced output needs a gradient, but the ATen graph has no grad-mode switches of its own:
         # an op the captured graph ran under no_grad (an @torch.no_grad entry) must not record here.
         inputs = args if self._all else [args[i] for i in self._tidx]
-        if torch._C._is_any_autocast_enabled():
+        if _any_autocast():
             with torch._C._DisableAutocast(), torch.no_grad():
                 traced = call_compiled(self.compiled, inputs)
         else:
-            grad = torch.is_grad_enabled()
+            grad = _grad_enabled()
             if grad:
-                torch._C._set_grad_enabled(False)
+                _set_grad_enabled(False)
             try:
                 traced = self.compiled(inputs) if self._boxed else self.compiled(*inputs)
             finally:
                 if grad:
-                    torch._C._set_grad_enabled(True)
+                    _set_grad_enabled(True)
         # finish_outputs' usual cases, without its frame (a part of a regional model returns one tensor)
         if self._single:
             return traced[self._plain[0]]
@@ -240,6 +246,8 @@ class TrainingVariant:
         self._c_apply = super(torch.autograd.Function, self.function).apply
         self._plain = plain_outputs(meta)
         self._all = _all_in_order(self._tidx, len(meta.inputs))
+        self._ident = meta.output_is_tuple and self._plain is not None and _all_in_order(self._plain, len(self._plain))
+        self._single = not meta.output_is_tuple and self._plain is not None
 
     def __call__(self, *args):
         inputs = args if self._all else [args[i] for i in self._tidx]
@@ -247,6 +255,11 @@ class TrainingVariant:
             traced = self.function.apply(*inputs)
         else:
             traced = self._c_apply(*inputs)
+        # finish_outputs' usual cases, without its frame (as InferenceVariant)
+        if self._single:
+            return traced[self._plain[0]]
+        if self._ident and type(traced) is tuple and len(traced) == len(self._plain):
+            return traced
         return finish_outputs(self.meta, self._plain, args, traced)
 
 
@@ -258,21 +271,35 @@ def _make_function(meta: GraphMeta, joint, compiled_fw: Callable, compiled_bw: C
     grad_positions = joint.grad_inputs
     n_inputs = len(meta.graph_inputs)
 
+    fw_boxed = bool(getattr(compiled_fw, "_boxed_call", False))
+    # whether every saved value is a tensor: known at the first call (a compiled forward returns the
+    # same kinds of values every time), so later calls skip sorting them per call
+    saved_all_tensors: list = []
+
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *inputs):
-            with _autocast_off():
-                outs = call_compiled(compiled_fw, list(inputs))
+            if _any_autocast():  # (the traced graphs already hold autocast's casts)
+                with torch._C._DisableAutocast():
+                    outs = call_compiled(compiled_fw, list(inputs))
+            else:
+                outs = compiled_fw(list(inputs)) if fw_boxed else compiled_fw(*inputs)
             fw_outs, saved = list(outs[:n_fw]), outs[n_fw:]
-            # keep non-tensors (rare: values baked from shapes) beside the tensors autograd checks
-            ctx.saved_layout = [None if isinstance(s, torch.Tensor) else s for s in saved]
-            ctx.save_for_backward(*[s for s in saved if isinstance(s, torch.Tensor)])
+            if not saved_all_tensors:
+                saved_all_tensors.append(all(isinstance(s, torch.Tensor) for s in saved))
+            if saved_all_tensors[0]:
+                ctx.saved_layout = None
+                ctx.save_for_backward(*saved)
+            else:  # keep non-tensors (rare: values baked from shapes) beside the tensors autograd checks
+                ctx.saved_layout = [None if isinstance(s, torch.Tensor) else s for s in saved]
+                ctx.save_for_backward(*[s for s in saved if isinstance(s, torch.Tensor)])
             for k, o in enumerate(fw_outs):
                 # A view returned by a custom Function may not be modified in place later; the eager
                 # output it stands for could be, so hand out a non-view alias instead.
                 if isinstance(o, torch.Tensor) and o._is_view():
                     fw_outs[k] = o.detach()
-            ctx.mark_non_differentiable(*[fw_outs[k] for k in non_diff if isinstance(fw_outs[k], torch.Tensor)])
+            if non_diff:
+                ctx.mark_non_differentiable(*[fw_outs[k] for k in non_diff if isinstance(fw_outs[k], torch.Tensor)])
             # Autograd would hand the backward a zero-filled gradient for every output that got none,
             # non-differentiable ones included: one fill kernel per output, e.g. per batch-norm running
             # statistic (160 per ResNet-50 step). Only differentiable outputs need one, made here.
@@ -282,9 +309,12 @@ def _make_function(meta: GraphMeta, joint, compiled_fw: Callable, compiled_bw: C
 
         @staticmethod
         def backward(ctx, *grad_outputs):
-            it = iter(ctx.saved_tensors)
-            args = [next(it) if s is None else s for s in ctx.saved_layout]
-            del it
+            if ctx.saved_layout is None:  # every saved value a tensor
+                args = list(ctx.saved_tensors)
+            else:
+                it = iter(ctx.saved_tensors)
+                args = [next(it) if s is None else s for s in ctx.saved_layout]
+                del it
             if hasattr(ctx, "maybe_clear_saved_tensors"):
                 # drop autograd's own references (unless retain_graph): with a boxed backward, each
                 # saved tensor is then freed at its last use inside the graph

@@ -87,7 +87,9 @@ class FrameCache:
             return WrapperModuleCache(target, *args, **kwargs)
         return FrameCache(target, *args, **kwargs)
 
-    # the hot path -------------------------------------------------------------------------
+    # the hot path (api.py's wrappers run it inline, where ``inline_hot_path``: keep them alike) ---
+    inline_hot_path = True
+
     def __call__(self, *args, **kwargs):
         if _stance.current is not _stance.DEFAULT:
             return self._call_with_stance(args, kwargs)
@@ -366,6 +368,7 @@ class WrapperModuleCache(FrameCache):
       forward once, each call reading its own (all-gathered) parameters."""
 
     forwards: "BreakContext | None" = None  # set by the BreakContext that made this cache
+    inline_hot_path = False  # (its __call__ is its own)
 
     def __call__(self, *args, **kwargs):
         wrapper = self.root.self_obj

@@ -4,7 +4,7 @@ graph, rebuild the return value. One readable Python function per entry, e.g.::
     def __ember_entry_0(x, n):
         # ember: compiled from f at model.py:12; 9 guards
         try:
-            if not (__global_state() == __c0):  # global state: GLOBAL_STATE
+            if not (__ember_gs_grad() is True and ... and __ember_gs_default_dtype() is __c0):  # global state: GLOBAL_STATE
                 return __MISS
             if not (type(x) is __c1 and x.dtype is __c2 and ...):  # x: TENSOR
                 return __MISS

@@ -21,7 +21,7 @@ from ember.frontend.codegen import EntryCodegen, build_entry, entry_text, render
 from ember.frontend import guard_filter
 from ember.frontend.errors import BackendCompilerFailed, Unsupported
 from ember.frontend.dynamic import SHAPE_GUARD_GLOBALS, FrameShapeState
-from ember.frontend.guards import GuardKind, GuardSet, global_state
+from ember.frontend.guards import GLOBAL_STATE_NS, GuardKind, GuardSet, global_state
 from ember.frontend import resume
 from ember.frontend.breaks import (BreakContext, BreakRecord, ScopedReturn, break_call, frame_function, log_break,
                                    resume_frame_state, stop_result)
@@ -289,6 +289,7 @@ def _finish(root, output: OutputGraph, result, backend, t0, self_name, guard_fil
     if gm is not None and failure is None:
         call_line = f"__out = __graph({', '.join(input_exprs)})"
     cg.ns["__global_state"] = global_state
+    cg.ns.update(GLOBAL_STATE_NS)
     cg.ns["__new_object"] = new_object
     params, names = render_signature(root.signature, cg.ns, skip_first=root.skip_first)
     self_binding = None

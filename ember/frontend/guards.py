@@ -60,6 +60,26 @@ def global_state() -> tuple:
 
 _GLOBAL_STATE_NAMES = ("grad mode", "CPU autocast", "CUDA autocast", "default dtype")
 
+# The global-state guard is checked inline in the entry, not by calling ``global_state()``: no frame
+# and no tuple per call, and one C call (``_is_any_autocast_enabled``) stands for both autocast
+# reads in the usual case, autocast off everywhere. These names are bound in every entry's namespace.
+# (The ``__ember_`` prefix: no name the entry's code generator makes, e.g. ``__default_dtype`` for a
+# parameter ``dtype``'s default, can take it.)
+GLOBAL_STATE_NS = {"__ember_gs_grad": torch.is_grad_enabled,
+                   "__ember_gs_any_autocast": torch._C._is_any_autocast_enabled,
+                   "__ember_gs_autocast": torch.is_autocast_enabled,
+                   "__ember_gs_default_dtype": torch.get_default_dtype}
+
+
+def _render_global_state(state: tuple, const) -> list[str]:
+    """``global_state() == state`` as conditions on the state's parts (same result, cheaper)."""
+    grad, cpu, cuda, dtype = state
+    if not cpu and not cuda:  # (autocast may be on for another device type: then ask about these two)
+        autocast = ["(not __ember_gs_any_autocast() or not (__ember_gs_autocast('cpu') or __ember_gs_autocast('cuda')))"]
+    else:
+        autocast = [f"__ember_gs_autocast('cpu') is {bool(cpu)}", f"__ember_gs_autocast('cuda') is {bool(cuda)}"]
+    return [f"__ember_gs_grad() is {bool(grad)}", *autocast, f"__ember_gs_default_dtype() is {const(dtype, 'dtype')}"]
+
 
 @dataclass(frozen=True, eq=False)
 class Guard:
@@ -141,6 +161,8 @@ def _render(g: Guard, v: str | None, load, const) -> list[str]:
             sizes += [f"{v}.size({i}) == {n}" for i, n in enumerate(m.shape) if n is not None]
             sizes += [f"{v}.stride({i}) == {n}" for i, n in enumerate(m.stride) if n is not None]
         return head + sizes + [f"{v}.requires_grad is {m.requires_grad}"]
+    if g.kind is GuardKind.GLOBAL_STATE:
+        return _render_global_state(g.expected, const)
     return [_render_one(g, v, load, const)]
 
 
@@ -166,8 +188,6 @@ def _render_one(g: Guard, v: str | None, load, const) -> str:
         return f"not ({v}._forward_hooks or {v}._forward_pre_hooks)"
     if k is GuardKind.ALIAS:
         return f"{v} is {load(g.other)}"
-    if k is GuardKind.GLOBAL_STATE:
-        return f"__global_state() == {const(e, 'state')}"
     if k is GuardKind.STORAGE_OFFSET:
         return f"{v}.storage_offset() == {e!r}"
     raise AssertionError(k)

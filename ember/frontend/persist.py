@@ -62,7 +62,8 @@ _MAX_ENTRIES = 8  # per key: entries for different guards (shapes, dtypes) of th
 STATS = {"hits": 0, "misses": 0, "stores": 0, "uncacheable": 0, "rejected": 0}
 _STORED_HERE: set = set()
 # ember's own namespace values, bound again at install time (convert._finish sets them)
-_EMBER_NAMES = ("__MISS", "__global_state", "__new_object", "__graph", "__root_self")
+_EMBER_NAMES = ("__MISS", "__global_state", "__new_object", "__graph", "__root_self", "__ember_gs_grad",
+                "__ember_gs_any_autocast", "__ember_gs_autocast", "__ember_gs_default_dtype")  # (last four: GLOBAL_STATE_NS)
 _TRUSTED_GRAPH_MODULES = ("torch", "_operator", "operator", "builtins", "math")
 
 
@@ -617,10 +618,10 @@ def load(key: str, cache, args: tuple, kwargs: dict):
 def _install(record, cache, local_values, args, kwargs):
     from ember.frontend.codegen import MISS
     from ember.frontend.convert import CacheEntry, _entry_ids
-    from ember.frontend.guards import GuardSet, global_state
+    from ember.frontend.guards import GLOBAL_STATE_NS, GuardSet, global_state
     from ember.frontend.variables.objects import new_object
     root = cache.root
-    ns = {"__MISS": MISS, "__global_state": global_state, "__new_object": new_object}
+    ns = {"__MISS": MISS, "__global_state": global_state, "__new_object": new_object, **GLOBAL_STATE_NS}
     if root.skip_first:
         ns["__root_self"] = root.self_obj
     params = root.signature.parameters

@@ -33,4 +33,4 @@ class DynamicLaunch:
                     self.template = (known.kernel, known.checks, len(args))
             if self.template is not None:
                 site.adopt(*self.template)
-        return site(*args)
+        return site.run(*args)

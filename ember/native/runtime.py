@@ -54,19 +54,91 @@ def _direct_launcher(run, packed):
     return run, (packed, None, None, None)
 
 
+# Per-call fast functions of launch sites, generated once per shape of call (number of arguments, the
+# alignment checks, how many fixed launcher arguments and constexprs): the factory's source -> its code
+_FAST_FACTORIES: dict = {}
+
+
+# Pass the kernel's tensors to Triton's C launcher as their addresses (ints): for a tensor the launcher
+# calls ``data_ptr()`` and then the driver's ``cuPointerGetAttribute`` per pointer, only to check that
+# the memory is the device's (a CPU tensor raises there); an int goes through as it is. The wrapper's
+# tensors are the device's by construction (the entry's guards check every input's device, the
+# wrapper allocates the rest on it), so the check is paid for nothing on every launch. False: pass
+# the tensors (Triton's own way).
+RAW_POINTERS = True
+
+
+def _fast_source(nargs, checks, n_extra: int, n_consts: int, pointers=frozenset()) -> str:
+    """The source of a factory ``make(site, launch, g0, g1, g2, stream, device, function, extra, consts)``
+    returning a launch site's ``run``. ``nargs`` None: any number of arguments (``*args``), passed on
+    as they are; else ``pointers`` are the positions of tensors, passed as their addresses."""
+    params = [f"a{i}" for i in range(nargs)] if nargs is not None else None
+    arg = (lambda i: params[i]) if params is not None else (lambda i: f"args[{i}]")
+    pack = f"({', '.join(params)}{',' if len(params) == 1 else ''})" if params is not None else "args"
+    extra = [f"e{i}" for i in range(n_extra)]
+    consts = [f"c{i}" for i in range(n_consts)]
+    lines = ["def make(site, launch, g0, g1, g2, stream, device, function, extra, consts):"]
+    if extra:
+        lines.append(f"    {', '.join(extra)}, = extra")
+    if consts:
+        lines.append(f"    {', '.join(consts)}, = consts")
+    lines.append(f"    def run({', '.join(params) if params is not None else '*args'}):")
+    passed = list(params) if params is not None else ["*args"]
+    for i, aligned in checks:
+        # (Triton specialized the kernel on this pointer's 16-byte alignment at the first call)
+        if params is not None and i in pointers:
+            lines.append(f"        p{i} = {arg(i)}.data_ptr()")
+            ptr, passed[i] = f"p{i}", f"p{i}"
+        else:
+            ptr = f"{arg(i)}.data_ptr()"
+        test = f"{ptr} & 15" if aligned else f"not ({ptr} & 15)"
+        lines += [f"        if {test}:  # argument {i} was {'' if aligned else 'not '}16-byte aligned",
+                  f"            return site._misaligned({pack})"]
+    if params is not None:
+        for i in sorted(pointers):
+            if i < nargs and passed[i] == params[i]:  # (a buffer of the wrapper's own: not checked)
+                passed[i] = f"{params[i]}.data_ptr()"
+    call_args = ["g0", "g1", "g2", "stream(device)", "function", *extra, *passed, *consts]
+    lines += ["        try:",
+              f"            launch({', '.join(call_args)})",
+              "        except (TypeError, AttributeError):  # rejected while reading the arguments, before launching",
+              f"            return site._fast_failed({pack})",
+              "    return run"]
+    return "\n".join(lines) + "\n"
+
+
+def _fast_function(site, fast, nargs):
+    """``site.run`` for the fast path ``fast`` (see ``Launch.fast``)."""
+    launch, g0, g1, g2, stream, device, function, extra, checks, consts = fast
+    src = _fast_source(nargs, checks, len(extra), len(consts), site.pointers())
+    make = _FAST_FACTORIES.get(src)
+    if make is None:
+        ns: dict = {}
+        exec(compile(src, "<ember launch site>", "exec"), ns)  # noqa: S102 - our own generated code
+        make = _FAST_FACTORIES[src] = ns["make"]
+    return make(site, launch, g0, g1, g2, stream, device, function, tuple(extra), tuple(consts))
+
+
 class Launch:
     """``kernel[grid](*args, **meta)`` for one launch site, with Triton's per-call work done once.
 
     ``JITFunction.run`` binds arguments, computes the specialization key and looks the compiled
     kernel up on every call (~15-20 us of CPU). Shapes are static here, so after the first call we
     keep the compiled kernel and call its launcher directly, with everything but the arguments and
-    the current stream packed into one tuple. The one thing that can still change is pointer
-    alignment (Triton specializes on 16-byte divisibility): it is checked per call for the pointers
-    that may move (``fresh`` lists the positions of buffers the wrapper itself allocated, which are
-    always aligned), and a mismatch takes the normal path. Under the interpreter, or when launch hooks
+    the current stream bound beforehand. The one thing that can still change is pointer alignment
+    (Triton specializes on 16-byte divisibility): it is checked per call for the pointers that may
+    move (``fresh`` lists the positions of buffers the wrapper itself allocated, which are always
+    aligned), and a mismatch takes the normal path. Under the interpreter, or when launch hooks
     (profilers) are set at the first call, every call takes the normal path.
+
+    Generated wrappers call ``site.run(...)``: a plain function, first the site's first-call path,
+    then (``fast`` set) one generated for this site (``fast_source``): the alignment checks
+    unrolled, the launcher's fixed arguments bound in its closure, the kernel's arguments passed on
+    without building a tuple. Calling the instance (``site(...)``) does the same through one frame
+    more.
     """
-    __slots__ = ("fn", "grid", "meta", "fresh", "fast", "direct", "spec", "ahead", "plain", "kernel", "checks")
+    __slots__ = ("fn", "grid", "meta", "fresh", "_fast", "direct", "spec", "ahead", "plain", "kernel", "checks",
+                 "run", "nargs")
 
     def __init__(self, fn, grid, meta, fresh=(), spec=None):
         self.fn, self.grid, self.meta = fn, tuple(grid) + (1,) * (3 - len(grid)), meta
@@ -74,29 +146,63 @@ class Launch:
         # the arguments' shape for a build ahead of the first call (``precompile``): a torch dtype per
         # pointer, the value of each int (Triton specializes on ints); None: built at the first call
         self.spec = spec
-        self.fast = None
         self.direct = True  # may call Triton's C launcher itself (see _direct_launcher)
         self.ahead = None  # the cache hash of the build a worker process did for this site (build_pool)
         self.plain = False  # no fast path for good (launch hooks at the first call): Triton's path, no lock
         self.kernel = self.checks = None  # Triton's CompiledKernel and the alignment checks, once known
+        self.nargs = None  # the number of arguments the wrapper passes, once seen
+        self.fast = None
+
+    @property
+    def fast(self):
+        """(launcher, grid x, y, z, stream getter, device, function, launcher's fixed arguments,
+        alignment checks, constexpr values), or None before the first call. Setting it (``adopt``,
+        or a test's stand-in launcher) makes ``run`` the function generated for it."""
+        return self._fast
+
+    @fast.setter
+    def fast(self, value):
+        self._fast = value
+        if value is None:
+            self.run = self._first_run
+        elif len(value) == 10:
+            self.run = _fast_function(self, value, self.nargs)
+        else:  # (a placeholder, e.g. a test's "already called once": it is unpacked when called)
+            self.run = self._unpacked_run
+
+    def _unpacked_run(self, *args):
+        return _fast_function(self, self._fast, None)(*args)
 
     def __call__(self, *args):
-        fast = self.fast
-        if fast is None:
-            return self._first(args)
-        launch, g0, g1, g2, stream, device, function, extra, checks, consts = fast
-        for i, aligned in checks:
-            if ((args[i].data_ptr() & 15) == 0) is not aligned:
-                STATS["slow_calls"] += 1
-                return self._slow(args)
-        try:
-            launch(g0, g1, g2, stream(device), function, *extra, *args, *consts)
-        except TypeError:  # the launcher rejected the arguments before launching: Triton's own path
-            self.fast, self.direct = None, False
-            STATS["fast"] -= 1
-            STATS["direct"] -= 1
-            return self._slow(args)
-        return None
+        return self.run(*args)
+
+    @property
+    def fast_source(self) -> str | None:
+        """The source of the factory that made ``run`` (None before the fast path is taken)."""
+        fast = self._fast
+        return None if fast is None else _fast_source(self.nargs, fast[8], len(fast[7]), len(fast[9]), self.pointers())
+
+    def pointers(self) -> frozenset:
+        """Positions of the arguments the fast path passes as addresses (``RAW_POINTERS``): the
+        tensors whose alignment is checked, and the wrapper's own buffers (``fresh``)."""
+        if not RAW_POINTERS or self._fast is None:
+            return frozenset()
+        return frozenset(i for i, _ in self._fast[8]) | self.fresh
+
+    def _first_run(self, *args):
+        return self._first(args)
+
+    def _fast_failed(self, args):
+        """The launcher rejected the arguments before launching (a TypeError while parsing them):
+        Triton's own path, for good."""
+        self.fast, self.direct = None, False
+        STATS["fast"] -= 1
+        STATS["direct"] -= 1
+        return self._slow(args)
+
+    def _misaligned(self, args):
+        STATS["slow_calls"] += 1
+        return self._slow(args)
 
     def _slow(self, args):
         return self.fn[self.grid](*args, **self.meta)
@@ -142,6 +248,7 @@ class Launch:
                 STATS["no_fast"] += 1
                 return False
             consts = tuple(self.meta[n] for n in self.fn.arg_names[nargs:])
+            self.nargs = nargs
             active = driver.active
             g = self.grid
             launch, extra = (_direct_launcher(kernel.run, kernel.packed_metadata) if self.direct

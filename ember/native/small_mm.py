@@ -33,6 +33,7 @@ from ember.native.options import NativeOptions
 
 OPS = ("mm", "addmm", "addmm_act", "addmm_act2")
 _tf32_allowed = torch._C._get_cublas_allow_tf32
+_empty_strided = torch.empty_strided  # (torch.empty with its memory-format argument costs more per call)
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 aten = torch.ops.aten
 
@@ -212,7 +213,7 @@ class SmallMM:
             (a, b), bias = args, None
         else:  # (addmm_act's activation is baked in: the wrapper passes the three tensors)
             bias, a, b = args
-        out = torch.empty((self.M, self.N), dtype=a.dtype, device=a.device)
+        out = _empty_strided((self.M, self.N), (self.N, 1), dtype=a.dtype, device=a.device)
         # what ``torch.backends.cuda.matmul.allow_tf32`` returns, without its module __getattr__
         # (1.9 us against 0.15 us per read)
         key = a.dtype is torch.float32 and _tf32_allowed()
@@ -220,10 +221,10 @@ class SmallMM:
         if launch is None:
             launch = self.launches[key] = self._launch(a.dtype, key)
         if self.keep_pre:
-            pre = torch.empty((self.M, self.N), dtype=a.dtype, device=a.device)
-            launch(a, b, out, out if bias is None else bias, pre)
+            pre = _empty_strided((self.M, self.N), (self.N, 1), dtype=a.dtype, device=a.device)
+            launch.run(a, b, out, out if bias is None else bias, pre)
             return pre, out
-        launch(a, b, out, out if bias is None else bias, out)
+        launch.run(a, b, out, out if bias is None else bias, out)
         return out
 
     def _launch(self, dtype, tf32: bool):

@@ -164,7 +164,9 @@ class WrapperCodegen:
                             B.append(f"check_cpp({self.kernels[id(step)][2]!r}, {name!r})")
                 elif not is_static(step.numel) or step.numel > 0:
                     launch, grid = self._launcher(step, name, ek, allocated)
-                    B.append(f"{launch}({', '.join(grid + self._launch_args(step, ek))})")
+                    # a static site's ``run``: a plain function (runtime.Launch), one frame less than the site's __call__
+                    call = launch if grid else f"{launch}.run"
+                    B.append(f"{call}({', '.join(grid + self._launch_args(step, ek))})")
             else:
                 self._extern(step)
             for buf, last in sched.last_use.items():

@@ -74,7 +74,8 @@ def test_fast_path_after_the_first_call(fake_driver):
     assert jit.slow == 1
     first = jit.kernel.calls[0]
     assert first[:8] == (4, 1, 1, 1003, "fn-handle", "packed", None, None)
-    assert first[8:] == (None, x, out, 1000, 256)  # hooks, args, then the constexprs
+    # hooks, args (tensors as their addresses: runtime.RAW_POINTERS), then the constexprs
+    assert first[8:] == (None, x.addr, out.addr, 1000, 256)
     launch(_Ptr(4096 + 4), out, 1000)  # an input that lost 16-byte alignment: the normal path
     assert jit.slow == 2 and len(jit.kernel.calls) == 2
 
@@ -110,7 +111,7 @@ def test_fast_path_calls_the_c_launcher_directly(fake_driver, scratch):
         return
     assert run.wrapped == [] and len(run.direct) == 1
     assert run.direct[0] == (4, 1, 1, 1003, "fn-handle", False, True, None, None, "packed", None, None, None,
-                             x, out, 1000, 256)
+                             x.addr, out.addr, 1000, 256)
 
 
 def test_direct_launch_type_error_falls_back(fake_driver):
