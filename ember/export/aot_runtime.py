@@ -124,6 +124,9 @@ class AOTModule:
                 continue
             if not isinstance(value, torch.Tensor) or value.dim() != len(spec["shape"]):
                 raise ValueError(f"{self.path}: input {spec['name']} must be a {len(spec['shape'])}-d tensor")
+            if value.device.type != self.device.type:  # (kernels take raw addresses: no check of their own)
+                raise ValueError(f"{self.path}: input {spec['name']} is on {value.device}, but the package runs "
+                                 f"on {self.device}: move it there first (.to({str(self.device)!r}))")
             for d, (size, want) in enumerate(zip(value.shape, spec["shape"])):
                 if isinstance(want, int):
                     if size != want:

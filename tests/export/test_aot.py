@@ -61,6 +61,9 @@ def test_aot_load_matches_eager_with_mutations(package):
         run(torch.randn(3, 5), torch.ones(2))
     with pytest.raises(ValueError, match="structured as"):
         run(torch.randn(3, 4))
+    # the kernels take raw addresses: an input on another device is an error, not a memory fault
+    with pytest.raises(ValueError, match=r"x is on meta, but the package runs on cpu: move it there first"):
+        run(torch.randn(3, 4, device="meta"), torch.ones(2))
 
 
 def _rewrite_manifest(path, tmp_path, **env):
