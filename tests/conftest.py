@@ -15,12 +15,19 @@ if not torch.cuda.is_available():
 @pytest.fixture(autouse=True, scope="session")
 def _session_cache_dir(tmp_path_factory):
     """On-disk caches (traced graphs, native wrappers) start empty each run: a test never passes
-    on what an earlier run of other code stored."""
+    on what an earlier run of other code stored, nor finds what an earlier run of the same code
+    stored. Subprocesses (scripts under ``ember run``, distributed ranks) get the same directory
+    through EMBER_CACHE_DIR; without it they shared ~/.cache/ember, and a second run of the suite
+    on an unchanged ember loaded their frames instead of compiling them."""
     from ember.config import config
-    saved = config.cache_dir
-    config.cache_dir = str(tmp_path_factory.mktemp("ember_cache"))
+    saved, saved_env = config.cache_dir, os.environ.get("EMBER_CACHE_DIR")
+    config.cache_dir = os.environ["EMBER_CACHE_DIR"] = str(tmp_path_factory.mktemp("ember_cache"))
     yield
     config.cache_dir = saved
+    if saved_env is None:
+        os.environ.pop("EMBER_CACHE_DIR", None)
+    else:
+        os.environ["EMBER_CACHE_DIR"] = saved_env
 
 
 @pytest.fixture(autouse=True)
