@@ -3,7 +3,8 @@
 A CUDA graph replays the kernels it recorded and nothing else. So a graph is not captured when
 part of its work is not a kernel on the GPU (CPU tensors: their values would be frozen at capture),
 when its sizes are symbolic (one capture holds one set of sizes), or when it asks the host for a
-value (``.item()``, ``nonzero``: a synchronization, which capture forbids). Inputs the graph writes
+value (``.item()``, ``nonzero``: a synchronization, which capture forbids), or when it runs attention
+with dropout (below). Inputs the graph writes
 in place are returned separately: those must be static (the runner checks at recording time).
 """
 from __future__ import annotations
@@ -19,6 +20,25 @@ SYNC_OPS = frozenset({
     "unique_consecutive", "unique_dim", "equal", "is_nonzero", "allclose", "bincount", "histc", "tolist",
     "_assert_async",
 })
+
+
+def _attention_dropout(n: fx.Node) -> float:
+    """The ``dropout_p`` of an attention op (SDPA and its efficient/flash/cuDNN kernels, forward and
+    backward), else 0. Why such a graph is not captured: with dropout, the forward kernel returns the
+    philox seed and offset it drew from as *host* tensors when it runs normally but as *device* tensors
+    (pointers into the graph's RNG state) under capture, and the backward reads them the way they were
+    made. A forward replayed from a graph and a backward run normally (a graph that did not qualify,
+    a warm-up or a fallback call) then dereferences a device pointer on the host: a segfault, as seen
+    with GPT-2 training under automatic CUDA graphs. Capturing both halves in lockstep would work until
+    the first call that falls back, so neither half is captured."""
+    target = n.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return 0.0
+    for k, arg in enumerate(target._schema.arguments):
+        if arg.name == "dropout_p":
+            v = n.args[k] if k < len(n.args) else n.kwargs.get("dropout_p", arg.default_value)
+            return float(v) if isinstance(v, (int, float)) else 1.0  # (symbolic: assume dropout)
+    return 0.0
 
 
 def _op_name(target) -> str:
@@ -63,6 +83,9 @@ def skip_reason(gm: fx.GraphModule | None, example_inputs, api) -> str | None:
             name = _op_name(n.target)
             if name in SYNC_OPS or (name == "index" and _bool_index(n)):
                 return f"{name} ({n.name}) waits for a device value on the host"
+            if _attention_dropout(n):
+                return (f"{name} ({n.name}) runs attention dropout: its philox seed is a host tensor "
+                        "outside a capture and a device tensor inside one")
             vals = v if isinstance(v, (list, tuple)) else [v]
             for t in vals:
                 if isinstance(t, torch.Tensor):

@@ -6,6 +6,7 @@ import gc
 
 import pytest
 import torch
+import torch.fx as fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import ember.cudagraphs as cg
@@ -256,6 +257,37 @@ def test_skip_reasons():
     gm = make_fx(lambda x: x.sin(), tracing_mode="symbolic")(torch.randn(4))
     assert "dynamic shapes" in analysis.skip_reason(gm, [torch.randn(4)], _AllDevices())
     assert cg.stats()["skipped"]
+
+
+@pytest.mark.parametrize("op", ["_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+                                "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_efficient_attention_backward",
+                                "scaled_dot_product_attention"])
+def test_attention_with_dropout_is_never_captured(op):
+    """Attention dropout's philox seed is a host tensor outside a capture and a device tensor inside
+    one: a replayed forward feeding a normally run backward crashed the process (GPT-2 training,
+    automatic CUDA graphs). Forward and backward kernels, every SDPA variant; dropout 0 still captures."""
+    target = getattr(torch.ops.aten, op).default
+    args = target._schema.arguments
+    for p, expect in ((0.1, "dropout"), (0.0, None)):
+        g = fx.Graph()
+        kwargs = {a.name: p if a.name == "dropout_p" else g.placeholder(a.name)
+                  for a in args if a.name == "dropout_p" or not a.has_default_value()}
+        g.output(g.call_function(target, (), kwargs))
+        gm = fx.GraphModule(torch.nn.Module(), g)
+        reason = analysis.skip_reason(gm, [], _AllDevices())
+        if expect is None:
+            assert reason is None or "dropout" not in reason
+        else:
+            assert reason is not None and "dropout" in reason, reason
+
+
+def test_attention_dropout_from_a_real_trace_is_not_captured():
+    q = torch.randn(1, 2, 4, 8)
+    gm = make_fx(lambda q: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, q, q, dropout_p=0.2),
+                 tracing_mode="fake")(q)
+    assert "dropout" in analysis.skip_reason(gm, [q], _AllDevices())
+    gm = make_fx(lambda q: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, q, q))(q)
+    assert analysis.skip_reason(gm, [q], _AllDevices()) is None
 
 
 class _AllDevices(TorchCuda):
