@@ -567,7 +567,7 @@ class TritonKernelEmitter(Names):
             wf_names = [n.name for n in reds if n.name in self.welford]
             wf = triton_welford.StageWelford(self, wf_names, top) if wf_names else None
             if wf:
-                wf.shifts(top, f"tl.full([1, 1], 0, {'tl.int64' if self.int64 else 'tl.int32'})")
+                wf.shifts(top)
             for n in reds:
                 if n.name not in self.welford and n.name not in self.welford_sq:
                     accs[n.name] = self._init_acc(n, top)

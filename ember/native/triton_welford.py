@@ -25,6 +25,9 @@ so the second pass reads no memory and is exact.
 """
 from __future__ import annotations
 
+import sympy
+
+from ember.native import ir
 from ember.native.split_reduction import variance_pairs
 from ember.native.symbolic import is_static
 
@@ -63,17 +66,15 @@ class StageWelford:
             top.lines.append(f"{m2} = tl.zeros([XBLOCK, RBLOCK], {dt})")
             self.acc[a] = (mean, m2)
 
-    def shifts(self, top, rindex: str) -> None:
+    def shifts(self, top) -> None:
         """``k`` of each pair: its x at the first reduced position of each row ([XBLOCK, 1]), computed
-        before the loop (loop-invariant parts land in ``top``, as the loop's do)."""
-        from ember.native.triton_emit import _Scope
+        before the loop: x with the reduced variables set to 0 (no r-index is defined outside the
+        loop: Triton would take it for a loop-carried value of another shape)."""
         em, k = self.em, self.em.k
-        pre = _Scope(top, mask="xmask & rmask", hoist_to=top)
-        pre.lines += [f"rindex = {rindex}", "rmask = rindex < rnumel"] + em._var_defs(list(k.reduced), "rindex")
+        first = {em.vars[i]: sympy.Integer(0) for i in k.reduced}
         for a in self.names:
-            v = em.value(k.bodies[a], pre)
-            self.shift[a] = em.emit_line(pre, f"tl.where(tl.abs({v}) < float('inf'), {v}, 0.0)")
-        top.lines += pre.lines
+            v = em.value(ir.rename(k.bodies[a], first), top)
+            self.shift[a] = em.emit_line(top, f"tl.where(tl.abs({v}) < float('inf'), {v}, 0.0)")
 
     def count_lines(self) -> list:
         if self.exact:

@@ -159,3 +159,45 @@ def test_cpp_renderer_splits_the_pair_apart():
     g, _ = lowering.lower(trace(bn_stats, [x]), [x])
     names = [n.name for n in split_reduction.split_reductions(g, backend.NativeOptions(), "cpp").nodes]
     assert names.index("buf0") < names.index("buf1_partial")  # B's chunks read A's final value
+
+
+# ---- the kernels compile for a real GPU (sm_90, offline: gpu_compile_check.compile_kernel) ----------
+def _compile_cases():
+    x = _stats_input(n=16).contiguous(memory_format=CL)
+    resnet = torch.empty(64, 256, 56, 56, device="meta", dtype=torch.bfloat16).to(memory_format=CL)
+    ln_opts = dict(UNSPLIT, max_rblock=16, persistent_rnumel=16)
+    return [("exact", bn_stats, [x], EXACT), ("tail", bn_stats, [x], dict(SPLIT, max_rblock=8)),
+            ("f64", lambda x: torch.var_mean(x, (0, 2, 3)), [x.double()], dict(SPLIT, max_rblock=8)),
+            ("resnet", bn_stats, [resnet], {}),
+            ("layer_norm", lambda x, w: F.layer_norm(x, (100,), w), [torch.randn(6, 100), torch.randn(100)], ln_opts)]
+
+
+def _compile_for_sm90():
+    import tempfile
+
+    from triton.backends.compiler import GPUTarget
+
+    from tests.native.gpu_compile_check import compile_kernel
+    welford = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, fn, inputs, opts in _compile_cases():
+            g, kernels = _plan(fn, inputs, opts)
+            for i, ek in enumerate(kernels):
+                compile_kernel(f"{name}_{i}", ek, g.buffers(), GPUTarget("cuda", 90, 32), tmp)
+                welford += "_wf0_mean0" in ek.source
+    print(welford)
+
+
+def test_welford_kernels_compile_for_sm90():
+    """The interpreter accepts what Triton's compiler may not (loop-carried values must keep their
+    type and shape): every Welford variant compiles for sm_90 (a subprocess without TRITON_INTERPRET)."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
+    out = subprocess.run([sys.executable, "-c", "from tests.native.test_welford import _compile_for_sm90 as f; f()"],
+                         env=env, cwd=root, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert int(out.stdout.strip().splitlines()[-1]) == 5  # one Welford kernel per case
