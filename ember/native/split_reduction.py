@@ -11,7 +11,8 @@ sum, prod, max, min, any and all combine partial results with the same operation
 not split (a position within a chunk is not a position within the range).
 
 var_mean is lowered as two sums, ``A = sum(x)`` and ``B = sum((x - A / n) ** 2)`` (lower_ops._var_mean;
-``variance_pairs`` finds such pairs); the renderers compute a pair in one Welford pass over x. For
+``variance_pairs`` finds such pairs); the renderers compute a pair in one pass over x (Welford in
+looped kernels: triton_welford, cpp_reduce; a persistent Triton kernel keeps the row in registers). For
 Triton kernels a pair splits as one (``split_pair``): the partial kernel computes both over each
 chunk of c elements, one pass: ``A_i = sum(x - k)`` and ``B_i = sum((x - k - A_i / c) ** 2)``, where
 the shift k is x at the first reduced position of the output (so fp32 partial means of data far from
@@ -205,8 +206,8 @@ def graph_pairs(nodes) -> dict:
     for (ranges, reduced), members in groups.items():
         rnumel = math.prod(ranges[i] for i in reduced)
         for a, b in variance_pairs({k: v.body for k, v in members.items()}, rnumel).items():
-            (ld,) = [e for e in ir.loads_of(members[b].body) if e.attr[0] == a]
-            if sympy.expand(ld.attr[1] - sympy.sympify(members[a].store_index)) == 0:
+            store = sympy.sympify(members[a].store_index)
+            if all(sympy.expand(e.attr[1] - store) == 0 for e in ir.loads_of(members[b].body) if e.attr[0] == a):
                 out[a] = b
     return out
 
