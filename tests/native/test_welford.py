@@ -201,3 +201,27 @@ def test_welford_kernels_compile_for_sm90():
                          env=env, cwd=root, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert int(out.stdout.strip().splitlines()[-1]) == 5  # one Welford kernel per case
+
+
+PAIR_CASES = {  # name -> (fn, shape, split as a pair?)
+    "all": (lambda x: torch.var_mean(x), (64, 50), True),                            # no kept dim: scalars
+    "rows": (lambda x: torch.var_mean(x, 1, correction=0, keepdim=True), (3, 1024), True),  # contiguous rows
+    "std_dims": (lambda x: torch.std(x, (0, 2)), (48, 3, 40), True),                 # two reduced loops
+    "prime": (lambda x: torch.var_mean(x, 1), (3, 1031), False),                     # no equal chunks: apart
+}
+
+
+@pytest.mark.parametrize("name", list(PAIR_CASES))
+@pytest.mark.parametrize("rblock", [8, 64])
+def test_pair_split_shapes(name, rblock, native_cache):
+    """Pairs over other shapes split as one (or apart, where equal chunks do not exist) and match eager,
+    on data far from zero."""
+    fn, shape, paired = PAIR_CASES[name]
+    torch.manual_seed(0)
+    x = torch.randn(shape, device=DEVICE) + 1e3
+    opts = dict(SPLIT, max_rblock=rblock)
+    g, _ = _plan(fn, [x], opts)
+    names = [n.name for n in g.nodes]
+    assert any(s.endswith("_partial") for s in names)
+    assert any(s.endswith("_shifted") for s in names) == paired, names
+    run_case(fn, [x], options=opts, cache_dir=native_cache, atol=1e-4, rtol=1e-4)
