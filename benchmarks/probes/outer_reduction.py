@@ -13,7 +13,13 @@ and triton_emit.choose_config in this process (graph cache off, so each variant 
 GB/s counts the bytes the function must move (each input read once, each output written once); %cp
 is that as a share of a bf16 copy's GB/s on the same tensor.
 
+fwd_stats is timed twice under ember: as compiled (var_mean's sums in one Welford pass, split as one
+pair: triton_welford, split_reduction.split_pair) and with the pairs switched off ("two-pass": the
+mean, then the squared deviations, each split on its own: x read twice, session 36's kernels); the
+table at the end puts both beside eager and torch.compile per shape.
+
 usage (H100, ~3-4 min):  python benchmarks/probes/outer_reduction.py --out /tmp/outer.json
+  var_mean forward only (~1 min):  ... --only fwd_stats --budget 0
   --budget S    stop the sweep after S seconds (default 210), printing what was measured
   --only NAME   functions/shapes whose name contains NAME (e.g. --only bwd_res, --only 256x56)
   --smoke       CPU check (Triton interpreter, tiny shapes): every variant matches eager; no timing
@@ -41,6 +47,7 @@ import torch  # noqa: E402
 import ember  # noqa: E402
 import ember.native.split_reduction as sr  # noqa: E402
 import ember.native.triton_emit as te  # noqa: E402
+import ember.native.triton_welford as tw  # noqa: E402
 
 SHAPES = [(64, 112, 112), (256, 56, 56), (512, 28, 28), (1024, 14, 14), (2048, 7, 7)]
 SMOKE_SHAPES = [(16, 6, 6), (32, 3, 3)]  # N=4 in the smoke run: 144 and 36 rows
@@ -100,9 +107,21 @@ def ideal_bytes(name, n, c, h, w):
 
 # ---- forcing ember's choices ------------------------------------------------------------------------
 SMOKE_OPTS: dict = {}  # --smoke: split tiny shapes too (the thresholds of tests/native/test_split_reduction.py)
-FORCE: dict = {}  # "chunk": rows per chunk; "cfg": (XBLOCK, RBLOCK, num_warps)
-SEEN: dict = {}   # what the compile chose: "S" (split count), "cfg" (partial kernel's config)
+FORCE: dict = {}  # "chunk": rows per chunk; "cfg": (XBLOCK, RBLOCK, num_warps); "twopass": no Welford pairs
+SEEN: dict = {}   # what the compile chose: "S" (split count), "cfg" (partial kernel's config), "welford"
 _split_count, _choose_config = sr.split_count, te.choose_config
+_graph_pairs, _welford_pairs = sr.graph_pairs, tw.pairs
+
+
+def graph_pairs(nodes):
+    return {} if FORCE.get("twopass") else _graph_pairs(nodes)
+
+
+def welford_pairs(em):
+    pairs = {} if FORCE.get("twopass") else _welford_pairs(em)
+    if pairs:  # (kernels with a one-pass var_mean)
+        SEEN["welford"] = SEEN.get("welford", 0) + 1
+    return pairs
 
 
 def split_count(n, ranges, reduced, body, options, *more, **kw):
@@ -137,6 +156,7 @@ def choose_config(k, options, inner, persistent_ok=True, **kw):
 
 
 sr.split_count, te.choose_config = split_count, choose_config
+sr.graph_pairs, tw.pairs = graph_pairs, welford_pairs
 
 
 # ---- timing -----------------------------------------------------------------------------------------
@@ -238,13 +258,28 @@ def main():
         err = close(ef(*args), want, name)
         seen = dict(SEEN)
         entry = {"fn": name, "shape": [batch, c, h, w], "bytes": nbytes, "err_ember": err, "S": seen.get("S"),
-                 "cfg": seen.get("cfg")}
+                 "cfg": seen.get("cfg"), "welford_kernels": seen.get("welford", 0)}
+        ef2 = None
+        if name == "fwd_stats":  # the same, var_mean in two passes (the pairs off)
+            FORCE["twopass"] = True
+            ef2 = ember_fn(fn)
+            entry["err_ember_twopass"] = close(ef2(*args), want, name)
+            FORCE.clear()
         if not smoke:
             entry["eager_ms"] = cuda_ms(lambda: fn(*args))
             tf = torch.compile(fn)
             entry["err_torch"] = close(tf(*args), want, name)
             entry["torch_ms"] = cuda_ms(lambda: tf(*args))
             entry["ember_ms"] = cuda_ms(lambda: ef(*args))
+            if ef2 is not None:  # three interleaved rounds of ember, two-pass, torch.compile: medians
+                runs = {"ember_ms": lambda: ef(*args), "ember_twopass_ms": lambda: ef2(*args),
+                        "torch_ms": lambda: tf(*args)}
+                got = {key: [] for key in runs}
+                for _ in range(3):
+                    for key, f in runs.items():
+                        got[key].append(cuda_ms(f))
+                entry.update({key: statistics.median(v) for key, v in got.items()})
+                entry["spread_ms"] = {key: [min(v), max(v)] for key, v in got.items()}
             entry["copy_gbs"] = copy_gbs[tag]
             torch._dynamo.reset()
         record(kind="base", **entry)
@@ -253,7 +288,9 @@ def main():
             f"eager {entry['eager_ms']:.3f}  torch {entry['torch_ms']:.3f}  ember {entry['ember_ms']:.3f} ms "
             f"({nbytes / entry['ember_ms'] / 1e6 / copy_gbs[tag] * 100:.0f}% cp; torch "
             f"{nbytes / entry['torch_ms'] / 1e6 / copy_gbs[tag] * 100:.0f}%)" if not smoke else "")
-              + f"  S={seen.get('S')} cfg={seen.get('cfg')} err={err:.1e}", flush=True)
+              + (f" two-pass {entry['ember_twopass_ms']:.3f}" if "ember_twopass_ms" in entry else "")
+              + f"  S={seen.get('S')} cfg={seen.get('cfg')} welford={entry['welford_kernels']} err={err:.1e}"
+              + (f" (two-pass {entry['err_ember_twopass']:.1e})" if ef2 is not None else ""), flush=True)
     # phase 2: the sweep, cases interleaved so a budget cut leaves every case partly covered. Order:
     # eviction hints on/off at a reference point and on under the heuristic; chunk sizes at the
     # reference config; configs at the reference chunk size; then the rest of the grid, shuffled
@@ -317,7 +354,22 @@ def main():
             tops = (f"old {old[0]['ms']:.3f} {pct(old[0]['ms']):.0f}% | " if old else "") + tops
             print(f"{e['fn']:9s} {'x'.join(map(str, e['shape'][1:])):12s} {e['eager_ms']:.3f}  {e['torch_ms']:.3f}  "
                   f"{e['ember_ms']:.3f}  | {pct(e['torch_ms']):3.0f} {pct(e['ember_ms']):3.0f} | {tops}")
-    bad = [r for r in results["records"] if max(r.get("err", 0) or 0, r.get("err_ember", 0) or 0) > 2e-2]
+        stats = [e for e in rows if e["fn"] == "fwd_stats" and "ember_twopass_ms" in e]
+        if stats:
+            print("\nvar_mean forward (BN statistics), ms per call; ember one-pass (Welford) vs two-pass:")
+            print("shape        eager   torch   ember   2-pass  ember/torch  ember/2-pass")
+            wins = 0
+            for e in stats:
+                wins += e["ember_ms"] <= e["torch_ms"]
+                print(f"{'x'.join(map(str, e['shape'][1:])):12s} {e['eager_ms']:.4f}  {e['torch_ms']:.4f}  "
+                      f"{e['ember_ms']:.4f}  {e['ember_twopass_ms']:.4f}  {e['ember_ms'] / e['torch_ms']:.2f}x"
+                      f"        {e['ember_ms'] / e['ember_twopass_ms']:.2f}x")
+            results["fwd_stats_wins"] = f"{wins}/{len(stats)}"
+            print(f"ember <= torch.compile at {wins} of {len(stats)} shapes; sum over shapes: ember "
+                  f"{sum(e['ember_ms'] for e in stats):.4f} ms, torch.compile {sum(e['torch_ms'] for e in stats):.4f} ms,"
+                  f" two-pass {sum(e['ember_twopass_ms'] for e in stats):.4f} ms")
+    bad = [r for r in results["records"]
+           if max(r.get("err", 0) or 0, r.get("err_ember", 0) or 0, r.get("err_ember_twopass", 0) or 0) > 2e-2]
     results["timing"] = TIMING
     print(f"timings: {TIMING}")
     print(f"\n{len(results['records'])} records, {len(bad)} above 2e-2 relative error; {time.time() - t0:.0f}s")

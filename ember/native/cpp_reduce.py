@@ -10,6 +10,7 @@ from ember.native import ir, ops
 from ember.native.cpp_spelling import (SIMD_REDUCTION, STORAGE, CScope, combine, compute_dtype, ctype, identity, indent,
                                        linear, parallel_for)
 from ember.native.cpp_vector import VECTOR_WIDTH
+from ember.native.split_reduction import variance_pairs
 from ember.native.symbolic import is_static
 
 # rows up to this many elements keep costly values a later loop needs in a stack buffer (32 KiB of fp32)
@@ -158,27 +159,15 @@ class ReductionEmitter:
     # -- Welford: var/var_mean/layer_norm statistics in one pass ----------------------------------
     def _welford_pairs(self) -> dict:
         """{sum node: squares node} for the lowering's var_mean pair ``A = sum(x)``, ``B = sum((x -
-        A / n) ** 2)`` over one contiguous reduced range of static length (lower_ops._var_mean). One
-        Welford pass computes both: the mean without a large running sum (eager's own layer_norm and
-        var use Welford too), and one pass over the row less."""
+        A / n) ** 2)`` over one contiguous reduced range of static length (lower_ops._var_mean; found
+        by split_reduction.variance_pairs, as the Triton renderer's are). One Welford pass computes
+        both: the mean without a large running sum (eager's own layer_norm and var use Welford too),
+        and one pass over the row less."""
         k = self.k
         if len(k.reduced) != 1 or not is_static(k.rnumel) or k.single or k.rnumel < 2 * WELFORD_LANES:
             return {}
-        sums = {n.name: n for n in k.nodes if k.roles[n.name] == "red" and n.reduction_type == "sum"
-                and k.bodies[n.name].dtype in (torch.float32, torch.float64)}
-        pairs = {}
-        for b in sums.values():
-            sq = k.bodies[b.name]
-            if sq.op != "mul" or sq.args[0] != sq.args[1] or sq.args[0].op != "sub":
-                continue
-            x, mean = sq.args[0].args
-            if mean.op != "truediv" or mean.args[0].op != "load" or mean.args[1].op != "const":
-                continue
-            a = mean.args[0].attr[0]
-            if (a in sums and a not in pairs and k.bodies[a] == x and mean.args[1].attr == k.rnumel
-                    and x.dtype == sq.dtype and not self._loads_node(x, a)):
-                pairs[a] = b.name
-        return pairs
+        sums = {n.name: k.bodies[n.name] for n in k.nodes if k.roles[n.name] == "red" and n.reduction_type == "sum"}
+        return variance_pairs(sums, k.rnumel)
 
     def _loads_node(self, e, name) -> bool:
         return any(l.attr[0] == name for l in ir.loads_of(e))

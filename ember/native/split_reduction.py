@@ -8,8 +8,18 @@ kernel runs ``split_reduction_programs`` programs or more; the second reduces th
 output. The second node keeps the original node's name and layout, so its readers do not change.
 
 sum, prod, max, min, any and all combine partial results with the same operation. argmax/argmin are
-not split (a position within a chunk is not a position within the range). var_mean is lowered as two
-sums (the mean, then the squared deviations from it), so each of them splits like any sum.
+not split (a position within a chunk is not a position within the range).
+
+var_mean is lowered as two sums, ``A = sum(x)`` and ``B = sum((x - A / n) ** 2)`` (lower_ops._var_mean;
+``variance_pairs`` finds such pairs); the renderers compute a pair in one pass over x (Welford in
+looped kernels: triton_welford, cpp_reduce; a persistent Triton kernel keeps the row in registers). For
+Triton kernels a pair splits as one (``split_pair``): the partial kernel computes both over each
+chunk of c elements, one pass: ``A_i = sum(x - k)`` and ``B_i = sum((x - k - A_i / c) ** 2)``, where
+the shift k is x at the first reduced position of the output (so fp32 partial means of data far from
+zero, 1e4 + randn, keep their digits); the final kernel merges the chunks' (count, mean, M2) as Chan
+et al.'s parallel Welford does: ``S = sum(A_i)``, ``B = sum(B_i + c * (A_i / c - S / n) ** 2)``, and
+``A = S + n * k`` (a pointwise node of A's name). Chunks are equal (a pair splits only where the count
+divides the range). Split apart instead, B's partial kernel would need A's final value: x read twice.
 
 The split is made along the outermost reduced loop (after merging the reduced loops that are
 contiguous in memory, so for a channels-last tensor all of N*H*W is one loop). Chunks are a divisor
@@ -27,6 +37,7 @@ The C++ renderer keeps the rule above (its kernels parallelize over outputs with
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import sympy
@@ -118,6 +129,27 @@ def _near_divisor(size: int, want: int) -> int:
     return -(-size // chunk)  # no empty chunk
 
 
+def variance_pairs(sums: dict, rnumel) -> dict:
+    """{A: B} for the lowering's var_mean pairs among ``sums`` (name -> body of a "sum" reduction, all
+    over one loop nest whose reduced part has ``rnumel`` points): ``A = sum(x)`` and ``B = sum((x - A /
+    rnumel) ** 2)`` in float32/float64 (lower_ops._var_mean). Both renderers compute such a pair in
+    one Welford pass (cpp_reduce, triton_emit); ``split_pair`` splits one as a whole. (The caller
+    checks that B reads A where A is stored.)"""
+    pairs = {}
+    for b, sq in sums.items():
+        if sq.op != "mul" or sq.args[0] != sq.args[1] or sq.args[0].op != "sub":
+            continue
+        x, mean = sq.args[0].args
+        if mean.op != "truediv" or mean.args[0].op != "load" or mean.args[0].args or mean.args[1].op != "const":
+            continue
+        a = mean.args[0].attr[0]
+        if (a in sums and a != b and a not in pairs and sums[a] == x and mean.args[1].attr == rnumel
+                and x.dtype == sq.dtype and sq.dtype in (torch.float32, torch.float64)
+                and not any(ld.attr[0] == a for ld in ir.loads_of(x))):
+            pairs[a] = b
+    return pairs
+
+
 def split_node(n: ir.ComputedNode, options, outer_rule: bool = False) -> list:
     """[n], or [partial, final] replacing it."""
     ranges, reduced, bodies, stores = merge_loops(n.ranges, n.reduced, {n.name: n.body},
@@ -126,11 +158,16 @@ def split_node(n: ir.ComputedNode, options, outer_rule: bool = False) -> list:
     count = split_count(n, ranges, reduced, body, options, outer_rule)
     if count < 2:
         return [n]
-    p0 = reduced[0]
-    size = ranges[p0]
-    chunk = -(-size // count)
+    chunk = -(-ranges[reduced[0]] // count)
     if chunk < 2:
         return [n]
+    return list(_split(n, ranges, reduced, body, store, count, chunk))
+
+
+def _split(n, ranges, reduced, body, store, count, chunk):
+    """(partial, final) of n over its merged loops, the outermost reduced one cut into count chunks."""
+    p0 = reduced[0]
+    size = ranges[p0]
     # partial: loops ranges[:p0] + [count, chunk] + ranges[p0+1:]; the split loop's old variable is
     # chunk index * chunk + position in the chunk
     vs, pv = ir.node_vars(len(ranges)), ir.node_vars(len(ranges) + 1)
@@ -156,15 +193,84 @@ def split_node(n: ir.ComputedNode, options, outer_rule: bool = False) -> list:
     fbody = ir.load(partial.name, fv[0] * span + fstore, {}, pbody.dtype)
     final = ir.ComputedNode(n.name, n.layout, (count,) + tuple(ranges[i] for i in kept), fbody, fstore, (0,),
                             n.reduction_type, origins=list(n.origins))
-    return [partial, final]
+    return partial, final
+
+
+def graph_pairs(nodes) -> dict:
+    """{A: B} over a graph's reductions (``variance_pairs``), B reading A where A is stored."""
+    groups: dict = {}
+    for n in nodes:
+        if isinstance(n, ir.ComputedNode) and n.reduction_type == "sum" and all(isinstance(r, int) for r in n.ranges):
+            groups.setdefault((tuple(n.ranges), tuple(n.reduced)), {})[n.name] = n
+    out = {}
+    for (ranges, reduced), members in groups.items():
+        rnumel = math.prod(ranges[i] for i in reduced)
+        for a, b in variance_pairs({k: v.body for k, v in members.items()}, rnumel).items():
+            store = sympy.sympify(members[a].store_index)
+            if all(sympy.expand(e.attr[1] - store) == 0 for e in ir.loads_of(members[b].body) if e.attr[0] == a):
+                out[a] = b
+    return out
+
+
+def split_pair(a: ir.ComputedNode, b: ir.ComputedNode, options) -> list | None:
+    """[A_partial, B_partial, A_shifted, A, B] for a var_mean pair (module docstring), or None where
+    the pair does not split, or its chunks would be unequal (then each node splits on its own)."""
+    ranges, reduced, bodies, stores = merge_loops(a.ranges, a.reduced, {a.name: a.body, b.name: b.body},
+                                                  {a.name: a.store_index, b.name: b.store_index}, merge_kept=False)
+    count = split_count(a, ranges, reduced, bodies[a.name], options, True)
+    size = ranges[reduced[0]]
+    if count < 2 or size % count or size // count < 2:
+        return None
+    chunk = size // count
+    n = math.prod(ranges[i] for i in reduced)
+    c = n // count  # elements per chunk (the chunk's rows times the other reduced loops)
+    x = bodies[a.name]
+    dt = x.dtype
+    # the shift k: x at the first reduced position of each output (the partial and final kernels read
+    # it where they are; its row is read by every chunk, from cache)
+    vs = ir.node_vars(len(ranges))
+    k = ir.rename(x, {vs[i]: sympy.Integer(0) for i in reduced})
+    shifted = ir.op("sub", x, k)
+    pa, fs = _split(a, ranges, reduced, shifted, sympy.sympify(stores[a.name]), count, chunk)
+    pb, fb = _split(b, ranges, reduced, shifted, sympy.sympify(stores[b.name]), count, chunk)
+    # B_i: the squared deviations from the chunk's own mean (renderers: one Welford pass with A_i)
+    d = ir.op("sub", pa.body, ir.op("truediv", ir.load(pa.name, pa.store_index, {}, dt), ir.const(c, dt)))
+    pb.body = ir.op("mul", d, d)
+    # the final kernel: S = sum(A_i) (of x - k), A = S + n k, B = sum(B_i + c (A_i / c - S / n)^2)
+    # (fs.body reads A_i where the final kernel reads it)
+    fs.name = f"{a.name}_shifted"
+    fs.layout = dataclasses.replace(a.layout, dtype=dt)
+    kept = [i for i in range(len(ranges)) if i not in reduced]
+    fv = ir.node_vars(len(kept) + 1)
+    to_out = {vs[i]: fv[j] for j, i in enumerate(kept)}  # (A is pointwise over the kept loops)
+    total = ir.load(fs.name, sympy.sympify(stores[a.name]).xreplace(to_out), {}, dt)
+    a_body = ir.cast(ir.op("add", total, ir.op("mul", ir.const(n, dt), ir.rename(k, to_out))), a.layout.dtype)
+    fa = ir.ComputedNode(a.name, a.layout, tuple(ranges[i] for i in kept), a_body,
+                         sympy.sympify(stores[a.name]).xreplace(to_out), origins=list(a.origins))
+    e = ir.op("sub", ir.op("truediv", fs.body, ir.const(c, dt)),
+              ir.op("truediv", ir.load(fs.name, fs.store_index, {}, dt), ir.const(n, dt)))
+    fb.body = ir.op("add", fb.body, ir.op("mul", ir.const(c, dt), ir.op("mul", e, e)))
+    return [pa, pb, fs, fa, fb]
 
 
 def split_reductions(g: ir.GraphIR, options: NativeOptions, renderer: str = "triton") -> ir.GraphIR:
     """Split, in place, every reduction of g that would run too few programs for its size
-    (``renderer``: "triton" or "cpp", whose kernels the graph becomes)."""
+    (``renderer``: "triton" or "cpp", whose kernels the graph becomes). var_mean pairs split as one
+    for Triton kernels (``split_pair``); the C++ renderer's few long chunks split them apart."""
     nodes = []
     outer_rule = renderer == "triton"
+    pairs = graph_pairs(g.nodes) if outer_rule else {}
+    by_name = {n.name: n for n in g.nodes if isinstance(n, ir.ComputedNode)}
+    done = set()
     for n in g.nodes:
-        nodes += split_node(n, options, outer_rule) if isinstance(n, ir.ComputedNode) and n.is_reduction else [n]
+        if not (isinstance(n, ir.ComputedNode) and n.is_reduction):
+            nodes.append(n)
+        elif n.name in done:
+            continue
+        elif n.name in pairs and (both := split_pair(n, by_name[pairs[n.name]], options)) is not None:
+            nodes += both  # (B reads only what A reads, and A: its place is right after A's)
+            done.add(pairs[n.name])
+        else:
+            nodes += split_node(n, options, outer_rule)
     g.nodes = nodes
     return g

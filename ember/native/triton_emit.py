@@ -35,7 +35,7 @@ import types
 import sympy
 import torch
 
-from ember.native import ir, ops
+from ember.native import ir, ops, triton_welford
 from ember.native.scope import Names, Scope, node_value
 from ember.native.scheduler import Kernel
 from ember.native.split_reduction import contiguous_reduction
@@ -371,7 +371,8 @@ class TritonKernelEmitter(Names):
             role = self.k.roles[n.name]
             if role == "final":
                 continue
-            deps = [l.attr[0] for l in ir.loads_of(self.k.bodies[n.name]) if l.attr[0] in self.nodes]
+            deps = [l.attr[0] for l in ir.loads_of(self.k.bodies[n.name]) if l.attr[0] in self.nodes
+                    and l.attr[0] != self.welford_sq.get(n.name)]  # (a Welford pair: one loop)
             s = 0 if role not in ("outer", "xred") else -1
             for d in deps:
                 dr = self.k.roles[d]
@@ -387,6 +388,8 @@ class TritonKernelEmitter(Names):
         inner_red = self._inner_reduction()
         cfg = self._config(inner_red)
         self.cfg = cfg
+        self.welford = triton_welford.pairs(self)  # {A: B}: var_mean's sums in one Welford loop
+        self.welford_sq = {b: a for a, b in self.welford.items()}
         self.evict: dict = {}  # EVICTION while emitting a one-pass r-loop (_looped)
         self.exact: set = set()  # "x"/"r": which masks _mask wrote as constant true
         body: list[str] = []
@@ -561,21 +564,37 @@ class TritonKernelEmitter(Names):
             if not reds and not stores:
                 continue
             accs = {}
+            wf_names = [n.name for n in reds if n.name in self.welford]
+            wf = triton_welford.StageWelford(self, wf_names, top) if wf_names else None
+            if wf:
+                wf.shifts(top)
             for n in reds:
-                accs[n.name] = self._init_acc(n, top)
+                if n.name not in self.welford and n.name not in self.welford_sq:
+                    accs[n.name] = self._init_acc(n, top)
             loop = _Scope(top, mask="xmask & rmask", hoist_to=top)
             loop.lines += ["rindex = roffset + rbase",
                            self._mask("rmask", "rindex < rnumel", k.rnumel, self.cfg.RBLOCK, "[1, RBLOCK]")]
             loop.lines += self._var_defs(list(k.reduced), "rindex")
+            loop.lines += wf.count_lines() if wf else []
             for n in k.nodes:
                 if n in reds:
+                    if n.name in self.welford_sq:
+                        continue  # (its pair's Welford update computes it)
                     v = self.value(k.bodies[n.name], loop)
-                    self._accumulate(n, v, accs[n.name], loop)
+                    if n.name in self.welford:
+                        wf.update(n.name, v, loop)
+                    else:
+                        self._accumulate(n, v, accs[n.name], loop)
                 elif n in stores:
                     self.store(n.name, self.node_value(n.name, loop), loop, "xmask & rmask")
             top.lines.append("for roffset in range(0, rnumel, RBLOCK):")
             top.lines += ["    " + l for l in loop.lines]
             for n in reds:
+                if n.name in self.welford_sq:
+                    continue
+                if n.name in self.welford:
+                    self._finish_welford(n.name, wf, top)
+                    continue
                 r = self._finish_acc(n, accs[n.name], top)
                 self.outer_vals[n.name] = self.cast(r, k.bodies[n.name].dtype, n.layout.dtype, top)
                 if n.name not in k.local:
@@ -584,6 +603,17 @@ class TritonKernelEmitter(Names):
                 if k.roles[n.name] in ("outer", "xred") and stages[n.name] == s:
                     self._outer(n, top, fscope)
         return top.lines
+
+    def _finish_welford(self, a, wf, top):
+        """A (the sum: mean * n) and B (M2) of a Welford pair; its readers of A / n get the mean."""
+        k, b = self.k, self.welford[a]
+        mean, m2 = wf.finish(a, top)
+        top.cache[(triton_welford.mean_expr(k, b), None)] = mean
+        total = self.emit_line(top, f"{mean} * {_literal(float(k.rnumel), k.bodies[a].dtype)}")
+        for name, v in ((a, total), (b, m2)):
+            self.outer_vals[name] = self.cast(v, k.bodies[name].dtype, self.nodes[name].layout.dtype, top)
+            if name not in k.local:
+                self.store(name, self.outer_vals[name], top, "xmask")
 
     def _outer(self, n, scope, fscope):
         v = self.value(self.k.bodies[n.name], scope)

@@ -14,9 +14,9 @@ from triton import knobs
 # without the ember package (importing it would import torch in every worker: seconds per worker)
 INTERPRET = bool(knobs.runtime.interpret)
 
-__all__ = ["maximum", "minimum", "prod_combine", "argmax_combine", "argmin_combine", "floordiv", "remainder",
-           "sign", "trunc", "round_half_even", "tanh", "expm1", "log1p", "pow", "atan", "atan2", "asin", "acos",
-           "sinh", "cosh", "tan", "max_nan_reduce", "min_nan_reduce", "erf_rational"]
+__all__ = ["maximum", "minimum", "prod_combine", "welford_combine", "argmax_combine", "argmin_combine", "floordiv",
+           "remainder", "sign", "trunc", "round_half_even", "tanh", "expm1", "log1p", "pow", "atan", "atan2", "asin",
+           "acos", "sinh", "cosh", "tan", "max_nan_reduce", "min_nan_reduce", "erf_rational"]
 
 
 @triton.jit
@@ -42,6 +42,15 @@ def min_nan_reduce(x, axis):
 @triton.jit
 def prod_combine(a, b):
     return a * b
+
+
+@triton.jit
+def welford_combine(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
+    # Chan et al.'s merge of two (mean, M2, count) triples (triton_welford); empty ones (n = 0) add nothing
+    n = n_a + n_b
+    frac = n_b / tl.maximum(n, 1.0)
+    delta = mean_b - mean_a
+    return mean_a + delta * frac, m2_a + m2_b + delta * delta * n_a * frac, n
 
 
 @triton.jit
