@@ -64,6 +64,18 @@ class TorchCuda:
             yield
         cur.wait_stream(stream)
 
+    @contextlib.contextmanager
+    def rng_restored(self, stream):
+        """The default generator of ``stream``'s device as it was before the block: the warm-up run
+        before a capture draws random numbers that no caller sees; without this, the recording call's
+        dropout masks and the generator state every later draw starts from were one draw ahead of
+        eager's (the capture itself draws nothing: a replay advances the generator by what it uses)."""
+        state = torch.cuda.get_rng_state(stream.device)
+        try:
+            yield
+        finally:
+            torch.cuda.set_rng_state(state, stream.device)
+
     def capture(self, graph, pool, stream):
         # thread_local: another thread's CUDA calls do not invalidate this capture (torch's choice too)
         return torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local")

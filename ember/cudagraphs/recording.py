@@ -213,9 +213,10 @@ def capture(runner, args: list, static_kind: dict) -> Recording:
             call_args[i] = p.tensor
     # one run on the capture stream first: any kernel specialization the placeholders need is
     # compiled, and library workspaces are allocated, outside the capture. Inputs the graph writes
-    # to get a scratch copy for it, so the write is not applied twice.
+    # to get a scratch copy for it, so the write is not applied twice, and the random numbers it
+    # draws are given back (api.rng_restored), so the stream of draws is eager's.
     warm_args = [a.clone() if i in runner.mutated and i in static else a for i, a in enumerate(call_args)]
-    with api.on_stream(pool.stream):
+    with api.on_stream(pool.stream), api.rng_restored(pool.stream):
         runner.call_fn(warm_args)
     del warm_args
     graph = api.new_graph()

@@ -115,6 +115,14 @@ class FakeCuda:
         yield
 
     @contextlib.contextmanager
+    def rng_restored(self, stream):
+        state = torch.get_rng_state()
+        try:
+            yield
+        finally:
+            torch.set_rng_state(state)
+
+    @contextlib.contextmanager
     def capture(self, graph, pool, stream):
         rec = _Recorder(graph)
         with rec:

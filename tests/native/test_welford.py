@@ -89,7 +89,12 @@ def test_large_mean_keeps_accuracy(options, mean, native_cache):
     xf = x.permute(0, 2, 3, 1).reshape(-1, 8)
     naive = (xf * xf).mean(0) - xf.mean(0) ** 2
     assert ((naive.double() - var64).abs() / var64).max() > 0.5  # the naive form fails at this mean
-    compiled = run_case(bn_stats, [x], options=options, cache_dir=native_cache, atol=1e-4, rtol=1e-4)
+    # eager is the oracle only as far as it is accurate itself (on the H100, ember's variance and
+    # eager's differed by 5e-3 relative at mean 3e5): the comparison with eager allows eager's own
+    # error, and float64 judges ember's
+    eager_err = ((bn_stats(x)[0].double() - var64).abs() / var64).max().item()
+    tol = max(1e-4, 2 * eager_err)
+    compiled = run_case(bn_stats, [x], options=options, cache_dir=native_cache, atol=tol, rtol=tol)
     var, got_mean = compiled(x)
     assert ((var.double() - var64).abs() / var64).max().item() < 1e-6
     step = 2.0 ** (int(torch.tensor(mean).log2().floor()) - 23)
