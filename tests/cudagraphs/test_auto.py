@@ -259,3 +259,29 @@ def test_a_graph_shared_by_call_sites_never_replays(fake, monkeypatch):
         assert not auto.DECISIONS[-1][1] and "regional" in auto.DECISIONS[-1][2]
     compiled = auto.wrap_auto(lambda g, ex: _Compiled(g.forward, 2, 1, 512), api=fake, training=True)(gm, [x, w])
     assert isinstance(compiled, cg.Runner)  # (outside the context: the rule decides again)
+
+
+def test_stored_graph_facts_decide_as_the_graph_does():
+    """``graph_facts`` (what a cached graph stores for the decision) gives ``skip_reason`` and the
+    estimate the answers a scan of the graph gives, for a graph API that takes CPU tensors and one
+    that refuses them, with and without a host synchronization."""
+    from ember.cudagraphs import analysis
+    from tests.cudagraphs.fake_cuda import FakeCuda
+    from ember.cudagraphs.pool import TorchCuda
+
+    def plain(x, w):
+        return (torch.addmm(w[0], x, w).relu().sum(0),)
+
+    def syncs(x, w):
+        return ((x @ w).nonzero(),)
+    x, w = torch.randn(8, 8), torch.randn(8, 8)
+    for f in (plain, syncs):
+        gm = make_fx(f, tracing_mode="fake")(x, w)
+        facts = auto.graph_facts(gm)
+        assert facts["flops"] == auto.graph_flops(gm) and facts["aten"] == auto._aten_estimate(gm)
+        for api in (FakeCuda(), TorchCuda()):
+            for ex in ([x, w], []):
+                assert analysis.skip_reason(None, ex, api, facts=facts["capture"]) == \
+                    analysis.skip_reason(gm, ex, api), (f.__name__, api, ex)
+        assert analysis.skip_reason(None, [], FakeCuda(), facts=facts["capture"]) == \
+            (None if f is plain else "nonzero (nonzero) waits for a device value on the host")
