@@ -115,9 +115,17 @@ def child(row: str, dev: str, quick: bool, shape, profile: bool, top: int, calle
     sync()
     eager = time.perf_counter() - t2
     from ember.diagnostics import counters
+    from ember.aot import deferred
+    from ember.cudagraphs import auto
+    from ember.native import cache as native_cache
     rec = dict(row=row, first_s=round(first, 4), steady_s=round(steady, 4), eager_s=round(eager, 4),
                frames_traced=counters.COMPILES["frames_compiled"], frames_loaded=counters.COMPILES["frames_loaded"],
-               imported_in_first_call=imported)
+               imported_in_first_call=imported,
+               # a warm start builds none of the cached aot graphs (auto CUDA graphs decide from stored facts)
+               aot_graphs=dict(deferred.STATS),
+               # generated modules imported: wrappers, and kernel modules only where a launch needed the function
+               native_modules=len({k for k in native_cache._MODULES if isinstance(k, tuple)}),
+               auto_cudagraphs=[list(d) for d in auto.DECISIONS])
     if prof:
         rec["spans"], rec["top_cum"], rec["top_own"] = _report(prof, top)
         if callers:
@@ -202,6 +210,11 @@ def _print(phase: str, rec: dict) -> None:
         return
     print(f"{rec['row']} {phase}: first {rec['first_s']:.3f} s, steady {rec['steady_s']:.3f} s, eager "
           f"{rec['eager_s']:.3f} s, frames traced {rec['frames_traced']}, loaded {rec['frames_loaded']}")
+    if "aot_graphs" in rec:
+        print(f"  aot graphs loaded unbuilt {rec['aot_graphs']['deferred']}, built {rec['aot_graphs']['materialized']}; "
+              f"native modules imported {rec['native_modules']}")
+        for name, replay, why in rec["auto_cudagraphs"]:
+            print(f"  auto cudagraphs {name}: {'replays' if replay else 'runs as compiled'}: {why}")
     if rec.get("imported_in_first_call"):
         print(f"  modules first imported during the first call: {', '.join(rec['imported_in_first_call'])}")
     if "spans" not in rec:

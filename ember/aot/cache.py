@@ -8,9 +8,11 @@ process only compiles them (which the backend's cache then answers too).
 
 The key hashes everything the trace reads, and a graph the key cannot describe is not cached:
 
-* the captured graph's code; every ``call_function`` target must come from torch or the Python
-  standard operators (anything else, a user function allowed in the graph, a custom op, could
-  change without the code changing), and ``get_attr`` tensors are hashed with their values;
+* the captured graph's nodes: op, name, target and arguments, what its generated code is made of
+  (``_graph_text``; a graph it cannot spell exactly, by that code); every ``call_function`` target
+  must come from torch or the Python standard operators (anything else, a user function allowed
+  in the graph, a custom op, could change without the code changing), and ``get_attr`` tensors are
+  hashed with their values;
 * per input: tensor type (``Tensor``/``Parameter`` only), sizes, strides, storage offset, dtype,
   device, ``requires_grad``, leaf/view/inference status, and which inputs share storage; other inputs by
   type and ``repr`` (bools, ints, floats, strings, None only); symbolic graphs are not cached;
@@ -33,6 +35,7 @@ dtype/device/size constructors. A rebuilt graph whose code differs from the one 
 """
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import enum
 import functools
@@ -40,9 +43,11 @@ import hashlib
 import io
 import os
 import pickle
+import sys
 
 import torch
 import torch.fx as fx
+from torch.fx.immutable_collections import immutable_dict, immutable_list
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from ember import diskcache
@@ -156,7 +161,7 @@ def key_of(gm: fx.GraphModule, args: list, opts) -> str:
         raise NotCacheable("a functorch transform is active")
     h = hashlib.sha256(ember_fingerprint().encode())
     h.update(_options_key(opts).encode())
-    h.update(gm.code.encode())
+    h.update(_graph_text(gm).encode())
     for n in gm.graph.nodes:
         if n.op == "call_function" and not _trusted(n.target):
             raise NotCacheable(f"the graph calls {getattr(n.target, '__module__', '?')}.{getattr(n.target, '__name__', n.target)}")
@@ -170,6 +175,83 @@ def key_of(gm: fx.GraphModule, args: list, opts) -> str:
             h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     describe_inputs(h, args)
     return h.hexdigest()
+
+
+class _Unplain(Exception):
+    """A node argument ``_graph_text`` cannot spell exactly: the key hashes the generated code instead."""
+
+
+# node arguments spelled by type and repr (repr is exact for these: floats round-trip, a string is quoted)
+_PLAIN_ARGS = (int, float, bool, str, type(None), type(...), torch.dtype, torch.device, torch.layout,
+               torch.memory_format)
+
+
+_SEQUENCES = {tuple: "tuple", list: "list", immutable_list: "list", torch.Size: "Size"}
+
+
+def _arg_text(a) -> str:
+    if isinstance(a, fx.Node):
+        return f"%{a.name}"
+    t = type(a)
+    if t in _PLAIN_ARGS:
+        return f"{t.__name__}:{a!r}"
+    if t in _SEQUENCES:
+        return f"{_SEQUENCES[t]}({','.join(map(_arg_text, a))})"
+    if t is dict or t is immutable_dict:
+        if not all(type(k) is str for k in a):
+            raise _Unplain("a dict with keys other than strings")
+        return "{" + ",".join(f"{k!r}:{_arg_text(v)}" for k, v in a.items()) + "}"
+    if t is slice:
+        return f"slice({_arg_text(a.start)},{_arg_text(a.stop)},{_arg_text(a.step)})"
+    raise _Unplain(t.__name__)
+
+
+def _target_text(t) -> str:
+    if isinstance(t, str):  # (call_method, get_attr, placeholder and output names)
+        return repr(t)
+    if isinstance(t, torch._ops.OpOverload):
+        return f"op:{t.name()}"
+    if isinstance(t, torch._ops.OpOverloadPacket):
+        return f"packet:{t._qualified_op_name}"
+    try:
+        name = fx.node._get_qualified_name(t)  # (the name the generated code calls it by: torch.relu)
+    except Exception:  # noqa: BLE001 - no name fx can give
+        raise _Unplain(f"target {t!r}") from None
+    if _found(name) is not t:  # (a function its name does not find again: not spelled by name)
+        raise _Unplain(f"target {t!r}")
+    return f"fn:{name}"
+
+
+def _found(qualified: str):
+    """The object ``qualified`` names, looked up from the longest module of it already imported."""
+    parts = qualified.split(".")
+    if len(parts) == 1:  # (fx names builtins bare: getattr)
+        return getattr(builtins, qualified, None)
+    for i in range(len(parts) - 1, 0, -1):
+        obj = sys.modules.get(".".join(parts[:i]))
+        if obj is not None:
+            for part in parts[i:]:
+                obj = getattr(obj, part, None)
+            return obj
+    return None
+
+
+def _graph_text(gm: fx.GraphModule) -> str:
+    """What running ``gm`` does, as text for the key: per node its op, name, target and arguments;
+    the Python code fx generates is a function of exactly these (and of a pytree codegen's specs:
+    such graphs are keyed by their code). Generating that code for the key cost 0.05-0.09 s of a
+    GPT-2 warm start (the frontend's graph, after ``mask_simplify`` rewrote it, has no stored text);
+    this walk costs a few ms. A node argument or target it cannot spell exactly (an object of another
+    type, a function not found again by its module and name) falls back to the generated code."""
+    if type(gm.graph._codegen) is not fx.graph.CodeGen:
+        return "code:" + gm.code
+    try:
+        parts = ["nodes:"]
+        for n in gm.graph.nodes:
+            parts.append(f"{n.op} {n.name} {_target_text(n.target)} {_arg_text(n.args)} {_arg_text(n.kwargs)}")
+        return "\n".join(parts)
+    except _Unplain:
+        return "code:" + gm.code
 
 
 def describe_inputs(h, args) -> None:
@@ -376,6 +458,9 @@ class LoadedGraphModule(_LazyGraphModule):
                 if self.graph.python_code(root_module="self").src != cls._ember_code:
                     raise ValueError("the rebuilt graph's code differs from the stored one (a stale cache entry)")
                 cls._ember_unverified = False
+            return cls._ember_code
+        if self._needs_recompile():  # (a pass rewrote it) the text alone: the forward compiles when it runs
+            cls._ember_code, cls._ember_unverified = self.graph.python_code(root_module="self").src, False
             return cls._ember_code
         return super().code
 

@@ -58,7 +58,7 @@ class AOTCompiledGraph:
         self._tidx = [i for i, a in enumerate(example_inputs) if isinstance(a, torch.Tensor)]
         # non-tensor inputs are baked into the traced graphs, so they are part of the variant key
         # (except ints traced as symbols: those are graph inputs)
-        symbolic = analysis.symbolic_templates(gm)
+        symbolic = self._symbolic = analysis.symbolic_templates(gm)  # (read once: a scan of every node)
         symints = {i for i, t in enumerate(symbolic[1]) if analysis.is_symint(t)} if symbolic else set()
         self._cidx = [i for i, a in enumerate(example_inputs) if not isinstance(a, torch.Tensor) and i not in symints]
         # every argument a tensor (the usual graph): the per-call key reads them all, no index list
@@ -93,7 +93,7 @@ class AOTCompiledGraph:
     def _variant(self, key, args: list):
         try:
             with COMPILE_LOCK:
-                variant = build_variant(self.gm, args, self.options, self.name)
+                variant = build_variant(self.gm, args, self.options, self.name, self._symbolic)
         except Exception as exc:  # noqa: BLE001 - any tracing failure: the eager graph is still right
             if self.options.strict:
                 raise
@@ -109,10 +109,15 @@ class AOTCompiledGraph:
         return "\n\n".join(describe_variant(v, self.name) for v in self.variants.values())
 
 
-def build_variant(gm: fx.GraphModule, args: list, opts: AOTOptions, name: str = "graph"):
+_UNREAD = object()
+
+
+def build_variant(gm: fx.GraphModule, args: list, opts: AOTOptions, name: str = "graph", symbolic=_UNREAD):
     """Analyze, trace, partition and compile ``gm`` for the autograd situation of ``args``; the
-    traced graphs come from the on-disk cache (``cache.py``) when an earlier process stored them."""
-    symbolic = analysis.symbolic_templates(gm)
+    traced graphs come from the on-disk cache (``cache.py``) when an earlier process stored them.
+    ``symbolic``: ``analysis.symbolic_templates(gm)``, when the caller has it."""
+    if symbolic is _UNREAD:
+        symbolic = analysis.symbolic_templates(gm)
     key = None
     if symbolic is None:  # (graphs with size symbols are traced every time)
         try:

@@ -34,17 +34,26 @@ _ids = itertools.count()
 
 
 def cudagraphify(fn, gm=None, example_inputs=(), *, name: str | None = None, api=None,
-                 max_recordings: int = MAX_RECORDINGS):
+                 max_recordings: int = MAX_RECORDINGS, facts: dict | None = None):
     """``fn`` (compiled from ``gm``) replayed through CUDA graphs, or ``fn`` itself when the graph
-    cannot be captured (the reason is logged and counted in ``stats()['skipped']``)."""
+    cannot be captured (the reason is logged and counted in ``stats()['skipped']``). ``facts``: what
+    is read of ``gm``'s nodes, known already (``auto.graph_facts``: a cached graph's, whose nodes a warm
+    start does not build); ``gm`` is then not read."""
     api = api or TorchCuda()
     name = name or f"{type(gm).__name__ if gm is not None else 'graph'}#{next(_ids)}"
-    reason = analysis.skip_reason(gm, list(example_inputs), api)
+    if facts is not None:
+        reason = analysis.skip_reason(None, list(example_inputs), api, facts=facts["capture"])
+        mutated = facts["mutated"]
+    else:
+        reason = analysis.skip_reason(gm, list(example_inputs), api)
+        mutated = None
     if reason is not None:
         STATS["skipped"].append(f"{name}: {reason}")
         log.info("ember cudagraphs: %s runs without CUDA graphs: %s", name, reason)
         return fn
-    return Runner(fn, name=name, api=api, mutated=analysis.mutated_inputs(gm), max_recordings=max_recordings)
+    if mutated is None:
+        mutated = analysis.mutated_inputs(gm)
+    return Runner(fn, name=name, api=api, mutated=mutated, max_recordings=max_recordings)
 
 
 def wrap_compiler(compiler, *, api=None, max_recordings: int = MAX_RECORDINGS):

@@ -59,8 +59,9 @@ def _symbolic(v) -> bool:
     return False
 
 
-def skip_reason(gm: fx.GraphModule | None, example_inputs, api) -> str | None:
-    """Why the graph cannot be captured, or None."""
+def skip_reason(gm: fx.GraphModule | None, example_inputs, api, facts: list | None = None) -> str | None:
+    """Why the graph cannot be captured, or None. ``facts``: ``capture_facts`` of the graph, read
+    instead of ``gm``'s nodes (a cached graph's, stored with it: a warm start does not build them)."""
     if not liveness_supported():
         return "this torch cannot tell whether a caller still holds a graph output (no torch._C._storage_Use_Count)"
     on_device = False
@@ -71,30 +72,50 @@ def skip_reason(gm: fx.GraphModule | None, example_inputs, api) -> str | None:
             if not api.is_graph_tensor(x):
                 return f"input {i} is a {x.device.type} tensor"
             on_device = True
-    if gm is not None:
-        for n in gm.graph.nodes:
-            v = n.meta.get("val")
-            if n.op == "placeholder":
-                if _symbolic(v):
-                    return f"dynamic shapes ({n.name} has symbolic sizes)"
-                continue
-            if n.op not in ("call_function", "call_method"):
-                continue
-            name = _op_name(n.target)
-            if name in SYNC_OPS or (name == "index" and _bool_index(n)):
-                return f"{name} ({n.name}) waits for a device value on the host"
-            if _attention_dropout(n):
-                return (f"{name} ({n.name}) runs attention dropout: its philox seed is a host tensor "
-                        "outside a capture and a device tensor inside one")
-            vals = v if isinstance(v, (list, tuple)) else [v]
-            for t in vals:
-                if isinstance(t, torch.Tensor):
-                    if not api.is_graph_tensor(t):
-                        return f"{n.name} ({name}) makes a {t.device.type} tensor"
-                    on_device = True
-    if not on_device and (example_inputs or gm is not None):
+    if facts is None and gm is not None:
+        facts = capture_facts(gm)
+    for fact in facts or ():
+        if fact[0] == "problem":
+            return fact[1]
+        _, node, name, t = fact
+        if not api.is_graph_tensor(t):
+            return f"{node} ({name}) makes a {t.device.type} tensor"
+        on_device = True
+    if not on_device and (example_inputs or facts is not None):
         return "no CUDA tensors"
     return None  # (with nothing to look at, the runner checks each call's inputs)
+
+
+def capture_facts(gm: fx.GraphModule) -> list:
+    """What ``skip_reason`` reads of the graph's nodes, in node order: ("problem", why) for the first
+    node that rules a capture out whatever the device (symbolic sizes, a host synchronization; nothing
+    after it), and ("tensor", node, op, value) for the first value on each device before it. A graph API
+    tells graph tensors by their device (``TorchCuda``: CUDA ones), so the first value of each device
+    answers for all of that device's values: the first one it refuses is the one a scan of every node
+    would name. Plain data, stored with a cached graph (``ember.aot.deferred.summary_of``)."""
+    facts, devices = [], set()
+    for n in gm.graph.nodes:
+        v = n.meta.get("val")
+        if n.op == "placeholder":
+            if _symbolic(v):
+                facts.append(("problem", f"dynamic shapes ({n.name} has symbolic sizes)"))
+                return facts
+            continue
+        if n.op not in ("call_function", "call_method"):
+            continue
+        name = _op_name(n.target)
+        if name in SYNC_OPS or (name == "index" and _bool_index(n)):
+            facts.append(("problem", f"{name} ({n.name}) waits for a device value on the host"))
+            return facts
+        if _attention_dropout(n):
+            facts.append(("problem", f"{name} ({n.name}) runs attention dropout: its philox seed is a host "
+                                     "tensor outside a capture and a device tensor inside one"))
+            return facts
+        for t in v if isinstance(v, (list, tuple)) else [v]:
+            if isinstance(t, torch.Tensor) and str(t.device) not in devices:
+                devices.add(str(t.device))
+                facts.append(("tensor", n.name, name, t))
+    return facts
 
 
 def _bool_index(n: fx.Node) -> bool:

@@ -137,14 +137,30 @@ def _convolutions(gm: fx.GraphModule) -> tuple[int, int]:
     return nodes, calls
 
 
-def estimate(gm: fx.GraphModule, compiled, flops: int, convolutions: tuple | None = None) -> dict:
+def graph_facts(gm: fx.GraphModule) -> dict:
+    """Everything the decision and the replay read of a graph's nodes (their ops and ``val`` shapes),
+    as plain data: FLOPs, convolutions, the ATen estimate, ``analysis.capture_facts`` and the inputs it
+    writes. Stored with a cached graph (``ember.aot.deferred.summary_of``: the graph as traced, before
+    any compiler rewrites it), so a warm start decides without building the graph's nodes (GPT-2
+    training on the H100: building them for the decision was 0.57 s of a 1.17 s warm first call). A
+    decision depends on nothing else of the graph; the compiled report, the example inputs, the graph
+    API (which device) and ``RULE`` are read at each decision, so the stored facts hold whatever
+    device or configuration the entry is loaded under."""
+    from ember.cudagraphs import analysis
+    return dict(flops=graph_flops(gm), convolutions=_convolutions(gm), aten=_aten_estimate(gm),
+                capture=analysis.capture_facts(gm), mutated=analysis.mutated_inputs(gm))
+
+
+def estimate(gm: fx.GraphModule | None, compiled, flops: int, convolutions: tuple | None = None,
+             aten: tuple | None = None) -> dict:
     """launches, bytes, flops, host_us, device_us of one call of ``compiled`` (compiled from ``gm``).
-    ``convolutions``: (nodes, cuDNN calls) when known without reading ``gm`` (see _decide_deferred)."""
+    ``convolutions``: (nodes, cuDNN calls), ``aten``: ``_aten_estimate`` (launches, bytes), when known
+    without reading ``gm`` (see _decide_deferred)."""
     report = (getattr(compiled, "ember_native", None) or {}).get("report")
     if report:
         launches, nbytes = int(report["kernels"]) + int(report["externs"]), int(report["bytes"])
     else:
-        launches, nbytes = _aten_estimate(gm)
+        launches, nbytes = aten if aten is not None else _aten_estimate(gm)
     externs = int(report["externs"]) if report else launches
     conv_nodes, conv_calls = convolutions if convolutions is not None else _convolutions(gm)
     if conv_nodes > externs:  # (a convolution the code generator lowered itself)
@@ -209,13 +225,14 @@ def wrap_auto(compiler, *, api=None, training: bool = False, finish=None):
         cuda = api or TorchCuda()
         from ember.aot import deferred
         pending = deferred.pending(gm)
+        facts = None  # (what a cached graph stored of its nodes: the replay reads them, not gm's nodes)
         if _SHARED.get():  # (no estimate needed: the graph is never replayed)
             fn = compiler(gm, example_inputs)
             if fn is None:
                 fn = gm.forward
             problem, est = "shared by several call sites (regional compilation): its inputs move at every call", None
         elif pending is not None:  # a graph from the aot cache, its nodes not built
-            fn, problem, est = _decide_deferred(compiler, gm, example_inputs, cuda, pending, training)
+            fn, problem, est, facts = _decide_deferred(compiler, gm, example_inputs, cuda, pending, training)
         else:
             # read before the compiler rewrites gm; sizes are read only of a graph that can be captured
             # (static sizes: a symbolic size read here would add a guard to the frontend's shape env)
@@ -232,23 +249,30 @@ def wrap_auto(compiler, *, api=None, training: bool = False, finish=None):
         if isinstance(info, dict) and est is not None:
             info["auto_cudagraphs"] = dict(est, replay=replay, reason=why)
         log.info("ember auto cudagraphs: %s %s: %s", name, "replays as a CUDA graph" if replay else "runs as compiled", why)
-        return cudagraphify(fn, gm, example_inputs, name=name, api=cuda) if replay else finish(fn)
+        return cudagraphify(fn, gm, example_inputs, name=name, api=cuda, facts=facts) if replay else finish(fn)
 
     compile_auto.__name__ = f"auto_cudagraphs({getattr(compiler, '__name__', 'compiler')})"
     return compile_auto
 
 
 def _decide_deferred(compiler, gm, example_inputs, cuda, pending, training: bool = False):
-    """(compiled, capture problem, estimate) for a graph whose nodes are not built (``ember.aot.deferred``):
-    compiled first, and when its report alone already rules a replay out (the FLOPs a graph adds only
-    add device time, a capture problem only forbids), the graph is never read: a warm start of a large
-    model builds none of its nodes. Otherwise the graph as loaded is read: ``gm`` if the compiler left
-    it unbuilt, else a copy from the summary (the compiler may have rewritten ``gm``)."""
+    """(compiled, capture problem, estimate, graph facts) for a graph whose nodes are not built
+    (``ember.aot.deferred``): compiled first, and decided from the compiled report and the facts stored
+    with the graph (``graph_facts``), so a warm start builds none of its nodes. An entry without them
+    (they could not be taken when it was stored) has its graph read as loaded: ``gm`` if the compiler
+    left it unbuilt, else a copy from the summary (the compiler may have rewritten ``gm``)."""
     from ember.aot import deferred
     from ember.cudagraphs import analysis
     fn = compiler(gm, example_inputs)
     if fn is None:
         fn = gm.forward
+    facts = pending[0].get("auto")
+    if facts is not None:
+        problem = analysis.skip_reason(None, list(example_inputs), cuda, facts=facts["capture"])
+        est = None
+        if problem is None:
+            est = estimate(None, fn, facts["flops"], convolutions=facts["convolutions"], aten=facts["aten"])
+        return fn, problem, est, facts
     report = (getattr(fn, "ember_native", None) or {}).get("report")
     if report:
         # (a training graph's ATen calls counted as convolutions' backward: the most host time they
@@ -256,9 +280,8 @@ def _decide_deferred(compiler, gm, example_inputs, cuda, pending, training: bool
         externs = int(report["externs"])
         est = estimate(gm, fn, 0, convolutions=(externs, 2 * externs) if training else (0, 0))
         if not (decide_training if training else decide)(est, None)[0]:
-            return fn, None, est
+            return fn, None, est, None
     pristine = gm if deferred.is_deferred(gm) else deferred.load(*pending)
     problem = analysis.skip_reason(pristine, list(example_inputs), cuda)
     est = estimate(pristine, fn, graph_flops(pristine)) if problem is None else None
-    return fn, problem, est
-
+    return fn, problem, est, None

@@ -54,12 +54,12 @@ def _package_module(name: str, filename: str):
     return mod
 
 
-def load_kernel_module(path: str, name: str | None = None, digest: str | None = None):
+def load_kernel_module(path: str, name: str | None = None, digest: str | None = None, source: bytes | None = None):
     """Import the kernel module at ``path`` (once per process), under ``name``: by default a generated
     module's (``module_name``); a fixed kernel of ember's own (``mm_kernel``) keeps its package name.
     A generated module comes with ``digest``, its SHA-256: it is executed only from bytes that match
     it, read from a file that is ours and not writable by others (``ember.diskcache``; raises its
-    ``Refused``)."""
+    ``Refused``), or from ``source``, those bytes as the caller read and checked them."""
     name = name or module_name(path)
     mod = sys.modules.get(name)
     if mod is not None and getattr(mod, "__file__", None) == path and (
@@ -69,10 +69,11 @@ def load_kernel_module(path: str, name: str | None = None, digest: str | None = 
     if digest is None:
         return _import_path(name, path)
     diskcache = _package_module("ember.diskcache", "../diskcache.py")
-    try:
-        source = diskcache.read_source(path, digest)
-    except diskcache.Refused as e:
-        raise diskcache.Refused(f"{path} {e}") from None
+    if source is None:
+        try:
+            source = diskcache.read_source(path, digest)
+        except diskcache.Refused as e:
+            raise diskcache.Refused(f"{path} {e}") from None
     return diskcache.exec_source(name, path, source)
 
 

@@ -72,12 +72,26 @@ def write_source(kind: str, text: str, base: str | None = None, key: str | None 
     return path
 
 
-def load_module(path: str, digest: str | None = None):
+def verified_source(path: str) -> bytes:
+    """The bytes of the generated kernel module at ``path``, checked as ``load_module`` checks them
+    before executing them (the file ours, its SHA-256 its name); raises ``diskcache.Refused``."""
+    try:
+        return diskcache.read_source(path, os.path.basename(path)[:-3])
+    except diskcache.Refused as e:
+        raise diskcache.Refused(f"{path} {e}") from None
+
+
+def loaded_module(path: str):
+    """The module this process imported from ``path`` (``load_module``), or None."""
+    return _MODULES.get(path)
+
+
+def load_module(path: str, digest: str | None = None, source: bytes | None = None):
     """Import a generated module from its path once per process (under the name a build worker
     gives it too: the name is part of Triton's cache key), after checking its file and that its
     SHA-256 is ``digest``; raises ``diskcache.Refused`` otherwise. Without ``digest``: the module
     this process already imported from ``path``, else the digest is the file's name (as kernels
-    are named)."""
+    are named). ``source``: the module's bytes, read and checked already (``verified_source``)."""
     if digest is None:
         mod = _MODULES.get(path)
         if mod is not None:
@@ -90,7 +104,7 @@ def load_module(path: str, digest: str | None = None):
         with COMPILE_LOCK:  # one module object per path, also when threads load it at once
             mod = _MODULES.get((path, digest))
             if mod is None:
-                mod = _MODULES[(path, digest)] = _MODULES[path] = load_kernel_module(path, digest=digest)
+                mod = _MODULES[(path, digest)] = _MODULES[path] = load_kernel_module(path, digest=digest, source=source)
     return mod
 
 

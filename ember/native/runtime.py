@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from ember.native.cache import load_module
+from ember.native.cache import load_module, loaded_module, verified_source
 from ember.config import environment
 
 # Launch sites of this process: ``first`` first calls, ``fast``/``direct`` of them got the per-call fast
@@ -16,8 +16,49 @@ STATS = {"first": 0, "fast": 0, "direct": 0, "no_fast": 0, "slow_calls": 0}
 
 
 def load_kernel(path: str, name: str):
-    """The ``@triton.jit`` function ``name`` of the kernel module at ``path``."""
-    return getattr(load_module(path), name)
+    """The ``@triton.jit`` function ``name`` of the kernel module at ``path``, imported at its first use
+    (``KernelRef``)."""
+    return KernelRef(path, name)
+
+
+class KernelRef:
+    """A wrapper's reference to the ``@triton.jit`` function ``name`` of the kernel module at ``path``,
+    whose module is imported when something first reads the function (a launch through Triton's JIT,
+    a build ahead, any attribute). Why: a warm start whose launch sites take their recorded binaries
+    (``warm_launch.adopt``, which sets ``arg_names`` from the record: the one thing ``Launch.adopt``
+    reads of the function) never needs it, and importing each kernel module (``triton.jit`` reads the
+    source back through ``inspect``) was 0.08 s of GPT-2 training's warm first call on the H100 (44
+    modules). The file is still checked now, with the wrapper (``cache.verified_source``: a kernel
+    edited on disk makes the wrapper's load fail, so the graph is generated again), and the module is
+    executed later from the bytes checked here."""
+
+    __slots__ = ("path", "name", "_fn", "_source", "arg_names")
+
+    def __init__(self, path: str, name: str):
+        self.path, self.name, self._fn, self._source = path, name, None, None
+        mod = loaded_module(path)
+        if mod is not None:
+            self._fn = getattr(mod, name)
+        else:
+            self._source = verified_source(path)  # (raises diskcache.Refused)
+
+    def load(self):
+        fn = self._fn
+        if fn is None:
+            fn = self._fn = getattr(load_module(self.path, source=self._source), self.name)
+            self._source = None
+        return fn
+
+    def __getitem__(self, grid):
+        return self.load()[grid]
+
+    def __getattr__(self, attr):  # (an attribute not set here: the function's)
+        if attr.startswith("__"):  # (copy, pickle and the like ask the reference, not the function)
+            raise AttributeError(attr)
+        return getattr(self.load(), attr)
+
+    def __repr__(self) -> str:
+        return f"KernelRef({self.path!r}, {self.name!r}{', loaded' if self._fn is not None else ''})"
 
 
 def fixed_layout(t, size, stride):

@@ -118,6 +118,7 @@ def adopt(mod, launches: dict, cache_root: str, info: dict) -> None:
     try:
         from triton.compiler.compiler import CompiledKernel
         from ember.native.dynamic_launch import DynamicLaunch
+        from ember.native.runtime import KernelRef
     except Exception as e:  # noqa: BLE001
         info["reason"] = f"{type(e).__name__}: {e}"
         info["kernels_jit"] = info.get("kernels_jit", 0) + len(launches)
@@ -143,6 +144,9 @@ def adopt(mod, launches: dict, cache_root: str, info: dict) -> None:
                     raise FileNotFoundError("a recorded binary is not in Triton's cache")
                 kernel = loaded[ident] = CompiledKernel(_LauncherSource(entry), group, entry["hash"])
             checks = tuple(tuple(c) for c in entry["checks"])
+            fn = getattr(site, "fn", None)
+            if isinstance(fn, KernelRef) and fn._fn is None:  # (what adopting reads of it: its module not imported)
+                fn.arg_names = list(entry["arg_names"])
             if isinstance(site, DynamicLaunch):
                 kernel.run  # noqa: B018 - loads the binary and the launcher now, or raises here
                 site.template = (kernel, checks, entry["nargs"])

@@ -238,3 +238,30 @@ def test_a_transformers_model_is_cached(cache_dir):
         out.loss.backward()
     assert aot_cache.STATS["uncacheable"] == 0, aot_cache.STATS
     assert aot_cache.STATS["stores"] >= 1 and aot_cache.STATS["hits"] == aot_cache.STATS["stores"], aot_cache.STATS
+
+
+_VARIANTS = [
+    lambda x: x.sum(dim=1), lambda x: x.sum(dim=1, keepdim=True), lambda x: x.sum(1), lambda x: x[:, 1:3],
+    lambda x: x[:, 1:4], lambda x: x[..., 0], lambda x: x[None, 0], lambda x: x.to(torch.float16),
+    lambda x: x.to(torch.bfloat16), lambda x: x + 1, lambda x: x + 1.0, lambda x: x + True, lambda x: x * 1,
+    lambda x: torch.relu(x), lambda x: x.relu(), lambda x: torch.nn.functional.gelu(x),
+    lambda x: torch.nn.functional.gelu(x, approximate="tanh"), lambda x: x.view(2, 8), lambda x: x.view((2, 8)),
+    lambda x: torch.cat([x, x], 0), lambda x: torch.cat((x, x), 0), lambda x: (x + 1) * x, lambda x: x * (x + 1),
+    lambda x: x.new_zeros(3, device="cpu"), lambda x: x.contiguous(memory_format=torch.contiguous_format),
+]
+
+
+def test_the_graph_text_of_the_key_tells_graphs_apart_as_their_code_does():
+    """``_graph_text`` (what the key hashes of a graph instead of its generated code): two graphs get
+    the same text exactly when they get the same code; what it cannot spell falls back to the code."""
+    gms = [torch.fx.symbolic_trace(f) for f in _VARIANTS]
+    texts = [aot_cache._graph_text(g) for g in gms]
+    assert all(t.startswith("nodes:") for t in texts), [t for t in texts if not t.startswith("nodes:")]
+    for i, a in enumerate(gms):
+        for j, b in enumerate(gms):
+            assert (texts[i] == texts[j]) == (a.code == b.code), (a.code, b.code)
+    again = torch.fx.symbolic_trace(_VARIANTS[3])
+    assert aot_cache._graph_text(again) == texts[3]
+    g = torch.fx.Graph()  # an argument it cannot spell: keyed by the code
+    g.output(g.call_function(torch.add, (g.placeholder("x"), complex(1, 2))))
+    assert aot_cache._graph_text(torch.fx.GraphModule({}, g)).startswith("code:")

@@ -182,9 +182,11 @@ def test_a_tampered_entry_read_by_the_compiler_is_traced_again(cache_dir):
     assert aot_cache.STATS["hits"] == 1
 
 
-def test_auto_cudagraphs_decides_a_deferred_graph_from_its_report_when_that_suffices(monkeypatch):
-    """Default mode's automatic CUDA graphs: a loaded graph whose compiled report already rules a
-    replay out is not built; one that may replay is read (unbuilt as loaded) and decided as before."""
+def test_auto_cudagraphs_decides_a_deferred_graph_without_building_it(monkeypatch):
+    """Default mode's automatic CUDA graphs: a loaded graph is decided from its compiled report and the
+    facts stored with it (``auto.graph_facts``), replayed or not, without building its nodes, and as
+    its built form is decided; an entry stored without the facts has its graph read to decide.
+    (Before session 37 a graph that might replay was always built: this test asserted that.)"""
     import ember.cudagraphs as cg
     from ember.cudagraphs import auto
     from tests.cudagraphs.fake_cuda import FakeCuda
@@ -201,15 +203,74 @@ def test_auto_cudagraphs_decides_a_deferred_graph_from_its_report_when_that_suff
             return run
         return compiler
     big = dict(kernels=40, externs=0, bytes=auto.RULE.max_bytes + 1)
-    back = aot_cache.rebuild_graph(_round_trip(gm))
-    fn = auto.wrap_auto(compiler_with(big), api=FakeCuda())(back, [x])
-    assert deferred.is_deferred(back) and not auto.DECISIONS[-1][1] and "bytes" in auto.DECISIONS[-1][2]
-    close(fn(x)[0], gm(x)[0], "output")
-    # a small report: a replay is possible, so the graph is read to decide (the fake API captures CPU tensors)
     small = dict(kernels=40, externs=0, bytes=1000)
-    back = aot_cache.rebuild_graph(_round_trip(gm))
+    for report, replays in ((big, False), (small, True)):
+        auto.wrap_auto(compiler_with(report), api=FakeCuda())(gm, [x])  # the built graph's decision
+        built = auto.DECISIONS[-1][1:]
+        back = aot_cache.rebuild_graph(_round_trip(gm))
+        fn = auto.wrap_auto(compiler_with(report), api=FakeCuda())(back, [x])
+        assert deferred.is_deferred(back), "deciding built the graph"
+        assert auto.DECISIONS[-1][1:] == built and built[0] is replays, (built, auto.DECISIONS[-1])
+        assert isinstance(fn, cg.Runner) is replays
+        with torch.no_grad():
+            for _ in range(3):
+                close(fn(x)[0], gm(x)[0], "output")
+    # an entry without the facts (they could not be taken): read to decide, as before
+    data = _round_trip(gm)
+    data["auto"] = None
+    back = aot_cache.rebuild_graph(data)
     fn = auto.wrap_auto(compiler_with(small), api=FakeCuda())(back, [x])
     assert not deferred.is_deferred(back) and auto.DECISIONS[-1][1] and "host-bound" in auto.DECISIONS[-1][2]
+    cg.reset()
+
+
+def test_a_warm_training_entry_is_decided_without_building_its_graphs(cache_dir, monkeypatch):
+    """A second process's training graphs (forward and backward), through default mode's automatic
+    CUDA-graph wrapper (fake graph API on CPU tensors, a compiler with a native-like report): no
+    graph is built to compile or decide them (materialization is spied on), and each decision is the
+    first process's."""
+    import ember.cudagraphs as cg
+    from ember.cudagraphs import auto
+    from tests.cudagraphs.fake_cuda import FakeCuda
+    monkeypatch.setattr(config, "auto_cudagraphs", True)
+    cg.reset()
+    materialized = []
+    real = deferred.DeferredGraphModule._ember_materialize
+
+    def spy(self):
+        materialized.append(self.__dict__["_ember_deferred"][0]["name"])
+        return real(self)
+    monkeypatch.setattr(deferred.DeferredGraphModule, "_ember_materialize", spy)
+
+    def compiler(gm, example_inputs):
+        run = _LazyRun(gm)
+        run.ember_native = {"report": dict(kernels=3, externs=1, bytes=512)}
+        return run
+    fake = FakeCuda()
+    fw = auto.wrap_auto(compiler, api=fake, training=True)
+    bw_auto = auto.wrap_auto(compiler, api=fake, training=True, finish=lambda fn: fn)
+    built_when_compiled = []
+
+    def bw(gm, example_inputs):  # (compiled after the forward: what was built by then, nothing having run)
+        out = bw_auto(gm, example_inputs)
+        built_when_compiled.append(list(materialized))
+        return out
+    backend = aot_autograd(fw_compiler=fw, bw_compiler=bw)
+    x, w = torch.randn(4, 8), torch.randn(8, 6, requires_grad=True)
+    decisions = []
+    for i in range(2):  # two compiles, as two processes would do them
+        before = len(auto.DECISIONS)
+        compiled = ember.compile(_f, backend=backend)
+        wi = w.detach().clone().requires_grad_()
+        got = compiled(x, wi)
+        decisions.append([d[1:] for d in auto.DECISIONS[before:]])
+        if i == 1:
+            assert aot_cache.STATS["hits"] == 1 and deferred.STATS["deferred"] == 2
+            assert built_when_compiled[-1] == [], f"deciding built {built_when_compiled[-1]}"
+        got.sum().backward()
+        close(got, _f(x, w), "output")
+    assert len(decisions[0]) == 2 and decisions[0] == decisions[1], decisions
+    assert all(d[0] for d in decisions[1]), decisions  # (both replay: the facts' path to a Runner ran too)
     cg.reset()
 
 

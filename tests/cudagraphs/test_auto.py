@@ -307,3 +307,36 @@ def test_training_with_dropout_in_default_mode_draws_eager_stream(attention):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-5)
     replayed = [d[1] for d in auto.DECISIONS[before:]]
     assert replayed == ([False, False] if attention else [True, True]), auto.DECISIONS[before:]
+
+
+def test_stored_graph_facts_decide_as_the_graph_does():
+    """``graph_facts`` (what a cached graph stores for the decision) gives ``skip_reason`` and the
+    estimate the answers a scan of the graph gives, for a graph API that takes CPU tensors and one
+    that refuses them, with and without a host synchronization."""
+    from ember.cudagraphs import analysis
+    from tests.cudagraphs.fake_cuda import FakeCuda
+    from ember.cudagraphs.pool import TorchCuda
+
+    def plain(x, w):
+        return (torch.addmm(w[0], x, w).relu().sum(0),)
+
+    def syncs(x, w):
+        return ((x @ w).nonzero(),)
+
+    def attention_dropout(x, w):
+        q = (x @ w).view(1, 2, 4, 8)
+        return (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, q, q, dropout_p=0.2)[0],)
+    x, w = torch.randn(8, 8), torch.randn(8, 8)
+    for f in (plain, syncs, attention_dropout):
+        gm = make_fx(f, tracing_mode="fake")(x, w)
+        facts = auto.graph_facts(gm)
+        assert facts["flops"] == auto.graph_flops(gm) and facts["aten"] == auto._aten_estimate(gm)
+        for api in (FakeCuda(), TorchCuda()):
+            for ex in ([x, w], []):
+                assert analysis.skip_reason(None, ex, api, facts=facts["capture"]) == \
+                    analysis.skip_reason(gm, ex, api), (f.__name__, api, ex)
+        stored = analysis.skip_reason(None, [], FakeCuda(), facts=facts["capture"])
+        if f is attention_dropout:
+            assert "attention dropout" in stored, stored
+        else:
+            assert stored == (None if f is plain else "nonzero (nonzero) waits for a device value on the host")

@@ -135,3 +135,43 @@ def test_cuda_prewarm_starts_only_where_the_caller_has_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     runtime.prewarm_cuda()
     assert runtime._CUDA_PREWARM is None
+
+
+def test_a_wrapper_imports_a_kernel_module_only_when_its_function_is_read(tmp_path, monkeypatch):
+    """``runtime.load_kernel`` gives a ``KernelRef``: the kernel module is imported at the first read
+    of the function (a JIT launch, an attribute), and adopting a recorded binary reads nothing of it
+    (the record's argument names stand in), so a warm start imports no kernel module."""
+    pytest.importorskip("triton")
+    from ember.native import runtime
+    imported = []
+
+    class _Fn:
+        arg_names = ["x", "BLOCK"]
+
+        def __getitem__(self, grid):
+            return lambda *args, **meta: ("ran", grid, args, meta)
+
+    checked = []
+
+    def load_module(path, source=None):
+        assert source == b"checked bytes"  # (executed from the bytes checked with the wrapper)
+        imported.append(path)
+        return types.SimpleNamespace(k=_Fn())
+    monkeypatch.setattr(runtime, "load_module", load_module)
+    monkeypatch.setattr(runtime, "loaded_module", lambda path: None)
+    monkeypatch.setattr(runtime, "verified_source", lambda path: checked.append(path) or b"checked bytes")
+    ref = runtime.load_kernel(str(tmp_path / "k.py"), "k")
+    site = runtime.Launch(ref, (2,), {"BLOCK": 4})
+    assert imported == [] and checked == [str(tmp_path / "k.py")] and "k.py" in repr(ref)  # checked, not run
+    import triton.compiler.compiler as tcc
+    monkeypatch.setattr(tcc, "CompiledKernel", lambda src, group, h: types.SimpleNamespace(
+        packed_metadata=(), run=lambda *a: None, function=0))  # (a binary: Launch.adopt reads these)
+    (tmp_path / "c" / "ab").mkdir(parents=True)
+    (tmp_path / "c" / "ab" / "k.cubin").write_bytes(b"x")
+    entry = dict(_entry({"k.cubin": "ab/k.cubin"}), arg_names=["x", "BLOCK"])
+    warm_launch.adopt(types.SimpleNamespace(launch0=site), {"launch0": entry}, str(tmp_path / "c"), {})
+    assert imported == [] and ref.arg_names == ["x", "BLOCK"]  # (adopting read the record's names)
+    assert ref[(2, 1, 1)](1, BLOCK=4) == ("ran", (2, 1, 1), (1,), {"BLOCK": 4})  # a JIT launch imports it
+    assert imported == [str(tmp_path / "k.py")]
+    ref.arg_names  # noqa: B018
+    assert len(imported) == 1  # (once)
