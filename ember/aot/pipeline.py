@@ -130,6 +130,7 @@ def build_variant(gm: fx.GraphModule, args: list, opts: AOTOptions, name: str = 
             aot_cache.stale(key, e)
             parts = None
     if parts is None:
+        _before_trace(opts, gm, args)
         parts = _trace_parts(gm, args, opts, name, symbolic)
         if key is not None and parts["kind"] != "eager":
             aot_cache.store(key, parts, _GRAPHS)
@@ -142,6 +143,23 @@ def build_variant(gm: fx.GraphModule, args: list, opts: AOTOptions, name: str = 
     if elog.enabled(ARTIFACT):
         elog.artifact(ARTIFACT, describe_variant(variant, name))
     return variant
+
+
+def _before_trace(opts: AOTOptions, gm, args: list) -> None:
+    """What the compilers start before this graph is traced: each one's ``ember_before_trace(gm,
+    args)``, if it has one (the native backend starts its kernel-build worker processes, which
+    then import Triton during the seconds the trace takes instead of after it). A hook that fails
+    costs nothing but its head start."""
+    hooks = []
+    for c in (opts.inference_compiler, opts.fw_compiler, opts.bw_compiler):
+        hook = getattr(c, "ember_before_trace", None)
+        if hook is not None and hook not in hooks:
+            hooks.append(hook)
+    for hook in hooks:
+        try:
+            hook(gm, args)
+        except Exception as e:  # noqa: BLE001 - a head start, never a reason not to compile
+            elog.get_logger("graph_breaks").info(f"ember aot: {hook!r} before tracing failed: {type(e).__name__}: {e}")
 
 
 def _trace_parts(gm, args, opts, name, symbolic) -> dict:
