@@ -22,7 +22,7 @@ from torch._subclasses import FakeTensorMode
 from ember.aot import analysis, deferred, mask_simplify
 from ember.aot import cache as aot_cache
 from ember.aot.runtime import EagerVariant, InferenceVariant, TrainingVariant
-from ember.aot.trace import JointGraph, trace_forward, trace_joint
+from ember.aot.trace import JointGraph, trace_forward, trace_forward_analyzed, trace_joint
 from ember.config import config
 from ember.diagnostics import counters
 from ember.diagnostics.userframe import warn_user
@@ -169,6 +169,13 @@ def _trace_parts(gm, args, opts, name, symbolic) -> dict:
         fake_mode.allow_non_fake_inputs = True
     else:
         fake_mode, templates = FakeTensorMode(allow_non_fake_inputs=True), None
+    if not (torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
+        # no input needs a gradient: analysis and the forward trace in one run (None: the graph needs
+        # the analysis first, e.g. it must run eagerly or an output needs a gradient)
+        analyzed = trace_forward_analyzed(gm, args, fake_mode, opts.decompositions, templates)
+        if analyzed is not None:
+            meta, graph = analyzed
+            return dict(kind="inference", meta=meta, graph=graph)
     meta = analysis.collect(gm, args, fake_mode, templates)
     wants_grads = torch.is_grad_enabled() and any(args[i].requires_grad for i in meta.tensor_indices)
     needs_autograd = any(meta.traced_requires_grad)

@@ -1,6 +1,9 @@
 """Compile-time paths of the autograd layer (issue 29): traced and partitioned graphs generate their
-Python code only when it is read or run, and the compilers' ``ember_before_trace`` hook runs before
-a trace (a cache miss) and not when the traced graphs come from the cache."""
+Python code only when it is read or run; the compilers' ``ember_before_trace`` hook runs before a
+trace (a cache miss) and not when the traced graphs come from the cache; an inference graph's
+metadata is read inside its one trace (``trace_forward_analyzed``), giving what the analysis run
+followed by ``trace_forward`` gives."""
+import pytest
 import torch
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
@@ -69,3 +72,57 @@ def test_before_trace_hook_runs_on_a_miss_only(monkeypatch, tmp_path):
     # a second compile of the same graph: the aot cache has it, nothing is traced
     close(ember.compile(f, backend=aot_autograd(fw_compiler=compiler, bw_compiler=other, strict=True))(x), f(x), "again")
     assert calls == [1]
+
+
+def _mutates(x, y):
+    x.add_(1)
+    return x * y, y.t()  # a mutated input, a plain output, a view of an input
+
+
+def _aliases(x):
+    b = x * 2
+    return b[0], b[1], b.sum()  # two outputs viewing one intermediate
+
+
+def _capture(fn, args):
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append((gm, list(example_inputs)))
+        return gm.forward
+    ember.compile(fn, backend=backend)(*[a.clone() for a in args])
+    return graphs[0]
+
+
+
+@pytest.mark.parametrize("fn,shapes", [(_mutates, [(3, 4), (3, 4)]), (_aliases, [(2, 5)]), (_f, [(4, 8), (8, 3)])])
+def test_one_run_inference_trace_equals_analysis_then_trace(fn, shapes):
+    """pipeline's inference path reads the metadata inside the trace (trace_forward_analyzed): the
+    same metadata and graph as analysis.collect followed by trace_forward."""
+    from torch._subclasses import FakeTensorMode
+    from ember.aot import analysis, trace
+    from ember.aot.ops import default_decompositions
+    torch.manual_seed(0)
+    gm, args = _capture(fn, [torch.randn(*s) for s in shapes])
+    decomps = default_decompositions()
+    with torch.no_grad():
+        meta, graph = trace.trace_forward_analyzed(gm, [a.clone() for a in args],
+                                                   FakeTensorMode(allow_non_fake_inputs=True), decomps)
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+        ref_meta = analysis.collect(gm, [a.clone() for a in args], mode)
+        ref = trace.trace_forward(gm, ref_meta, [a.clone() for a in args], mode, decomps)
+    assert meta.describe() == ref_meta.describe() and meta.mutated == ref_meta.mutated
+    assert graph.code == ref.code
+
+
+def test_one_run_inference_trace_declines_what_needs_the_analysis_first():
+    from torch._subclasses import FakeTensorMode
+    from ember.aot import trace
+
+    def makes_grad(x):
+        with torch.enable_grad():
+            w = torch.ones(3, requires_grad=True)
+            return x * w  # an output needing a gradient: a joint trace
+    gm, args = _capture(makes_grad, [torch.randn(3)])
+    with torch.no_grad():
+        assert trace.trace_forward_analyzed(gm, args, FakeTensorMode(allow_non_fake_inputs=True), {}) is None
