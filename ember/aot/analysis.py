@@ -156,6 +156,12 @@ def collect(gm: fx.GraphModule, args: list, fake_mode, templates: list | None = 
     finally:
         torch.set_grad_enabled(grad_enabled)  # in case the graph raised inside a no_grad region
 
+    return meta_of(fakes, f_args, outs, args, grad_enabled)
+
+
+def meta_of(fakes: list, f_args: list, outs, args: list, grad_enabled: bool) -> GraphMeta:
+    """The GraphMeta of one functionalized run: ``fakes`` the fake inputs, ``f_args`` their
+    functional wrappers after the run, ``outs`` what the graph returned, ``args`` the real inputs."""
     inputs, mutated = [], []
     for i, (arg, f_arg) in enumerate(zip(fakes, f_args)):
         if not isinstance(arg, torch.Tensor):

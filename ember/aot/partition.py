@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.fx as fx
+from torch.fx._lazy_graph_module import _LazyGraphModule
 try:  # torch >= 2.13
     from torch.fx.experimental.symbolic_shapes import optimization_hint
 except ImportError:  # pragma: no cover - torch 2.11 (the H100 machine)
@@ -117,7 +118,8 @@ class _Joint:
         for g in self.grads:
             if isinstance(g, fx.Node) and g not in self.backward:
                 needed[g] = None
-        self.needed = sorted(needed, key=self.nodes.index)
+        position = {n: i for i, n in enumerate(self.nodes)}
+        self.needed = sorted(needed, key=position.__getitem__)
 
 
 def _val(node: fx.Node):
@@ -203,7 +205,8 @@ def _extract(gm: fx.GraphModule, inputs: list[fx.Node], outputs: list, name: str
         if isinstance(o, fx.Node):
             emit(o)
     graph.output(tuple(env[o] if isinstance(o, fx.Node) else o for o in outputs))
-    out = fx.GraphModule(gm, graph, class_name=name)
+    # (lazy: the code is generated when first read or run; see ``trace._trace``)
+    out = _LazyGraphModule(gm, graph, class_name=name)
     out._ember_name = name
     return out
 

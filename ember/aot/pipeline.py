@@ -22,7 +22,7 @@ from torch._subclasses import FakeTensorMode
 from ember.aot import analysis, deferred, mask_simplify
 from ember.aot import cache as aot_cache
 from ember.aot.runtime import EagerVariant, InferenceVariant, TrainingVariant
-from ember.aot.trace import JointGraph, trace_forward, trace_joint
+from ember.aot.trace import JointGraph, trace_forward, trace_forward_analyzed, trace_joint
 from ember.config import config
 from ember.diagnostics import counters
 from ember.diagnostics.userframe import warn_user
@@ -135,6 +135,7 @@ def build_variant(gm: fx.GraphModule, args: list, opts: AOTOptions, name: str = 
             aot_cache.stale(key, e)
             parts = None
     if parts is None:
+        _before_trace(opts, gm, args)
         parts = _trace_parts(gm, args, opts, name, symbolic)
         if key is not None and parts["kind"] != "eager":
             aot_cache.store(key, parts, _GRAPHS)
@@ -149,6 +150,23 @@ def build_variant(gm: fx.GraphModule, args: list, opts: AOTOptions, name: str = 
     return variant
 
 
+def _before_trace(opts: AOTOptions, gm, args: list) -> None:
+    """What the compilers start before this graph is traced: each one's ``ember_before_trace(gm,
+    args)``, if it has one (the native backend starts its kernel-build worker processes, which
+    then import Triton during the seconds the trace takes instead of after it). A hook that fails
+    costs nothing but its head start."""
+    hooks = []
+    for c in (opts.inference_compiler, opts.fw_compiler, opts.bw_compiler):
+        hook = getattr(c, "ember_before_trace", None)
+        if hook is not None and hook not in hooks:
+            hooks.append(hook)
+    for hook in hooks:
+        try:
+            hook(gm, args)
+        except Exception as e:  # noqa: BLE001 - a head start, never a reason not to compile
+            elog.get_logger("graph_breaks").info(f"ember aot: {hook!r} before tracing failed: {type(e).__name__}: {e}")
+
+
 def _trace_parts(gm, args, opts, name, symbolic) -> dict:
     """Analysis and tracing: {kind, meta, and the traced graphs} (graphs not compiled yet)."""
     if symbolic is not None:  # dynamic shapes: trace in the frontend's ShapeEnv, with its symbols
@@ -156,6 +174,13 @@ def _trace_parts(gm, args, opts, name, symbolic) -> dict:
         fake_mode.allow_non_fake_inputs = True
     else:
         fake_mode, templates = FakeTensorMode(allow_non_fake_inputs=True), None
+    if not (torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
+        # no input needs a gradient: analysis and the forward trace in one run (None: the graph needs
+        # the analysis first, e.g. it must run eagerly or an output needs a gradient)
+        analyzed = trace_forward_analyzed(gm, args, fake_mode, opts.decompositions, templates)
+        if analyzed is not None:
+            meta, graph = analyzed
+            return dict(kind="inference", meta=meta, graph=graph)
     meta = analysis.collect(gm, args, fake_mode, templates)
     wants_grads = torch.is_grad_enabled() and any(args[i].requires_grad for i in meta.tensor_indices)
     needs_autograd = any(meta.traced_requires_grad)

@@ -82,9 +82,21 @@ def _native_backend(cudagraphs: bool = False, autotune: bool = False, overrides:
             forward = wrap_auto(forward, training=True)
             # a replayed backward is called unboxed (its buffers are the pool's); otherwise boxed
             backward = wrap_auto(backward, training=True, finish=_boxed_form)
+        for c in {id(c): c for c in (inference, forward, backward)}.values():
+            c.ember_before_trace = _start_builds
         _native[key] = aot_autograd(fw_compiler=forward, bw_compiler=backward, inference_compiler=inference,
                                     decompositions=AOT_DECOMPOSITIONS)
     return _native[key]
+
+
+def _start_builds(gm, example_inputs) -> None:
+    """Called by the autograd layer before it traces a graph (a miss of its cache): a graph of CUDA
+    tensors will have Triton kernels to build, so the build workers start now and import Triton
+    while the graph is traced (``runtime.want_builds``; otherwise they would start only when its
+    kernels are generated, seconds later, and the first builds would wait for them)."""
+    if _on_cuda(gm, example_inputs):
+        from ember.native import runtime
+        runtime.want_builds()
 
 
 def _boxed_form(fn):

@@ -4,9 +4,12 @@ This is the frontend's single entry point for a cache miss (``compile_entry``).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import inspect
 import itertools
+import threading
 import time
 import types
 from dataclasses import dataclass, field
@@ -116,6 +119,44 @@ def compile_entry(root: RootSpec, args: tuple, kwargs: dict, backend: Callable,
     break, and the entry ends by calling the break function (see breaks.py / resume.py).
     ``structural``: arguments whose modules are guarded by structure, not identity (a forward that
     identical modules share: OutputGraph.module_by_structure)."""
+    with _older_objects_frozen():
+        return _compile_entry(root, args, kwargs, backend, guard_filter_fn, ctx, shapes, structural)
+
+
+_GC_STATE = {"depth": 0, "thresholds": None}
+_GC_LOCK = threading.Lock()
+_NO_FULL_COLLECTIONS = 1 << 30  # a third threshold no compile reaches
+
+
+@contextlib.contextmanager
+def _older_objects_frozen():
+    """No full collection of Python's cyclic collector (generation 2) during the outermost compile:
+    its third threshold is raised until the compile ends, then restored. A compile allocates millions
+    of objects (fx nodes, fake tensors, sympy expressions), which triggered full collections, and each
+    walks every object of the process (torch, transformers, the model): 4 of them took ~2 s of a
+    24-layer Llama training step's cold compile on a loaded 2-core machine. The young generations
+    are still collected as usual (garbage cycles die young); what survives them waits for the next
+    full collection after the compile. Left alone where the program disabled the collector."""
+    with _GC_LOCK:
+        outer = _GC_STATE["depth"] == 0
+        _GC_STATE["depth"] += 1
+        if outer and gc.isenabled():
+            t = gc.get_threshold()
+            _GC_STATE["thresholds"] = t
+            gc.set_threshold(t[0], t[1], _NO_FULL_COLLECTIONS)
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _GC_STATE["depth"] -= 1
+            t = _GC_STATE["thresholds"]
+            if _GC_STATE["depth"] == 0 and t is not None:
+                _GC_STATE["thresholds"] = None
+                if gc.get_threshold()[2] == _NO_FULL_COLLECTIONS:  # (unless the program set its own meanwhile)
+                    gc.set_threshold(*t)
+
+
+def _compile_entry(root, args, kwargs, backend, guard_filter_fn, ctx, shapes, structural) -> CacheEntry:
     try:
         return _compile(root, args, kwargs, backend, guard_filter_fn, None, shapes, structural)
     except Unsupported as exc:
@@ -256,7 +297,9 @@ def _finish(root, output: OutputGraph, result, backend, t0, self_name, guard_fil
         gm = fx.GraphModule(_ParamHolder(), graph, class_name=f"EmberGraph{entry_id}")
         if config.verify:
             gm.graph.lint()
-        elog.artifact("graph_code", f"graph {entry_id} of {root.name} ({root.location()}):\n{gm.print_readable(print_output=False)}")
+        if elog.enabled("graph_code"):  # (the readable code of a 24-layer Llama's graph takes ~0.1 s to render)
+            elog.artifact("graph_code", f"graph {entry_id} of {root.name} ({root.location()}):\n"
+                          f"{gm.print_readable(print_output=False)}")
         example_inputs = [real for _, real, _ in output.inputs]
         if config.frontend_cache:  # the graph as the backend gets it (a backend may rewrite it in place)
             persist_graph = _persist_graph(gm)

@@ -80,6 +80,11 @@ class Value:
         return math.prod(self.sizes)
 
 
+# (index variables, sizes, strides, offset) -> the flat index a Stored value loads at: the same for
+# every buffer of one layout, so each layer of a deep model reuses the first one's sympy arithmetic
+_STORED_INDEX: dict = {}
+
+
 class Stored(Value):
     def __init__(self, L, buf, sizes, strides, offset, dtype, device):
         self.L, self.buf = L, buf
@@ -91,8 +96,14 @@ class Stored(Value):
         key = tuple(idx)
         hit = self._memo.get(key)
         if hit is None:
-            terms = [i * st for i, size, st in zip(idx, self.sizes, self.strides) if size != 1 and st != 0]
-            index = sympy.Add(sympy.sympify(self.offset), *terms)
+            layout_key = (key, self.sizes, self.strides, self.offset)
+            index = _STORED_INDEX.get(layout_key)
+            if index is None:
+                terms = [i * st for i, size, st in zip(idx, self.sizes, self.strides) if size != 1 and st != 0]
+                index = sympy.Add(sympy.sympify(self.offset), *terms)
+                if len(_STORED_INDEX) >= 100_000:
+                    _STORED_INDEX.clear()
+                _STORED_INDEX[layout_key] = index
             hit = self._memo[key] = ir.load(self.buf, index, self.L.indirect, self.dtype)
         return hit
 
@@ -323,11 +334,12 @@ class GraphLowering:
 
     def should_realize(self, v: Lazy, users: int) -> bool:
         ranges, idx = squeeze_vars(v.sizes)
-        body = v.load(idx)
-        reads = len({e.attr[0] for e in ir.loads_of(body)})
+        exprs = ir.walk([v.load(idx)])  # (once: ir.loads_of and ir.opcount would each walk the body)
+        reads = len({e.attr[0] for e in exprs if e.op == "load"})
         if reads > self.MAX_INLINE_READS:
             return True
-        return users > 1 and (reads > self.REALIZE_READS or ir.opcount(body) > self.REALIZE_OPCOUNT)
+        return users > 1 and (reads > self.REALIZE_READS or
+                              sum(1 for x in exprs if x.op not in ("load", "const", "index")) > self.REALIZE_OPCOUNT)
 
     # -- reductions -----------------------------------------------------------------------------
     def reduce(self, x: Value, dims, keepdim: bool, rtype: str, out_dtype, acc_dtype=None,

@@ -264,7 +264,8 @@ class Scheduler:
         self.groups = []
         self.live = set()  # the groups not merged away (membership tests per fusion candidate)
         self.pos = {id(n): i for i, n in enumerate(g.nodes)}
-        self._succ_cache = {}  # id(group) -> (group, its successors when last asked): see _succ
+        self._succ_cache = {}  # id(group) -> (group, its successors when last asked, _merges then): see _succ
+        self._merges = 0
         for i, n in enumerate(g.nodes):
             grp = _Group(n, i)
             self.groups.append(grp)
@@ -281,17 +282,20 @@ class Scheduler:
 
     # -- legality ------------------------------------------------------------------------------
     def _succ(self, grp):
-        """The groups that read what ``grp`` writes. Cached per group: fusion asks for the same ones
-        thousands of times (reachability checks were 37% of GPT-2 training's scheduling time under
-        cProfile). A cached set is brought up to date through ``group_of`` (a merged-away group's
-        nodes belong to the group that took them); a group's own entry is dropped when it takes
-        another."""
+        """The groups that read what ``grp`` writes (a set the caller must not change). Cached per
+        group: fusion asks for the same ones thousands of times (reachability checks were 37% of
+        GPT-2 training's scheduling time under cProfile). A set cached before the last merge is
+        brought up to date through ``group_of`` (a merged-away group's nodes belong to the group
+        that took them); one cached since is answered as is (``_merges`` counts merges); a group's
+        own entry is dropped when it takes another."""
         hit = self._succ_cache.get(id(grp))
         if hit is not None and hit[0] is grp:
+            if hit[2] == self._merges:
+                return hit[1]
             live = {self.group_of[id(g.members[0])] for g in hit[1]}
             live.discard(grp)
-            self._succ_cache[id(grp)] = (grp, live)
-            return set(live)
+            self._succ_cache[id(grp)] = (grp, live, self._merges)
+            return live
         out = set()
         for n in grp.members:
             nxt = self.after.get(id(n))
@@ -302,8 +306,8 @@ class Scheduler:
                     cg = self.group_of[id(c)]
                     if cg is not grp:
                         out.add(cg)
-        self._succ_cache[id(grp)] = (grp, out)
-        return set(out)
+        self._succ_cache[id(grp)] = (grp, out, self._merges)
+        return out
 
     def _reaches(self, src, dst, skip_direct):
         """Is there a path src -> ... -> dst of length >= 2 (through another group)?
@@ -321,10 +325,12 @@ class Scheduler:
             g = stack.pop()
             if g is dst:
                 return True
-            if id(g) in seen:
+            if g in seen:
                 continue
-            seen.add(id(g))
-            stack.extend(h for h in self._succ(g) if h.rank <= limit)
+            seen.add(g)
+            for h in self._succ(g):
+                if h.rank <= limit and h not in seen:
+                    stack.append(h)
         return False
 
     def can_merge(self, a, b):
@@ -417,6 +423,7 @@ class Scheduler:
         self.groups.remove(b)
         self.live.discard(b)
         self._succ_cache.pop(id(a), None)
+        self._merges += 1
 
     def _rerank(self, a, b):
         """Keep ``rank`` a topological order when ``b`` is merged into ``a`` (before the merge).

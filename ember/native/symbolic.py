@@ -320,22 +320,49 @@ def _factors(d):
     return [(f, d / f) for f in args] + [(d / f, f) for f in args if len(args) > 2]
 
 
+# simplify_index's results: (expr, ranges, lower) -> simplified. The answer depends on nothing else
+# (a symbol is a size symbol or not for good), and the same index expressions come back in every
+# layer of a deep model (a 24-layer Llama's kernels are 24 copies of a few): memoized, lowering and
+# scheduling simplify each once. Bounded: cleared when it holds _SIMPLIFIED_MAX entries.
+_SIMPLIFIED: dict = {}
+_SIMPLIFIED_MAX = 200_000
+
+
 def simplify_index(expr, ranges: dict, lower: dict | None = None):
     """Remove FloorDiv/IMod that the variable ranges make redundant (flatten-then-unflatten from
     reshapes is the common case: ``(8*v0 + v1) // 8 -> v0`` when ``v1 < 8``), and join digits of one
     number back into it (``d*(x // d) + x % d -> x``, ``_join_divmod``)."""
     if not isinstance(expr, sympy.Basic) or expr.is_Atom:
         return expr
+    context = (tuple(ranges.items()), tuple(lower.items()) if lower else None)
+    return _simplify_index(expr, ranges, lower, context)
+
+
+def _simplify_index(expr, ranges, lower, context):
+    if not isinstance(expr, sympy.Basic) or expr.is_Atom:
+        return expr
+    key = (expr, context)
+    hit = _SIMPLIFIED.get(key)
+    if hit is not None:
+        return hit
     if expr.is_Add and expr.has(IMod):
         joined = _join_divmod(expr)
         if joined is not None:  # before the terms are simplified apart (see _join_divmod)
-            return simplify_index(joined, ranges, lower)
-    args = [simplify_index(a, ranges, lower) for a in expr.args]
+            out = _simplify_index(joined, ranges, lower, context)
+            return _remember(key, out)
+    args = [_simplify_index(a, ranges, lower, context) for a in expr.args]
     if isinstance(expr, (FloorDiv, IMod)):
-        return _simplify_divmod(type(expr), args[0], args[1], ranges, lower)
+        return _remember(key, _simplify_divmod(type(expr), args[0], args[1], ranges, lower))
     out = expr.func(*args)
     if out.is_Add and out.has(IMod):
         out = _join_divmod(out) or out
+    return _remember(key, out)
+
+
+def _remember(key, out):
+    if len(_SIMPLIFIED) >= _SIMPLIFIED_MAX:
+        _SIMPLIFIED.clear()
+    _SIMPLIFIED[key] = out
     return out
 
 

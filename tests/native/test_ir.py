@@ -21,6 +21,23 @@ def test_simplify_index_flatten_unflatten():
     assert ir.bounds(3 * v0 - v1 + 2, r) == (-4, 29)
 
 
+def test_simplify_index_memo_keys_on_ranges_and_lower_bounds():
+    """simplify_index remembers its answers (issue 29: every layer of a deep model asks the same
+    questions); an answer holds for its ranges and lower bounds only."""
+    from ember.native import symbolic
+    flat = 8 * v0 + v1
+    assert ir.simplify_index(ir.FloorDiv(flat, 8), {v0: 4, v1: 8}) == v0
+    assert ir.simplify_index(ir.FloorDiv(flat, 8), {v0: 4, v1: 8}) == v0  # (answered from the memo)
+    wide = ir.simplify_index(ir.FloorDiv(flat, 8), {v0: 4, v1: 16})  # v1 may reach 15: not v0
+    assert wide != v0 and wide.has(ir.FloorDiv)
+    s = symbolic.size_symbol(0)
+    assert ir.simplify_index(ir.FloorDiv(v1, s), {v1: 8}) != 0  # s may be small
+    assert ir.simplify_index(ir.FloorDiv(v1, s), {v1: 8}, lower={s: 8}) == 0  # s >= 8 > v1
+    assert any(k[0] == ir.FloorDiv(flat, 8) for k in symbolic._SIMPLIFIED)
+    symbolic._SIMPLIFIED.clear()
+    assert ir.simplify_index(ir.FloorDiv(flat, 8), {v0: 4, v1: 8}) == v0
+
+
 def test_expr_structural_equality_and_rename():
     a = ir.load("buf0", 7 * v0 + v1, {}, torch.float32)
     b = ir.load("buf0", 7 * v0 + v1, {}, torch.float32)

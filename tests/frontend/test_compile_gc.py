@@ -1,0 +1,67 @@
+"""Compile-time paths of the frontend (issue 29): no full collection of the cyclic garbage collector
+runs while a frame compiles (its third threshold is raised, then restored), and constant guards
+render their literals without ``eval`` where the repr is known to read back."""
+import gc
+import math
+
+import torch
+
+import ember
+from ember.frontend import convert
+from ember.frontend.guards import _roundtrips
+
+
+def test_no_full_collection_during_a_compile_and_thresholds_restored():
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(gc.get_threshold())
+        return gm.forward
+
+    before = gc.get_threshold()
+    f = ember.compile(lambda x: torch.cos(x) * 3, backend=backend)
+    x = torch.randn(4)
+    torch.testing.assert_close(f(x), torch.cos(x) * 3)
+    assert seen and seen[0][:2] == before[:2] and seen[0][2] == convert._NO_FULL_COLLECTIONS
+    assert gc.get_threshold() == before
+
+
+def test_thresholds_the_program_sets_during_a_compile_are_kept():
+    before = gc.get_threshold()
+
+    def backend(gm, example_inputs):
+        gc.set_threshold(500, 5, 5)  # (a program changing its collector while compiling)
+        return gm.forward
+    try:
+        ember.compile(lambda x: x + 1, backend=backend)(torch.randn(3))
+        assert gc.get_threshold() == (500, 5, 5)
+    finally:
+        gc.set_threshold(*before)
+
+
+def test_a_disabled_collector_is_left_alone():
+    before = gc.get_threshold()
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(gc.get_threshold())
+        return gm.forward
+    gc.disable()
+    try:
+        ember.compile(lambda x: x * 2, backend=backend)(torch.randn(3))
+    finally:
+        gc.enable()
+    assert seen == [before] and gc.get_threshold() == before
+
+
+def test_roundtrips_without_eval():
+    for v in (0, -7, 2**70, "a'b\"c\n", b"\x00z", 1.5, -0.0, 1e300, 5e-324):
+        assert _roundtrips(v) and eval(repr(v)) == v  # noqa: S307
+    for v in (math.inf, -math.inf):
+        assert not _roundtrips(v)
+    assert not _roundtrips(object())
+    import enum
+
+    class Color(enum.IntEnum):
+        RED = 1
+    assert not _roundtrips(Color.RED)  # an int subclass: its repr (<Color.RED: 1>) does not read back
