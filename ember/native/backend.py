@@ -227,6 +227,7 @@ def plan(gm, example_inputs, opts, renderer="triton"):
     passes.run(gm, opts, on_cpu=not _uses_cuda(gm, example_inputs) and renderer == "triton")
     if renderer == "cpp" and opts.fusion:
         from ember.native import cpu_mm
+        cpu_mm.unpermute_rows(gm)  # (a matmul of a row-permuted copy runs on the original, permuted after)
         cpu_mm.fuse_activations(gm)  # (an activation in place on the matmul's result: no second buffer)
         cpu_mm.unfuse_bias(gm)  # (a bias added in the kernel after the matmul, not filled in before it)
     g, L = lowering.lower(gm, example_inputs)

@@ -19,8 +19,24 @@ output than ``mm``. Where the result goes on to a fused kernel anyway (the encod
 layer_norm after its attention projection and second Linear) adding the bias there is free: the
 encoder row's ``copy_`` time drops by the two [2048, 256] outputs' share. torch.compile's Inductor
 does the same (its ``unfuse_bias_add_to_pointwise``).
+
+* ``unpermute_rows``: ``mm(view(clone(permute(x, p)), [M, K]), w)`` with ``p`` keeping the last dim
+  (only the row dims reordered) -> ``mm(view(x, [M, K]), w)``, whose result is then viewed and permuted
+  back for the ops that read it.
+
+Why: a row permutation commutes with a matmul (row i of the result is row i of the input times ``w``),
+so the permuted copy of the input exists only because ``view`` needs a contiguous tensor. The
+encoder row's ``MultiheadAttention(batch_first=True)`` transposes its [b, s, d] input to [s, b, d]
+before the in-projection: ember copied the 2 MiB input into a [s*b, d] buffer on every call (a C++
+kernel of 0.17-0.4 ms at 1 thread on the shared VM, about 1% of the row). Eager's fused encoder layer
+never makes that copy either. After the rewrite the permutation is a view, which the fused kernel
+reading the matmul's result (the q/k/v split with the bias add) folds into its index arithmetic.
+Only where every use of the matmul's result is the view back to the permuted shape, none a graph
+output (an output keeps the strides eager gives it).
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -121,6 +137,93 @@ def unfuse_bias(gm: torch.fx.GraphModule) -> int:
             add.meta = dict(n.meta)
         n.replace_all_uses_with(add)
         g.erase_node(n)
+        done += 1
+    if done:
+        gm.recompile()
+    return done
+
+
+def _row_permuted_input(a):
+    """(x, p) where ``a`` is ``view(clone(permute(x, p)), [M, K])`` with x contiguous of static sizes,
+    ``p`` a permutation keeping the last dim, M the product of the other dims; else None."""
+    if not (isinstance(a, torch.fx.Node) and a.op == "call_function" and a.target in VIEWS and len(a.users) == 1):
+        return None
+    clone = a.args[0]
+    if not (isinstance(clone, torch.fx.Node) and clone.op == "call_function" and clone.target is aten.clone.default
+            and clone.kwargs.get("memory_format", torch.contiguous_format) is torch.contiguous_format):
+        return None
+    perm = clone.args[0]
+    if not (isinstance(perm, torch.fx.Node) and perm.op == "call_function" and perm.target is aten.permute.default):
+        return None
+    x, p = perm.args
+    xv = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    if not isinstance(xv, torch.Tensor) or xv.dim() < 3 or not all(type(d) is int for d in xv.shape):
+        return None
+    n = xv.dim()
+    p = [d % n for d in p]
+    if p[-1] != n - 1 or p == list(range(n)) or not xv.is_contiguous():
+        return None
+    if _shape(a) != [math.prod(xv.shape[:-1]), xv.shape[-1]]:
+        return None
+    return x, p
+
+
+def _shape(n) -> list | None:
+    v = n.meta.get("val") if isinstance(n, torch.fx.Node) else None
+    return list(v.shape) if isinstance(v, torch.Tensor) else None
+
+
+def _meta(node, target, args):
+    """node.meta["val"] from the op run on its arguments' meta values (fake tensors)."""
+    node.meta["val"] = target(*[a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args])
+
+
+def unpermute_rows(gm: torch.fx.GraphModule) -> int:
+    """``mm(view(clone(permute(x, p)), [M, K]), w)`` (or ``addmm`` with a 1-D bias) whose result is used
+    only through ``view`` to the permuted [*rows, N] shape -> the matmul of ``view(x, [M, K])``, its
+    result viewed as [*x rows, N] and permuted by ``p`` (module docstring). Returns the count."""
+    g, done = gm.graph, 0
+    for n in list(g.nodes):
+        if is_call(n, aten.mm.default, None, None):
+            pos = 0
+        elif is_call(n, aten.addmm.default, None, None, None) and len(_shape(n.args[0]) or ()) == 1:
+            pos = 1  # (a 1-D bias: the same for every row, in any order)
+        else:
+            continue
+        out = n.meta.get("val")
+        found = _row_permuted_input(n.args[pos])
+        if found is None or not isinstance(out, torch.Tensor) or out.device.type != "cpu":
+            continue
+        x, p = found
+        xs = list(x.meta["val"].shape)
+        N = out.shape[1]
+        if type(N) is not int:
+            continue
+        permuted = [xs[d] for d in p[:-1]] + [N]
+        views = list(n.users)
+        if not views or any(not (u.op == "call_function" and u.target in VIEWS and _shape(u) == permuted
+                                 and all(w.op != "output" for w in u.users)) for u in views):
+            continue
+        with g.inserting_before(n):
+            flat = g.call_function(aten.view.default, (x, [math.prod(xs[:-1]), xs[-1]]))
+            _meta(flat, aten.view.default, flat.args)
+            args = list(n.args)
+            args[pos] = flat
+            mm = g.call_function(n.target, tuple(args))
+            _meta(mm, n.target, mm.args)
+            mm.meta["ember_rewrite"] = "cpu_mm.unpermute_rows: the row permutation of its input moved after it"
+            rows = g.call_function(aten.view.default, (mm, xs[:-1] + [N]))
+            _meta(rows, aten.view.default, rows.args)
+            back = g.call_function(aten.permute.default, (rows, p))
+            _meta(back, aten.permute.default, back.args)
+        for u in views:
+            u.replace_all_uses_with(back)
+            g.erase_node(u)
+        old_in = n.args[pos]
+        g.erase_node(n)
+        for dead in (old_in, old_in.args[0], old_in.args[0].args[0]):  # view, clone, permute if now unused
+            if not dead.users:
+                g.erase_node(dead)
         done += 1
     if done:
         gm.recompile()

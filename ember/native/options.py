@@ -50,7 +50,8 @@ class NativeOptions(BackendOptions):
     small_mm_flops: int = option(1 << 26, "mm/addmm up to this many FLOPs run as one Triton launch "
                                           "(small_mm.py); 0: never", min=0)
     packed_linear: bool = option(True, "CPU fp32 linear layers of a small batch whose weight is a graph input use MKL's "
-                                       "packed GEMM, the packed weight cached and re-packed when the weight changes "
+                                       "packed GEMM (a large batch's Linear + ReLU/GELU: oneDNN's, the activation in "
+                                       "its epilogue), the packed weight cached and re-packed when the weight changes "
                                        "(packed_linear.py); the ember backend's training forward graphs turn it off")
     release_inputs: bool = option(False, "the compiled function takes its inputs boxed (one list, which it empties) "
                                        "and drops each at its last use: the ember backend's backward graphs, "

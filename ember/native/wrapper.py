@@ -283,8 +283,9 @@ class WrapperCodegen:
             gname, expr = f"template_{e.name}", self.extern_overrides[e.name]
         self.globals[gname] = expr
         baked = expr.startswith("SmallMM(")  # shapes, strides and scalars fixed in the callable
-        if expr.startswith("PackedLinear("):  # takes its operands' whole buffers (packed_linear.plan)
-            args = [a.name for a in e.args if a is not None]
+        if expr.startswith("PackedLinear("):  # takes its operands' whole buffers (packed_linear.plan) but x,
+            # which may be a [M, K] view of a contiguous buffer (the weight, last, is passed as stored)
+            args = [a.name if i == len(e.args) - 1 else self.arg(a) for i, a in enumerate(e.args) if a is not None]
         elif baked:
             self.static_launches.append(f"{gname}.site")  # (its kernel builds ahead like a generated one)
             # its strides and scalars are baked in: a view starting at its buffer's first element is
@@ -294,7 +295,10 @@ class WrapperCodegen:
         else:
             args = [self.arg(a) for a in e.args] + [f"{k}={self.arg(v)}" for k, v in e.kwargs.items()]
         ops = ", ".join(sorted({o for o, _ in e.origins}))
-        note = " (MKL packed weight, packed_linear.py)" if expr.startswith("PackedLinear(") else ""
+        note = ""
+        if expr.startswith("PackedLinear("):
+            note = (" (oneDNN packed weight, bias and activation in its epilogue, packed_linear.py)"
+                    if expr.startswith("PackedLinear('addmm_act'") else " (MKL packed weight, packed_linear.py)")
         self.body.append(f"# extern {ops} {e.reason}".rstrip() + note)
         call = f"{gname}({', '.join(args)})"
         contiguous = baked and all(o is not None and o[1] is not None and tuple(o[1].strides) == (o[1].sizes[1], 1)

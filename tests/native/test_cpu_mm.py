@@ -88,3 +88,66 @@ def test_training_through_rewrites_matches_eager():
     twin(x).square().sum().backward()
     for p, q in zip(m.parameters(), twin.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
+
+
+def _in_proj(x, w, b):
+    """MultiheadAttention(batch_first=True)'s in-projection: [b, s, d] -> [s, b, d] -> Linear (as the
+    AOT graph spells it: a permuted copy, viewed 2-D, mm, viewed back, the bias added)."""
+    s, bsz, d = x.shape[1], x.shape[0], x.shape[2]
+    t = x.transpose(0, 1).contiguous().view(s * bsz, d)
+    return (t @ w.t()).view(s, bsz, -1) + b
+
+
+def test_unpermute_rows_graph():
+    x, w, b = torch.randn(4, 6, 8), torch.randn(12, 8), torch.randn(12)
+    gm = trace(_in_proj, [x, w, b])
+    assert _count(gm, aten.clone.default) == 1
+    assert cpu_mm.unpermute_rows(gm) == 1
+    assert _count(gm, aten.clone.default) == 0 and _count(gm, aten.mm.default) == 1
+    out = gm(x, w, b)
+    got = out[0] if isinstance(out, (tuple, list)) else out
+    torch.testing.assert_close(got, _in_proj(x, w, b), rtol=1e-5, atol=1e-5)
+
+
+def test_unpermute_rows_leaves_other_uses():
+    x, w = torch.randn(4, 6, 8), torch.randn(12, 8)
+    # the 2-D result itself is used (returned): the rows must stay in permuted order
+    gm = trace(lambda x, w: x.transpose(0, 1).contiguous().view(24, 8) @ w.t(), [x, w])
+    assert cpu_mm.unpermute_rows(gm) == 0
+    # the view back is a graph output: its strides are eager's (contiguous)
+    gm = trace(lambda x, w: (x.transpose(0, 1).contiguous().view(24, 8) @ w.t()).view(6, 4, 12), [x, w])
+    assert cpu_mm.unpermute_rows(gm) == 0
+    # the last dim moves too: not a row permutation
+    gm = trace(lambda x, w: (x.permute(2, 1, 0).contiguous().view(48, 4) @ w[:, :4].t()).view(8, 6, 12) + 1, [x, w])
+    assert cpu_mm.unpermute_rows(gm) == 0
+
+
+@needs_cxx
+@pytest.mark.parametrize("simd", ["auto", "portable"])
+def test_batch_first_attention_matches_eager(monkeypatch, simd):
+    """MultiheadAttention(batch_first=True) and the encoder layer through the C++ path (both renderings of
+    its kernels): the in-projection's matmul reads the input in place (no permuted copy), results as eager's."""
+    monkeypatch.setattr(ember.config, "native_cpu_simd", simd)
+    calls = []
+    real = cpu_mm.unpermute_rows
+    monkeypatch.setattr(cpu_mm, "unpermute_rows", lambda gm: calls.append(real(gm)) or calls[-1])
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(32, 4, batch_first=True).eval()
+    enc = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True).eval()
+    x = torch.randn(3, 20, 32)
+    with torch.no_grad():
+        f = ember.compile(lambda x: mha(x, x, x, need_weights=False)[0])
+        torch.testing.assert_close(f(x), mha(x, x, x, need_weights=False)[0], rtol=1e-4, atol=1e-5)
+        g = ember.compile(enc)
+        torch.testing.assert_close(g(x), enc(x), rtol=1e-4, atol=1e-4)
+    assert calls and all(c == 1 for c in calls)
+
+
+def test_unpermute_rows_addmm():
+    """An addmm with a 1-D bias (the same for every row) is rewritten as mm is; results as eager's."""
+    x, w, b = torch.randn(4, 6, 8), torch.randn(12, 8), torch.randn(12)
+    f = lambda x, w, b: torch.addmm(b, x.transpose(0, 1).contiguous().view(24, 8), w.t()).view(6, 4, 12) * 2  # noqa: E731
+    gm = trace(f, [x, w, b])
+    assert cpu_mm.unpermute_rows(gm) == 1 and _count(gm, aten.clone.default) == 0
+    out = gm(x, w, b)
+    torch.testing.assert_close(out[0] if isinstance(out, (tuple, list)) else out, f(x, w, b), rtol=1e-5, atol=1e-5)

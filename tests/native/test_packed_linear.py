@@ -200,3 +200,89 @@ def test_budget_caps_packed_memory(monkeypatch):
         assert _packs()[0] == packs + 1 and packed_linear._live[0] > before
     del site
     assert packed_linear._live[0] == before
+
+
+needs_onednn = pytest.mark.skipif(not packed_linear.onednn_available(), reason="torch built without oneDNN")
+
+
+def _act_mlp(act, d0=64, d1=160, out=48):
+    torch.manual_seed(0)
+    a = {"relu": torch.nn.ReLU(), "gelu": torch.nn.GELU()}[act]
+    return torch.nn.Sequential(torch.nn.Linear(d0, d1), a, torch.nn.Linear(d1, out)).eval()
+
+
+@needs_onednn
+@pytest.mark.parametrize("act", ["relu", "gelu"])
+@pytest.mark.parametrize("shape", [(300, 64), (3, 100, 64)])
+def test_large_batch_activation_runs_onednn_and_matches_eager(act, shape):
+    """A large-batch Linear + ReLU/GELU (``_addmm_activation`` after cpu_mm) runs oneDNN's packed linear with
+    the bias and activation in its epilogue; a 3-D input reaches it as a [M, K] view of its buffer."""
+    m, x = _act_mlp(act), torch.randn(*shape)
+    fn = ember.compile(m)
+    packs, calls = _packs()
+    for _ in range(3):
+        _check(fn, m, x)
+    assert _packs()[0] - packs == 1  # the first layer's weight, packed once (the second Linear runs mm)
+    assert _packs()[1] - calls == 3
+
+
+@needs_onednn
+@pytest.mark.parametrize("how", ["no_grad_add", "data_assign", "optimizer_step"])
+def test_large_batch_activation_weight_update_repacks(how):
+    """The oneDNN packed copy is checked as MKL's: an update of the weight shows in the next call."""
+    m, x = _act_mlp("relu"), torch.randn(300, 64)
+    fn = ember.compile(m)
+    for _ in range(2):
+        _check(fn, m, x)
+    w = m[0].weight
+    packs = _packs()[0]
+    if how == "no_grad_add":
+        with torch.no_grad():
+            w.add_(0.5)
+    elif how == "data_assign":
+        w.data = torch.randn_like(w)
+    else:
+        opt = torch.optim.SGD(m.parameters(), lr=0.5, momentum=0.9)
+        for p in m.parameters():
+            p.grad = torch.randn_like(p)
+        opt.step()
+    _check(fn, m, x)
+    assert _packs()[0] > packs
+
+
+@needs_onednn
+def test_large_batch_activation_inference_tensors_fall_back():
+    """Inference tensors (no version counter): ATen's _addmm_activation, the same results."""
+    with torch.inference_mode():
+        m, x = _act_mlp("gelu"), torch.randn(300, 64)
+        fn = ember.compile(m)
+        packs = _packs()[0]
+        for _ in range(2):
+            torch.testing.assert_close(fn(x), m(x), rtol=1e-4, atol=1e-4)
+        assert _packs()[0] == packs
+
+
+def test_rules_activation_site():
+    """``_addmm_activation`` of cpu_mm.MIN_ROWS rows or more goes to oneDNN with its activation; without
+    oneDNN, or with an unknown keyword, it keeps ATen's op."""
+    from ember.native.ir import BufferArg, ExternNode, Layout
+    aten = torch.ops.aten
+    cpu = torch.device("cpu")
+    M, N, K = 2048, 1024, 256
+    args = (BufferArg("b", (N,), (1,), 0), BufferArg("x", (M, K), (K, 1), 0), BufferArg("w", (K, N), (1, K), 0))
+    lay = {"b": Layout((N,), (1,), torch.float32, cpu), "x": Layout((16, 128, K), (128 * K, K, 1), torch.float32, cpu),
+           "w": Layout((N, K), (K, 1), torch.float32, cpu)}
+
+    def plan(**kw):
+        e = ExternNode("buf0", aten._addmm_activation.default, args, kw, [("buf0", None)])
+        return packed_linear.plan(e, lay, {"w", "b"})
+    if packed_linear.onednn_available():
+        assert plan(use_gelu=False) == "PackedLinear('addmm_act', 2048, 1024, 256, 'relu')"
+        assert plan(use_gelu=True) == "PackedLinear('addmm_act', 2048, 1024, 256, 'gelu')"
+        assert plan() == "PackedLinear('addmm_act', 2048, 1024, 256, 'relu')"
+    assert plan(use_gelu=False, beta=2) is None
+    import unittest.mock
+    with unittest.mock.patch.object(packed_linear, "onednn_available", lambda: False):
+        assert plan(use_gelu=False) is None
+    with pytest.raises(ValueError, match="activation"):
+        PackedLinear("addmm", 8, 96, 64, "relu")
