@@ -119,8 +119,9 @@ def plan(e, layouts: dict, input_names: set) -> str | None:
     if wt.name not in input_names:  # a weight computed in the graph changes every call
         return None
     # every operand is its whole buffer, laid out as _mkl_linear reads it: the wrapper passes the
-    # buffers themselves (x [M, K] and the weight [N, K] row-major, bias [N]); x may also be a
-    # contiguous buffer of another shape, which the wrapper views as [M, K]
+    # buffers themselves (x [M, K] and the weight [N, K] row-major, bias [N]); for oneDNN's sites x
+    # may also be a contiguous buffer of another shape, which the wrapper views as [M, K] (MKL's small
+    # sites keep whole buffers only: the ones they were measured on)
     want = {x.name: ((M, K), (K, 1)), wt.name: ((N, K), (K, 1))}
     if bias is not None:
         want_bias = ((N,), (1,))
@@ -135,7 +136,7 @@ def plan(e, layouts: dict, input_names: set) -> str | None:
         lay = layouts.get(a.name)
         if a.offset != 0 or lay is None or lay.dtype != torch.float32 or lay.device.type != "cpu":
             return None
-        if (tuple(lay.sizes), tuple(lay.strides)) != want[a.name] and not (a is x and _contiguous(lay, M * K)):
+        if (tuple(lay.sizes), tuple(lay.strides)) != want[a.name] and not (a is x and act and _contiguous(lay, M * K)):
             return None
     return f"PackedLinear({op!r}, {M}, {N}, {K}, {act!r})" if act else f"PackedLinear({op!r}, {M}, {N}, {K})"
 
