@@ -119,7 +119,7 @@ def compile_entry(root: RootSpec, args: tuple, kwargs: dict, backend: Callable,
     break, and the entry ends by calling the break function (see breaks.py / resume.py).
     ``structural``: arguments whose modules are guarded by structure, not identity (a forward that
     identical modules share: OutputGraph.module_by_structure)."""
-    with _older_objects_frozen():
+    with _no_full_collections():
         return _compile_entry(root, args, kwargs, backend, guard_filter_fn, ctx, shapes, structural)
 
 
@@ -129,7 +129,7 @@ _NO_FULL_COLLECTIONS = 1 << 30  # a third threshold no compile reaches
 
 
 @contextlib.contextmanager
-def _older_objects_frozen():
+def _no_full_collections():
     """No full collection of Python's cyclic collector (generation 2) during the outermost compile:
     its third threshold is raised until the compile ends, then restored. A compile allocates millions
     of objects (fx nodes, fake tensors, sympy expressions), which triggered full collections, and each
