@@ -55,6 +55,13 @@ def _nbytes(packed: torch.Tensor) -> int:
     return packed.numel() * packed.element_size()  # (an opaque MKL tensor: no storage to ask)
 
 
+def claims(op: str, M: int, N: int) -> bool:
+    """Do RULES give an ``op`` ("addmm" or "mm") of M rows and N output features the packed GEMM
+    (given a weight that is a graph input, in the layout ``plan`` checks)?"""
+    max_m, min_n = RULES[op]
+    return 0 < M <= max_m and N >= min_n
+
+
 def available() -> bool:
     return torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
 
@@ -80,8 +87,7 @@ def plan(e, layouts: dict, input_names: set) -> str | None:
     if len(x.sizes) != 2 or len(wt.sizes) != 2 or not all(type(s) is int for s in (*x.sizes, *wt.sizes)):
         return None
     (M, K), N = x.sizes, wt.sizes[1]
-    max_m, min_n = RULES[op]
-    if not (0 < M <= max_m and N >= min_n and K > 0) or wt.sizes[0] != K:
+    if not (claims(op, M, N) and K > 0) or wt.sizes[0] != K:
         return None
     if wt.name not in input_names:  # a weight computed in the graph changes every call
         return None
