@@ -230,6 +230,9 @@ def plan(gm, example_inputs, opts, renderer="triton"):
         cpu_mm.unpermute_rows(gm)  # (a matmul of a row-permuted copy runs on the original, permuted after)
         cpu_mm.fuse_activations(gm)  # (an activation in place on the matmul's result: no second buffer)
         cpu_mm.unfuse_bias(gm)  # (a bias added in the kernel after the matmul, not filled in before it)
+        if cpu_mm.small_linears(gm, opts.packed_linear):  # (a few-row Linear in MKL's faster orientation)
+            gm = cpu_mm.graph_copy(gm)  # (on a copy: the caller's graph may be compiled again with other options)
+            cpu_mm.transpose_small_mm(gm, opts.packed_linear)
     g, L = lowering.lower(gm, example_inputs)
     if renderer == "cpp":
         _check_cpp_ops(g)

@@ -45,6 +45,7 @@ import torch
 from ember.native import ir, ops
 from ember.native.cpp_prelude import PRELUDE  # the e_* helpers the registry's "cpp" spellings call
 from ember.native.cpp_reduce import ReductionEmitter
+from ember.native.cpp_tiles import TileEmitter
 from ember.native.cpp_vector import PRELUDE as VECTOR_PRELUDE, NoVector, VectorEmitter
 # (PARALLEL_NUMEL: re-exported for the tests that read the renderer's grain)
 from ember.native.cpp_spelling import (LOW_PRECISION, PARALLEL_NUMEL, STORAGE, CppUnsupported, CScope,  # noqa: F401
@@ -77,7 +78,7 @@ class CppKernel:
         return bool(self.size_args)
 
 
-class CppKernelEmitter(ReductionEmitter, VectorEmitter, Names):
+class CppKernelEmitter(ReductionEmitter, VectorEmitter, TileEmitter, Names):
     def __init__(self, k: Kernel, layouts: dict, options, sv: ir.SizeVars | None = None):
         self.k, self.layouts, self.options = k, layouts, options
         self.sv = sv or ir.SizeVars()
@@ -95,6 +96,7 @@ class CppKernelEmitter(ReductionEmitter, VectorEmitter, Names):
         self.welford: dict = {}  # sum node -> the sum of squared deviations from its mean (var_mean's pair)
         self.vnames: set = set()  # temporaries holding a V (cpp_vector), while a V loop is emitted
         self.vector = False       # some stage got a V loop
+        self.staged = {}          # transposed loads read through local tiles (cpp_tiles)
 
     # -- names ---------------------------------------------------------------------------------
     def emit(self, scope, dtype, code) -> str:
@@ -200,6 +202,9 @@ class CppKernelEmitter(ReductionEmitter, VectorEmitter, Names):
                 return hit
         if buf in self.nodes:  # computed in this kernel: the scheduler checked the index matches
             return self.node_value(buf, scope)
+        staged = self.staged_load(buf, index) if not syms else None
+        if staged is not None:  # (fp32: no conversion)
+            return self.emit(scope, torch.float32, staged)
         ind = {s: f"((int64_t){self.value(a, scope)})" for s, a in zip(syms, e.args)}
         ptr = self.pointer(buf)
         code = f"{ptr}[{self.index_str(index, ind)}]"
@@ -299,6 +304,7 @@ class CppKernelEmitter(ReductionEmitter, VectorEmitter, Names):
         xs = CScope(top)  # one kept point
         xaccs = []
         if not k.is_reduction:
+            self.staged = self._tile_plan()
             for n in k.nodes:
                 v = self.node_value(n.name, xs)
                 if n.name not in k.local:
@@ -335,8 +341,11 @@ class CppKernelEmitter(ReductionEmitter, VectorEmitter, Names):
                             self.store(n.name, self.outer_vals[n.name], xs)
         body = list(top.lines)
         top.lines = []
-        pragma = self._parallel_pragma(len(self.kept), not k.is_reduction)
-        body += self._loops(self.kept, xs.lines, pragma)
+        if self.staged:
+            body += self._tiled_loops(xs.lines)
+        else:
+            pragma = self._parallel_pragma(len(self.kept), not k.is_reduction)
+            body += self._loops(self.kept, xs.lines, pragma)
         fin = CScope(top)
         for n, acc in xaccs:
             self.outer_vals[n.name] = self.cast(acc[0], k.bodies[n.name].dtype, n.layout.dtype, fin)

@@ -33,6 +33,21 @@ never makes that copy either. After the rewrite the permutation is a view, which
 reading the matmul's result (the q/k/v split with the bias add) folds into its index arithmetic.
 Only where every use of the matmul's result is the view back to the permuted shape, none a graph
 output (an output keeps the strides eager gives it).
+
+* ``transpose_small_mm``: a Linear of few rows, ``addmm(bias, x, w.t())`` or ``mm(x, w.t())``, is
+  computed as ``mm(w, x.t())``, the transposed result, which the consumers read through a
+  transposed view (the bias added in their kernel, as ``unfuse_bias``).
+
+Why: ATen hands MKL the GEMM in the orientation of the result's layout, and for a row-major
+``[M, N]`` result of ``x @ w.t()`` with M small MKL's kernel for that orientation is much slower
+than for the column-major one (the same product, ``w @ x.t()`` written row-major). 1 thread, CPU
+time (2-core Xeon VM, MKL, fp32): x[32, 1024] @ w[1024, 1024]^T 654 us (addmm) -> 404 us,
+x[32, 512] @ w[1024, 512]^T 283 -> 200 us, N=10 14 -> 7.5 us; M=64 1.1x, M=128 and more no gain;
+2 threads (a shared machine: fastest of 300 alternating calls) 309 -> 184 us and 155 -> 83 us. The
+backward's ``dz @ w`` (w row-major) is the other way round (row-major result faster: 470 vs 598 us),
+so only the ``w.t()`` form is rewritten. Where ``packed_linear`` takes the call (inference: MKL's
+packed weight, about as fast at M=32 and faster at 64-128) it is left to it; training forwards, which
+never pack, are where this applies (the ``mlp_train`` row of ``benchmarks/cpu_suite.py``).
 """
 from __future__ import annotations
 
@@ -224,6 +239,107 @@ def unpermute_rows(gm: torch.fx.GraphModule) -> int:
         for dead in (old_in, old_in.args[0], old_in.args[0].args[0]):  # view, clone, permute if now unused
             if not dead.users:
                 g.erase_node(dead)
+        done += 1
+    if done:
+        gm.recompile()
+    return done
+
+
+# largest number of rows (M) of a Linear computed transposed (transpose_small_mm; module docstring)
+T_MAX_ROWS = 64
+
+
+def _static_2d(v) -> bool:
+    return isinstance(v, torch.Tensor) and v.dim() == 2 and all(type(s) is int for s in (*v.shape, *v.stride()))
+
+
+def _small_linear(n):
+    """(bias or None, x, w.t()) of ``n``, an ``addmm(bias, x, w.t())`` or ``mm(x, w.t())`` on CPU fp32 with
+    at most T_MAX_ROWS rows, x row-major and ``w.t()`` the transpose of a row-major [N, K]; else None."""
+    if is_call(n, aten.addmm.default, None, None, None):
+        bias, x, wt = n.args
+    elif is_call(n, aten.mm.default, None, None):
+        (x, wt), bias = n.args, None
+    else:
+        return None
+    out = n.meta.get("val")
+    xv, wv = (getattr(a, "meta", {}).get("val") for a in (x, wt))
+    if not (_static_2d(out) and _static_2d(xv) and _static_2d(wv)) or out.device.type != "cpu":
+        return None
+    (M, K), N = xv.shape, wv.shape[1]
+    if not (0 < M <= T_MAX_ROWS and K > 0 and N > 0) or x is wt:
+        return None
+    if out.dtype != torch.float32 or xv.dtype != out.dtype or wv.dtype != out.dtype:
+        return None
+    if tuple(xv.stride()) != (K, 1) or tuple(wv.stride()) != (1, K) or tuple(out.stride()) != (N, 1):
+        return None
+    if bias is not None:
+        bv = getattr(bias, "meta", {}).get("val")
+        if not isinstance(bv, torch.Tensor) or bv.dtype != out.dtype or tuple(bv.shape) != (N,):
+            return None
+    return bias, x, wt
+
+
+def _weight_is_input(wt) -> bool:
+    """``wt`` is a transposing view of a placeholder or constant (what packed_linear packs)."""
+    base = wt.args[0] if wt.op == "call_function" and wt.target in (aten.t.default, aten.permute.default) else None
+    return base is not None and base.op in ("placeholder", "get_attr")
+
+
+def small_linears(gm: torch.fx.GraphModule, packed: bool) -> list:
+    """The nodes ``transpose_small_mm`` rewrites: ``_small_linear`` matches, and, with ``packed`` (the
+    option packed_linear on), not those packed_linear takes."""
+    from ember.native import packed_linear
+    out = []
+    for n in gm.graph.nodes:
+        m = _small_linear(n)
+        if m is None:
+            continue
+        bias, _, wt = m
+        M, N = n.meta["val"].shape
+        if packed and packed_linear.available() and _weight_is_input(wt) and packed_linear.claims(
+                "addmm" if bias is not None else "mm", M, N):
+            continue
+        out.append(n)
+    return out
+
+
+def graph_copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A GraphModule over a copy of ``gm``'s graph (nodes and their meta), for rewrites the caller's
+    graph must not see."""
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    return torch.fx.GraphModule(gm, graph)
+
+
+def transpose_small_mm(gm: torch.fx.GraphModule, packed: bool) -> int:
+    """``addmm(bias, x, w.t())`` -> ``mm(w, x.t()).t() + bias`` (``mm`` likewise, the last op then a
+    ``clone`` to eager's row-major layout, which fuses into the consumers' kernels) where
+    ``_small_linear`` matches; ``packed``: packed_linear is on, which keeps the calls it takes.
+    Returns the count."""
+    g, done = gm.graph, 0
+    for n in small_linears(gm, packed):
+        bias, x, wt = _small_linear(n)
+
+        def node(target, args, val):
+            new = g.call_function(target, args)
+            new.meta = {**n.meta, "val": val}
+            return new
+
+        def t(a):  # (each value made from one tensor's: a graph's metadata may come from several fake modes)
+            return node(aten.permute.default, (a, [1, 0]), a.meta["val"].permute(1, 0))
+        with g.inserting_before(n):
+            w = t(wt)  # [N, K], row-major
+            M, N = n.meta["val"].shape
+            yt = node(aten.mm.default, (w, t(x)), w.meta["val"].new_empty((N, M)))  # [N, M], row-major
+            y = t(yt)  # [M, N], column-major
+            if bias is not None:
+                out = g.call_function(aten.add.Tensor, (y, bias))
+            else:
+                out = g.call_function(aten.clone.default, (y,), {"memory_format": torch.contiguous_format})
+            out.meta = dict(n.meta)  # eager's result: row-major
+        n.replace_all_uses_with(out)
+        g.erase_node(n)
         done += 1
     if done:
         gm.recompile()

@@ -72,6 +72,16 @@ def _nbytes(packed: torch.Tensor) -> int:
     return packed.numel() * packed.element_size()  # (an opaque MKL tensor: no storage to ask)
 
 
+def claims(op: str, M: int, N: int) -> bool:
+    """Do the rules give an ``op`` ("addmm", "mm": RULES, MKL's packed GEMM; "addmm_act": ONEDNN_OPS,
+    oneDNN's with the activation in its epilogue) of M rows and N output features a packed GEMM
+    (given a weight that is a graph input, in the layout ``plan`` checks)?"""
+    if op in ONEDNN_OPS:
+        return M >= ONEDNN_OPS[op] and N > 0
+    max_m, min_n = RULES.get(op, (0, 0))
+    return 0 < M <= max_m and N >= min_n
+
+
 def available() -> bool:
     return torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
 
@@ -109,13 +119,8 @@ def plan(e, layouts: dict, input_names: set) -> str | None:
     if len(x.sizes) != 2 or len(wt.sizes) != 2 or not all(type(s) is int for s in (*x.sizes, *wt.sizes)):
         return None
     (M, K), N = x.sizes, wt.sizes[1]
-    if op in ONEDNN_OPS:
-        if not (M >= ONEDNN_OPS[op] and N > 0 and K > 0) or wt.sizes[0] != K:
-            return None
-    else:
-        max_m, min_n = RULES.get(op, (0, 0))
-        if not (0 < M <= max_m and N >= min_n and K > 0) or wt.sizes[0] != K:
-            return None
+    if not (claims(op, M, N) and K > 0) or wt.sizes[0] != K:
+        return None
     if wt.name not in input_names:  # a weight computed in the graph changes every call
         return None
     # every operand is its whole buffer, laid out as _mkl_linear reads it: the wrapper passes the

@@ -254,14 +254,32 @@ class WrapperCodegen:
         xn = render_const(ek.xnumel)
         return launch, [xn if xb == 1 else f"({xn} + {xb - 1}) // {xb}"]
 
+    def _reusable(self, buf, lay, dead: list | None, views: set):
+        """The dead buffer ``buf`` takes over (popped from ``dead``), or None. A graph output takes only
+        one of its exact layout that is no view: eager returns a tensor of its own, and a view of a
+        recycled buffer would differ where callers look (``._base``, and regional compilation's key
+        of the next block's inputs, which counts views: a block fed a view compiled again)."""
+        if not dead:
+            return None
+        if buf not in self.sched.outputs:
+            return dead.pop()
+        for i in range(len(dead) - 1, -1, -1):
+            olay = self.layouts[dead[i]]
+            if olay.sizes == lay.sizes and olay.strides == lay.strides and dead[i] not in views:
+                return dead.pop(i)
+        return None
+
     def _alloc(self, buf, pool, allocated):
         lay = self.layouts[buf]
         key = (lay.device, lay.dtype, lay.storage_numel)
         allocated.add(buf)
-        if pool.get(key):
-            old = pool[key].pop()
+        views = self.__dict__.setdefault("_reuse_views", set())  # buffers that are as_strided views
+        old = self._reusable(buf, lay, pool.get(key), views)
+        if old is not None:
             olay = self.layouts[old]
             same = olay.sizes == lay.sizes and olay.strides == lay.strides
+            if not same or old in views:
+                views.add(buf)
             src = old if same else (f"as_strided({old}, {render_const(tuple(lay.sizes))}, "
                                     f"{render_const(tuple(lay.strides))}, {old}.storage_offset())")
             self.body.append(f"{buf} = {src}; del {old}  # reuse")

@@ -151,3 +151,73 @@ def test_unpermute_rows_addmm():
     assert cpu_mm.unpermute_rows(gm) == 1 and _count(gm, aten.clone.default) == 0
     out = gm(x, w, b)
     torch.testing.assert_close(out[0] if isinstance(out, (tuple, list)) else out, f(x, w, b), rtol=1e-5, atol=1e-5)
+
+# ---------------------------------------------------------------------- transpose_small_mm (few rows)
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("rows", [1, 32, 64])
+def test_transpose_small_mm_graph(bias, rows):
+    """A Linear of few rows becomes ``mm(w, x.t())`` read transposed; values and the result's
+    (row-major) layout stay eager's."""
+    x, w, b = torch.randn(rows, 48), torch.randn(40, 48), torch.randn(40)
+    fn = (lambda x, w, b: F.gelu(F.linear(x, w, b))) if bias else (lambda x, w, b: F.linear(x, w) * b)
+    gm = trace(fn, [x, w, b])
+    assert cpu_mm.transpose_small_mm(gm, packed=False) == 1
+    assert _count(gm, aten.addmm.default) == 0 and _count(gm, aten.mm.default) == 1
+    (mm,) = [n for n in gm.graph.nodes if n.target is aten.mm.default]
+    assert mm.meta["val"].shape == (40, rows)  # the transposed product
+    out = gm(x, w, b)
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    torch.testing.assert_close(out, fn(x, w, b), rtol=1e-5, atol=1e-5)
+
+
+def test_transpose_small_mm_leaves_other_matmuls():
+    w, b = torch.randn(40, 48), torch.randn(40)
+    # more rows than T_MAX_ROWS: MKL's row-major GEMM is as fast
+    x = torch.randn(cpu_mm.T_MAX_ROWS + 1, 48)
+    assert cpu_mm.transpose_small_mm(trace(lambda x, w, b: F.linear(x, w, b), [x, w, b]), packed=False) == 0
+    # a weight read as stored (the backward's dz @ w): row-major results are the faster ones there
+    x = torch.randn(8, 40)
+    assert cpu_mm.transpose_small_mm(trace(lambda x, w: x @ w, [x, w]), packed=False) == 0
+    # inference with packed_linear on: its packed GEMM takes a weight that is a graph input
+    x = torch.randn(8, 48)
+    w = torch.randn(128, 48)
+    assert cpu_mm.transpose_small_mm(trace(lambda x, w: F.linear(x, w), [x, w]), packed=True) == 0
+    # ... but not N=10 (below its smallest N)
+    w = torch.randn(10, 48)
+    assert cpu_mm.transpose_small_mm(trace(lambda x, w: F.linear(x, w), [x, w]), packed=True) == 1
+    # float64: not measured, left alone
+    x, w = torch.randn(8, 48, dtype=torch.float64), torch.randn(40, 48, dtype=torch.float64)
+    assert cpu_mm.transpose_small_mm(trace(lambda x, w: F.linear(x, w), [x, w]), packed=False) == 0
+
+
+@needs_cxx
+def test_small_batch_training_matches_eager():
+    """The mlp_train row's shape of step (3 Linear + GELU, 32 rows): loss and every gradient equal
+    eager's; the training forward's Linears run transposed (packed_linear is off there)."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(48, 96), torch.nn.GELU(), torch.nn.Linear(96, 96), torch.nn.GELU(),
+                            torch.nn.Linear(96, 10))
+    twin = copy.deepcopy(m)
+    x, y = torch.randn(32, 48), torch.randint(0, 10, (32,))
+    seen = []
+    real = cpu_mm.transpose_small_mm
+
+    def spy(gm, packed):
+        seen.append(real(gm, packed))
+        return seen[-1]
+    cpu_mm.transpose_small_mm = spy
+    try:
+        fn = ember.compile(m)
+        for _ in range(2):
+            loss = F.cross_entropy(fn(x), y)
+            ref = F.cross_entropy(twin(x), y)
+            loss.backward()
+            ref.backward()
+            torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-5)
+            for p, q in zip(m.parameters(), twin.parameters()):
+                torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+                p.grad = q.grad = None
+    finally:
+        cpu_mm.transpose_small_mm = real
+    assert 3 in seen  # the forward graph's three Linears
