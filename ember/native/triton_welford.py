@@ -73,6 +73,14 @@ class StageWelford:
         em, k = self.em, self.em.k
         first = {em.vars[i]: sympy.Integer(0) for i in k.reduced}
         for a in self.names:
+            if any(x.op == "load" and x.attr[0] in em.nodes for x in ir.walk([k.bodies[a]])):
+                # x reads a value this kernel computes (a concatenation it also stores, say): that
+                # node's code indexes with the loop's r-variables, which renaming x cannot reach and
+                # which exist only inside the loop (Triton: "v2 is not defined"; the Stable Diffusion
+                # UNet's GroupNorm of a skip concatenation). Such a pair runs unshifted, as eager's
+                # CUDA Welford does
+                self.shift[a] = "0.0"
+                continue
             v = em.value(ir.rename(k.bodies[a], first), top)
             self.shift[a] = em.emit_line(top, f"tl.where(tl.abs({v}) < float('inf'), {v}, 0.0)")
 

@@ -230,3 +230,39 @@ def test_pair_split_shapes(name, rblock, native_cache):
     assert any(s.endswith("_partial") for s in names)
     assert any(s.endswith("_shifted") for s in names) == paired, names
     run_case(fn, [x], options=opts, cache_dir=native_cache, atol=1e-4, rtol=1e-4)
+
+
+def test_a_pair_reading_a_value_of_its_own_kernel_runs_unshifted():
+    """x computed by another node of the same kernel (the Stable Diffusion UNet's GroupNorm of a skip
+    concatenation it also stores): that node's code reads the loop's r-indices, which do not exist
+    before the loop, so the shift ``k`` cannot be read there; the pair runs unshifted (the H100 compile
+    failed with "v2 is not defined" before). A pair of plain loads still gets its shift."""
+    import types
+
+    import sympy
+
+    from ember.native import ir, triton_welford
+
+    r0 = sympy.Symbol("v0")
+    emitted = []
+
+    def value(e, scope):
+        emitted.append(e)
+        return "x0"
+
+    def emit_line(scope, code):
+        scope.lines.append(code)
+        return f"t{len(scope.lines)}"
+    for buf, in_kernel in (("buf1", True), ("arg0", False)):
+        body = ir.Expr("load", (), torch.float32, (buf, r0, ()))
+        k = types.SimpleNamespace(reduced=[0], bodies={"a": body}, rnumel=64)
+        em = types.SimpleNamespace(k=k, vars=[r0], nodes={"buf1"}, value=value, emit_line=emit_line)
+        st = triton_welford.StageWelford.__new__(triton_welford.StageWelford)
+        st.em, st.names, st.shift = em, ["a"], {}
+        top = types.SimpleNamespace(lines=[])
+        emitted.clear()
+        st.shifts(top)
+        if in_kernel:
+            assert st.shift["a"] == "0.0" and not emitted and not top.lines
+        else:
+            assert st.shift["a"] != "0.0" and emitted and emitted[0].attr[1] == 0  # read at r = 0
