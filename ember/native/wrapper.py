@@ -150,6 +150,7 @@ class WrapperCodegen:
         keep = set(sched.outputs) | {n for pair in self.g.mutations for n in pair}
         droppable = ({b.name for b in placeholders} - keep) if self.boxed else set()
         parked: list = []  # (body position, buffer): dead buffers put in the pool, for reuse
+        self._reuse_views: set = set()  # buffers made by reuse as as_strided views of a dead one
         for i, step in enumerate(sched.steps):
             if isinstance(step, Kernel):
                 name, ek, _ = self.kernels[id(step)]
@@ -273,7 +274,7 @@ class WrapperCodegen:
         lay = self.layouts[buf]
         key = (lay.device, lay.dtype, lay.storage_numel)
         allocated.add(buf)
-        views = self.__dict__.setdefault("_reuse_views", set())  # buffers that are as_strided views
+        views = self._reuse_views
         old = self._reusable(buf, lay, pool.get(key), views)
         if old is not None:
             olay = self.layouts[old]
