@@ -13,6 +13,8 @@ a replay reads its inputs from, and writes its outputs to, the addresses it was 
   outputs returned as aliases of the pool or as copies;
 - ``runner``: warm-up, recording per input signature, the checks before each replay, re-recording
   up to a limit, and falling back to the plain compiled function.
+- ``auto``, ``measure``: default mode's choice of which graphs replay (an estimate, and for inference
+  graphs it calls device-bound, a measurement of their first calls).
 
 ``stats()`` counts warm-ups, recordings, replays and fallbacks, and lists why graphs were skipped
 or runners disabled; reasons are also logged on the ``ember.cudagraphs`` logger.
