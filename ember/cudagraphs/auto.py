@@ -382,7 +382,7 @@ def wrap_auto(compiler, *, api=None, training: bool = False, finish=None):
             # (static sizes: a symbolic size read here would add a guard to the frontend's shape env)
             problem = analysis.skip_reason(gm, list(example_inputs), cuda)
             flops = graph_flops(gm) if problem is None else 0
-            pool = pool_bytes(gm) if problem is None else 0
+            pool = pool_bytes(gm) if problem is None and not training else 0  # (training: no pool limit)
             fn = compiler(gm, example_inputs)
             if fn is None:
                 fn = gm.forward
