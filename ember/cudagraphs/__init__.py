@@ -32,6 +32,11 @@ from ember.cudagraphs.runner import MAX_RECORDINGS, STATS, Runner
 __all__ = ["cudagraphify", "wrap_compiler", "stats", "reset", "Runner"]
 
 log = logging.getLogger("ember.cudagraphs")
+try:  # EMBER_LOGS=cudagraphs prints this logger's lines (every module here logs to it)
+    from ember.diagnostics import logging as _elog
+    _elog.get_logger("cudagraphs")
+except Exception:  # noqa: BLE001 - logging is informative only
+    pass
 _ids = itertools.count()
 
 

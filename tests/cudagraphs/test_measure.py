@@ -305,5 +305,23 @@ def test_host_bound_model_the_estimate_rejects_is_measured_and_replays_on_gpu(mo
             torch.testing.assert_close(out, ref, rtol=1e-3, atol=1e-3)
             del out
     decided = auto.DECISIONS[before:]
-    assert len(decided) == 1 and decided[0][1] and decided[0][2].startswith("measured host-bound"), decided
+    assert decided and all(d[1] and d[2].startswith("measured host-bound") for d in decided), decided
     assert cg.stats()["replays"] >= 1, cg.stats()
+
+
+def test_the_measured_decision_is_logged_under_the_cudagraphs_artifact(timed, caplog):
+    import logging
+
+    from ember.diagnostics import logging as elog
+    assert "cudagraphs" in elog.ARTIFACTS  # (EMBER_LOGS=cudagraphs prints the ember.cudagraphs logger)
+    fake, clock = timed
+    x, w = torch.randn(4, 8), torch.nn.Parameter(torch.randn(8, 8))
+    with caplog.at_level(logging.INFO, logger="ember.cudagraphs"):
+        compiled = auto.wrap_auto(_compiler(fake, clock, 4000.0, 1700.0, BIG, []), api=fake)(make_fx(_small)(x, w), [x, w])
+        with torch.no_grad():
+            for _ in range(2 + N):
+                compiled(x, w)
+    lines = [r.getMessage() for r in caplog.records if r.name == "ember.cudagraphs"]
+    assert any("deciding by timing" in ln for ln in lines), lines
+    assert any("replays as a CUDA graph from now on: measured host-bound: host 4000 us, device 1700 us" in ln
+               for ln in lines), lines
