@@ -368,7 +368,8 @@ def wrap_auto(compiler, *, api=None, training: bool = False, finish=None):
         from ember.aot import deferred
         pending = deferred.pending(gm)
         facts = None  # (what a cached graph stored of its nodes: the replay reads them, not gm's nodes)
-        device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)), None)
+        # (a graph API's device only: asking a CPU graph's device for its memory could start CUDA)
+        device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor) and cuda.is_graph_tensor(x)), None)
         limit = pool_limit(cuda, device)
         if _SHARED.get():  # (no estimate needed: the graph is never replayed)
             fn = compiler(gm, example_inputs)
