@@ -24,7 +24,9 @@ copy bandwidth for the memory-bound rows (both measured in the same run, ``_gpu_
 the peak of ``torch.cuda.max_memory_allocated`` over the timed steady loops (``peak_GB``; compile
 and first call: ``first_peak_GB``). ember-warm and ember-warm2 are a second and a third process on
 the cold ember process's caches, timed like it (``ember_warm_vs_cold``: their steady time over the
-compiling process's).
+compiling process's). ``ember_cudagraph_decisions`` and ``ember_warm_cudagraph_decisions``: each
+process's automatic CUDA-graph decisions in default mode, [graph, replayed?, why] (a graph decided by
+timing its first calls says "measured" and gives the host and device times).
 
 Method. Every (workload, compiler) runs in its own process with fresh caches, so the first call is
 a true cold compile: ember gets a new ``EMBER_CACHE_DIR`` and ``TRITON_CACHE_DIR``, torch.compile a
@@ -362,6 +364,9 @@ def ember_stats() -> dict:
         pool = build_pool.get()
         out["build_workers"] = len(pool.procs) if pool is not None else 0
         out["auto_cudagraphs"] = [f"{name}: {'replay' if r else 'no'}: {why}" for name, r, why in auto.DECISIONS][:8]
+        # (graph, replayed?, why) of each automatic CUDA-graph decision, as the process ends: a measured
+        # graph's entry carries its measured host and device times
+        out["cudagraph_decisions"] = [[name, bool(r), why] for name, r, why in auto.DECISIONS][:32]
         out["aot_cache"] = dict(aot_cache.STATS)
         out["native_generated"] = dict(backend.COUNTERS)
     except Exception:  # noqa: BLE001 - stats are informative only
@@ -479,6 +484,10 @@ def summarize(results: list, workloads, peaks: dict | None = None) -> tuple[list
             "ok" if (m.get("rel_err") or 0) <= tol else f"FAIL: rel err {m['rel_err']:.3g} > {tol}")
         if m.get("status") == "skipped":
             row["ember_check"] = "skipped: " + m.get("error", "")
+        for c, r in (("ember", m), ("ember_warm", w)):  # which graphs each ember process replayed, and why
+            decisions = (r.get("ember") or {}).get("cudagraph_decisions")
+            if decisions is not None:
+                row[f"{c}_cudagraph_decisions"] = decisions
         graphs = (m.get("ember") or {}).get("cudagraphs")
         if graphs is not None and m.get("mode") in ("reduce-overhead", "max-autotune"):
             row["ember_cudagraphs"] = graphs

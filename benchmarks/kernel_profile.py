@@ -7,7 +7,8 @@ Builds the workload as ``gpu_suite.py`` does, compiles it, warms up, then profil
 ``torch.profiler`` and prints the total device time per call, the number of kernels per call and the
 most expensive kernels (time per call, launches per call, name), after the CPU-side time per call
 (issuing 20 calls) and the wall time per call. Complements the suite's wall-clock numbers: a
-workload whose kernel time is well under its ms/call is bound by CPU-side overhead.
+workload whose kernel time is well under its ms/call is bound by CPU-side overhead. Under ember, it
+ends with the process's automatic CUDA-graph decisions (replayed or not, why, measured times).
 """
 from __future__ import annotations
 
@@ -43,7 +44,9 @@ def main(argv=None) -> int:
     step(*inputs)
     torch.cuda.synchronize()
     print(f"{args.workload} {args.compiler}: first call {time.perf_counter() - t0:.2f} s")
-    for _ in range(5):
+    # (ember in default mode times a graph's calls 2-4 to decide whether it replays as a CUDA graph,
+    # then records it at the next two: 10 calls leave every graph in its steady state)
+    for _ in range(10):
         step(*inputs)
     torch.cuda.synchronize()
     # CPU side: the time to issue the calls (no sync inside the loop) against the wall time to
@@ -67,7 +70,23 @@ def main(argv=None) -> int:
     print(f"device time per call {total:.3f} ms, {sum(k.count for k in rows) / calls:.0f} kernels per call")
     for k in rows[:args.top]:
         print(f"  {k.device_time_total / calls / 1e3:8.3f} ms  x{k.count // calls:4d}  {k.key[:110]}")
+    if args.compiler == "ember":
+        print_cudagraph_decisions()
     return 0
+
+
+def print_cudagraph_decisions() -> None:
+    """ember's automatic CUDA-graph decisions of this process (``ember.cudagraphs.auto.DECISIONS``: a
+    graph decided by timing its first calls says "measured", with its host and device times) and
+    the replay counters."""
+    import ember.cudagraphs as cg
+    from ember.cudagraphs import auto
+    print(f"cuda graphs: {len(auto.DECISIONS)} decision(s)")
+    for name, replay, why in auto.DECISIONS:
+        print(f"  {name}: {'replays' if replay else 'runs as compiled'}: {why}")
+    s = cg.stats()
+    print(f"  warm-ups {s['warmups']}, recordings {s['recordings']}, replays {s['replays']}, "
+          f"fallbacks {s['fallbacks']}, disabled {s['disabled'][:3]}")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ a replay reads its inputs from, and writes its outputs to, the addresses it was 
   outputs returned as aliases of the pool or as copies;
 - ``runner``: warm-up, recording per input signature, the checks before each replay, re-recording
   up to a limit, and falling back to the plain compiled function.
+- ``auto``, ``measure``: default mode's choice of which graphs replay (an estimate, and for inference
+  graphs it calls device-bound, a measurement of their first calls).
 
 ``stats()`` counts warm-ups, recordings, replays and fallbacks, and lists why graphs were skipped
 or runners disabled; reasons are also logged on the ``ember.cudagraphs`` logger.
@@ -30,6 +32,11 @@ from ember.cudagraphs.runner import MAX_RECORDINGS, STATS, Runner
 __all__ = ["cudagraphify", "wrap_compiler", "stats", "reset", "Runner"]
 
 log = logging.getLogger("ember.cudagraphs")
+try:  # EMBER_LOGS=cudagraphs prints this logger's lines (every module here logs to it)
+    from ember.diagnostics import logging as _elog
+    _elog.get_logger("cudagraphs")
+except Exception:  # noqa: BLE001 - logging is informative only
+    pass
 _ids = itertools.count()
 
 

@@ -76,6 +76,22 @@ class TorchCuda:
         finally:
             torch.cuda.set_rng_state(state, stream.device)
 
+    # timing a compiled graph's first calls (``measure``)
+    def new_event(self):
+        return torch.cuda.Event(enable_timing=True)
+
+    def record(self, event, device) -> None:
+        event.record(torch.cuda.current_stream(device))
+
+    def capturing(self, device) -> bool:
+        return torch.cuda.is_current_stream_capturing()
+
+    def synchronize(self, device) -> None:
+        torch.cuda.current_stream(device).synchronize()
+
+    def total_memory(self, device) -> int:
+        return torch.cuda.get_device_properties(device).total_memory
+
     def capture(self, graph, pool, stream):
         # thread_local: another thread's CUDA calls do not invalidate this capture (torch's choice too)
         return torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local")

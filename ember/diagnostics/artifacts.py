@@ -11,6 +11,8 @@ ARTIFACTS = {
                    "graph-break function, and the native backend's wrapper and Triton kernels",
     "aot_graphs": "the ATen graphs of the autograd layer: forward/backward (with what the partitioner saved or "
                   "recomputed, and why), inference, input/output handling",
+    "cudagraphs": "CUDA graphs: default mode's choice per graph (estimated or measured, with the numbers), "
+                  "graphs skipped, recorded, or no longer used and why",
     "openvino": "the openvino backends: partitions, ops kept in PyTorch and why, conversion, cache, fallbacks",
     "bytecode": "every bytecode instruction as the symbolic interpreter runs it (very verbose)",
 }

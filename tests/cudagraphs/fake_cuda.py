@@ -88,6 +88,20 @@ class _Recorder(TorchDispatchMode):
             whole.copy_(before)
 
 
+class FakeEvent:
+    def __init__(self, api):
+        self.api, self.t, self.synced = api, None, False
+
+    def query(self):
+        return self.synced or self.api.events_done
+
+    def synchronize(self):
+        self.synced = True
+
+    def elapsed_time(self, end):  # milliseconds, as torch.cuda.Event's
+        return (end.t - self.t) / 1e3
+
+
 class FakeCuda:
     """The ``TorchCuda`` interface of ember.cudagraphs.pool, on CPU tensors."""
     name = "fake"
@@ -121,6 +135,28 @@ class FakeCuda:
             yield
         finally:
             torch.set_rng_state(state)
+
+    # timing (ember.cudagraphs.measure): a device clock in microseconds that the test's compiled
+    # function advances; events read it when recorded
+    device_clock = 0.0
+    events_done = True     # what an event's query() answers
+    total = 80 << 30       # device memory
+    capturing_now = False
+
+    def new_event(self):
+        return FakeEvent(self)
+
+    def record(self, event, device):
+        event.t = self.device_clock
+
+    def capturing(self, device):
+        return self.capturing_now
+
+    def synchronize(self, device):
+        self.syncs = getattr(self, "syncs", 0) + 1
+
+    def total_memory(self, device):
+        return self.total
 
     @contextlib.contextmanager
     def capture(self, graph, pool, stream):
