@@ -86,6 +86,12 @@ class Runner:
             box.clear()  # the caller's list must not keep the inputs alive (boxed convention)
         if self.disabled is not None:
             return self.call_fn(args)
+        if self.api.capturing(None):
+            # inside someone else's capture (a user's ``torch.cuda.graph`` around the compiled
+            # function): our kernels become part of their graph. Recording one of our own there
+            # fails ("operation not permitted when stream is capturing") and a failure inside their
+            # capture invalidates it; so run the function as is, and keep replaying outside it
+            return self.call_fn(args)
         with _LOCK:
             return self._call(args)
 

@@ -218,6 +218,29 @@ def test_boxed_callables_stay_boxed(fake):
         assert box == []
 
 
+def test_inside_someone_elses_capture_the_function_runs_as_is(fake):
+    """A user's ``torch.cuda.graph`` around the compiled function: no warm-up, recording or replay of
+    our own there (recording inside a capture fails and would invalidate theirs), the runner stays
+    enabled, and it records and replays as usual once the capture is over."""
+    w, b = torch.nn.Parameter(torch.randn(8, 4)), torch.nn.Parameter(torch.randn(4))
+    fn, run = make(fake, example=[torch.randn(3, 8), w, b])
+    with torch.no_grad():
+        fake.capturing_now = True
+        for _ in range(4):
+            x = torch.randn(3, 8)
+            (out,) = run(x, w, b)
+            torch.testing.assert_close(out, mlp(x, w, b)[0])
+            del out
+        assert fn.calls == 4 and fake.captures == 0 and run.disabled is None
+        fake.capturing_now = False
+        for _ in range(4):
+            x = torch.randn(3, 8)
+            (out,) = run(x, w, b)
+            torch.testing.assert_close(out, mlp(x, w, b)[0])
+            del out
+    assert fake.captures == 1 and fake.replays >= 2 and run.disabled is None
+
+
 def test_capture_failure_disables_with_a_reason(fake):
     _, run = make(fake, lambda x: (x * x.sum().item(),))
     for _ in range(3):
