@@ -137,7 +137,28 @@ def with_regions(compiler, key: tuple | None, enabled: bool | None):
     for attr in ("ember_backend_name", "prewarm", "prewarm_trace"):
         if hasattr(compiler, attr):
             setattr(backend, attr, getattr(compiler, attr))
+    if enabled is not False:  # the DDP pass asks first (ember/distributed/buckets.py: with_ddp_buckets)
+        backend.ember_ddp_regions = functools.partial(split_for_ddp, compiler=compiler, key=key)
     return backend
+
+
+def split_for_ddp(gm: fx.GraphModule, example_inputs, compiler, key: tuple):
+    """Under DistributedDataParallel: the graph split at its repeated blocks (any size, two calls or
+    more), each block compiled once and shared, or None (``config.regional_ddp`` off, nothing repeats).
+
+    Why here and not only for large blocks: DDP needs the graph in parts anyway (one autograd node
+    per part, so a bucket's all-reduce starts while the earlier parts' backward runs), and blocks
+    are such parts: each block's backward ends on its own, its parameters' gradients are ready then
+    and DDP's hooks launch their buckets, as the bucket split would. Splitting by blocks instead of
+    by buckets costs no more Python frames per step (a 24-layer Llama: 50 bucket parts before, ~26
+    parts now) and compiles one layer instead of every layer."""
+    if not config.regional_ddp:
+        return None
+    split = split_regions(gm, example_inputs, compiler, key)
+    if split is not None:
+        elog.artifact("graph_code", f"{PASS_NAME}: under DistributedDataParallel, split at the repeated blocks "
+                                    "(each block's backward is its own autograd node: DDP's buckets fire as it ends)")
+    return split
 
 
 def _training(example_inputs) -> bool:
