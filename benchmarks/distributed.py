@@ -205,14 +205,20 @@ def run_one(model_name, strategy, compiler, args, device, rank) -> dict:
     for step in range(args.steps):
         ids = batch(step, rank, vocab, args, device)
         sync(device)
+        prof = _first_step_profiler(args, rank, step, compiler)
         t0 = time.perf_counter()
-        with autocast_of(model_name, args, device):
-            loss = compiled(ids)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        sync(device)
+        with prof or contextlib.nullcontext():
+            with autocast_of(model_name, args, device):
+                loss = compiled(ids)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            sync(device)
         times.append(time.perf_counter() - t0)
+        if prof is not None:
+            path = Path(args.cprofile) / f"{model_name}-{strategy}-{compiler}-rank{rank}.prof"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            prof.dump_stats(str(path))
         losses.append(float(loss.detach().float()))
     steady = times[min(3, len(times) - 1):]
     step_s = statistics.median(steady)
@@ -232,9 +238,22 @@ def run_one(model_name, strategy, compiler, args, device, rank) -> dict:
     return out
 
 
+def _first_step_profiler(args, rank: int, step: int, compiler: str):
+    """A cProfile.Profile for rank 0's first step of a compiled run (``--cprofile DIR``: where the cold
+    compile's time goes; written as DIR/<model>-<strategy>-<compiler>-rank0.prof), else None."""
+    if not args.cprofile or rank != 0 or step != 0 or compiler == "eager":
+        return None
+    import cProfile
+    return cProfile.Profile()
+
+
 def _ember_counters():
+    import collections
+
+    from ember.backends import regional
     from ember.diagnostics import counters
-    return counters.compiled_snapshot() + counters.snapshot()
+    shared = collections.Counter({f"regional_{k}": v for k, v in regional.stats().items()})  # blocks compiled once
+    return counters.compiled_snapshot() + counters.snapshot() + shared
 
 
 def profile(compiled, opt, vocab, args, device, rank, amp=contextlib.nullcontext) -> dict:
@@ -533,6 +552,9 @@ def parse_args(argv=None):
     ap.add_argument("--distributed-check", default="warn", choices=["off", "warn", "raise"],
                     help="ember.config.distributed_check for the ember runs (guard divergence across ranks)")
     ap.add_argument("--collective-timeout", type=float, default=300, help="seconds for any collective")
+    ap.add_argument("--cprofile", default=None, metavar="DIR",
+                    help="dump a cProfile of rank 0's first step of each compiled run into DIR (cold compile; "
+                         "off by default; the profiler slows that step)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     args.models, args.strategies, args.compilers = (s.split(",") for s in (args.models, args.strategies, args.compilers))

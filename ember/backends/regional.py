@@ -316,8 +316,10 @@ def plan_regions(gm: fx.GraphModule, example_inputs=None, min_params: int = 0) -
         except NotShareable:
             continue
         shape_of[call] = s
-        seen[s] = seen.get(s, 0) + 1
-    repeated = {call for call, s in shape_of.items() if seen[s] >= (AUTO_MIN_CALLS if min_params else 2)}
+        # counted by where the call starts: a wrapper whose forward only calls the module it wraps
+        # (a loss wrapper around a whole model) covers the same nodes, and is no second call
+        seen.setdefault(s, set()).add(nodes[0])
+    repeated = {call for call, s in shape_of.items() if len(seen[s]) >= (AUTO_MIN_CALLS if min_params else 2)}
     region_of = {}
     for n in gm.graph.nodes:
         for call in n.meta.get("ember_module_calls", ()):  # outermost first

@@ -201,3 +201,27 @@ def test_a_graph_that_switches_grad_mode_is_compiled_whole():
         if g is not None:
             _close(g, r)
     assert seen["splits"] == 0
+
+
+class _Wrapper(nn.Module):
+    """A forward that only calls the module it wraps (a loss wrapper): the same nodes, no second call."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, idx):
+        return self.inner(idx)
+
+
+def test_a_wrapper_around_the_model_is_not_a_repeated_block():
+    # before, the wrapper's call and the model's call had the same structure (the same nodes) and
+    # counted as two calls: the whole graph became one "region" and the layers were not shared
+    m = _Wrapper(Tiny(layers=4))
+    idx = torch.randint(0, 64, (2, 8))
+    ref, ref_grads = _run(m, idx)
+    out, grads, seen = _compiled_run(m, idx, backend="aot_eager")
+    _close(out, ref)
+    for g, r in zip(grads, ref_grads):
+        _close(g, r)
+    assert (seen["splits"], seen["compiles"], seen["reuses"]) == (1, 3, 3), seen
