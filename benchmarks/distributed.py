@@ -202,6 +202,7 @@ def run_one(model_name, strategy, compiler, args, device, rank) -> dict:
     if not isinstance(amp, contextlib.nullcontext):
         dtype = "amp_bf16"
     losses, times = [], []
+    cprofile_top = None
     for step in range(args.steps):
         ids = batch(step, rank, vocab, args, device)
         sync(device)
@@ -219,6 +220,7 @@ def run_one(model_name, strategy, compiler, args, device, rank) -> dict:
             path = Path(args.cprofile) / f"{model_name}-{strategy}-{compiler}-rank{rank}.prof"
             path.parent.mkdir(parents=True, exist_ok=True)
             prof.dump_stats(str(path))
+            cprofile_top = _profile_summary(str(path))
         losses.append(float(loss.detach().float()))
     steady = times[min(3, len(times) - 1):]
     step_s = statistics.median(steady)
@@ -227,6 +229,8 @@ def run_one(model_name, strategy, compiler, args, device, rank) -> dict:
                peak_memory_bytes=peak_memory(device), dtype=str(dtype).replace("torch.", ""),
                parameters=n_params,
                **graph_stats(compiler, compiled))
+    if cprofile_top is not None:
+        out["cprofile_first_step"] = cprofile_top
     if ember_before is not None:  # what ember's own counters saw (divergence: ember.config.distributed_check)
         out["ember_counters"] = {k: v for k, v in (_ember_counters() - ember_before).items() if v}
     if args.profile:
@@ -245,6 +249,20 @@ def _first_step_profiler(args, rank: int, step: int, compiler: str):
         return None
     import cProfile
     return cProfile.Profile()
+
+
+def _profile_summary(path: str, rows: int = 40) -> dict:
+    """The first step's profile in the report (the .prof file stays on the machine that ran it):
+    functions by cumulative and by own time, as 'seconds calls file:line(function)'."""
+    import pstats
+
+    stats = pstats.Stats(path).stats  # {(file, line, fn): (prim calls, calls, tottime, cumtime, callers)}
+
+    def rows_by(index):
+        top = sorted(stats.items(), key=lambda kv: -kv[1][index])[:rows]
+        return [f"{v[index]:.3f} {v[1]} {os.path.relpath(k[0], REPO) if k[0].startswith(str(REPO)) else k[0].split('site-packages/')[-1]}"
+                f":{k[1]}({k[2]})" for k, v in top]
+    return dict(cumulative=rows_by(3), own=rows_by(2))
 
 
 def _ember_counters():
