@@ -21,6 +21,8 @@ launcher kills the ranks once ``--timeout`` seconds have passed.
     # straggler (each rank's finished runs are kept: the launcher writes them out)
     python benchmarks/distributed.py --device cuda --nproc 2 --models gpt2,llama1b --steps 20 --profile \
         --budget 450 --timeout 530
+    # --fresh-caches: ember/Triton/Inductor disk caches in a new folder (cold compiles on a machine
+    # that ran before); --cprofile DIR: where rank 0's first compiled step spends its time, in the report
     # or under torchrun:
     torchrun --nproc_per_node 2 benchmarks/distributed.py --device cuda --steps 20
 
@@ -502,7 +504,19 @@ def _spawned(rank, world, port, args):
     worker(rank, world, args)
 
 
+def fresh_caches() -> str:
+    """Point ember's, Triton's and Inductor's on-disk caches at a new empty folder (the ranks inherit
+    the environment): the first compile of each graph in this job is cold for both compilers, whatever
+    an earlier job left on this machine. Runs within the job still share them (the DDP runs come first)."""
+    tmp = tempfile.mkdtemp(prefix="distributed-caches-")
+    os.environ.update(EMBER_CACHE_DIR=os.path.join(tmp, "ember"), TRITON_CACHE_DIR=os.path.join(tmp, "triton"),
+                      TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"))
+    return tmp
+
+
 def launch(args) -> int:
+    if args.fresh_caches:
+        print(f"distributed.py: fresh compile caches under {fresh_caches()}", flush=True)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun
         worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
         return 0
@@ -573,6 +587,8 @@ def parse_args(argv=None):
     ap.add_argument("--cprofile", default=None, metavar="DIR",
                     help="dump a cProfile of rank 0's first step of each compiled run into DIR (cold compile; "
                          "off by default; the profiler slows that step)")
+    ap.add_argument("--fresh-caches", action="store_true",
+                    help="ember, Triton and Inductor caches in a new empty folder for this job (cold compiles)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     args.models, args.strategies, args.compilers = (s.split(",") for s in (args.models, args.strategies, args.compilers))
