@@ -30,7 +30,9 @@ is lost against whole-graph compilation is what crosses a block boundary: fusion
 last residual add with the next block's LayerNorm) and common subexpressions (a boolean attention
 mask converted to an additive one in each block instead of once); ``tests/regional/test_parity.py``
 counts the kernels per step. Only ember's own backends that keep no per-graph state take part
-(``SHAREABLE``); CUDA-graph modes, user callables and DDP-split graphs are left alone.
+(``SHAREABLE``); CUDA-graph modes and user callables are left alone. Under DistributedDataParallel
+a graph of repeated blocks is split here instead of at DDP's buckets (``split_for_ddp``, any block
+size, ``config.regional_ddp``); one without them still goes to the bucket split.
 When it is on: ``ember.config.regional_compile = True`` (``EMBER_REGIONAL_COMPILE=1``) or
 ``ember.compile(..., options={"regional": True})`` for every graph; otherwise automatically for a
 training graph whose repeated block holds at least ``config.regional_auto_block_params`` parameter
