@@ -321,14 +321,25 @@ def plan_regions(gm: fx.GraphModule, example_inputs=None, min_params: int = 0) -
         # counted by where the call starts: a wrapper whose forward only calls the module it wraps
         # (a loss wrapper around a whole model) covers the same nodes, and is no second call
         seen.setdefault(s, set()).add(nodes[0])
-    repeated = {call for call, s in shape_of.items() if len(seen[s]) >= (AUTO_MIN_CALLS if min_params else 2)}
-    region_of = {}
-    for n in gm.graph.nodes:
-        for call in n.meta.get("ember_module_calls", ()):  # outermost first
-            if call in repeated:
-                region_of[n] = call
-                break
-    return region_of
+    need = AUTO_MIN_CALLS if min_params else 2
+    repeated = {call for call, s in shape_of.items() if len(seen[s]) >= need}
+    while True:
+        region_of = {}
+        for n in gm.graph.nodes:
+            for call in n.meta.get("ember_module_calls", ()):  # outermost first
+                if call in repeated:
+                    region_of[n] = call
+                    break
+        # a structure repeated only inside other regions but once outside them (a Llama's final
+        # RMSNorm, like those inside each layer) would be a part of its own compiled for one call: it
+        # stays in the glue, fused with its neighbours (the head)
+        outer: dict = {}
+        for call in set(region_of.values()):
+            outer.setdefault(shape_of[call], set()).add(call)
+        lonely = {call for calls in outer.values() if len(calls) < need for call in calls}
+        if not lonely:
+            return region_of
+        repeated -= lonely
 
 
 def split_regions(gm: fx.GraphModule, example_inputs, compiler, key: tuple, min_params: int = 0):
