@@ -21,6 +21,8 @@ launcher kills the ranks once ``--timeout`` seconds have passed.
     # straggler (each rank's finished runs are kept: the launcher writes them out)
     python benchmarks/distributed.py --device cuda --nproc 2 --models gpt2,llama1b --steps 20 --profile \
         --budget 450 --timeout 530
+    # --fresh-caches: ember/Triton/Inductor disk caches in a new folder (cold compiles on a machine
+    # that ran before); --cprofile DIR: where rank 0's first compiled step spends its time, in the report
     # or under torchrun:
     torchrun --nproc_per_node 2 benchmarks/distributed.py --device cuda --steps 20
 
@@ -202,17 +204,25 @@ def run_one(model_name, strategy, compiler, args, device, rank) -> dict:
     if not isinstance(amp, contextlib.nullcontext):
         dtype = "amp_bf16"
     losses, times = [], []
+    cprofile_top = None
     for step in range(args.steps):
         ids = batch(step, rank, vocab, args, device)
         sync(device)
+        prof = _first_step_profiler(args, rank, step, compiler)
         t0 = time.perf_counter()
-        with autocast_of(model_name, args, device):
-            loss = compiled(ids)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        sync(device)
+        with prof or contextlib.nullcontext():
+            with autocast_of(model_name, args, device):
+                loss = compiled(ids)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            sync(device)
         times.append(time.perf_counter() - t0)
+        if prof is not None:
+            path = Path(args.cprofile) / f"{model_name}-{strategy}-{compiler}-rank{rank}.prof"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            prof.dump_stats(str(path))
+            cprofile_top = _profile_summary(str(path))
         losses.append(float(loss.detach().float()))
     steady = times[min(3, len(times) - 1):]
     step_s = statistics.median(steady)
@@ -221,6 +231,8 @@ def run_one(model_name, strategy, compiler, args, device, rank) -> dict:
                peak_memory_bytes=peak_memory(device), dtype=str(dtype).replace("torch.", ""),
                parameters=n_params,
                **graph_stats(compiler, compiled))
+    if cprofile_top is not None:
+        out["cprofile_first_step"] = cprofile_top
     if ember_before is not None:  # what ember's own counters saw (divergence: ember.config.distributed_check)
         out["ember_counters"] = {k: v for k, v in (_ember_counters() - ember_before).items() if v}
     if args.profile:
@@ -232,9 +244,36 @@ def run_one(model_name, strategy, compiler, args, device, rank) -> dict:
     return out
 
 
+def _first_step_profiler(args, rank: int, step: int, compiler: str):
+    """A cProfile.Profile for rank 0's first step of a compiled run (``--cprofile DIR``: where the cold
+    compile's time goes; written as DIR/<model>-<strategy>-<compiler>-rank0.prof), else None."""
+    if not args.cprofile or rank != 0 or step != 0 or compiler == "eager":
+        return None
+    import cProfile
+    return cProfile.Profile()
+
+
+def _profile_summary(path: str, rows: int = 40) -> dict:
+    """The first step's profile in the report (the .prof file stays on the machine that ran it):
+    functions by cumulative and by own time, as 'seconds calls file:line(function)'."""
+    import pstats
+
+    stats = pstats.Stats(path).stats  # {(file, line, fn): (prim calls, calls, tottime, cumtime, callers)}
+
+    def rows_by(index):
+        top = sorted(stats.items(), key=lambda kv: -kv[1][index])[:rows]
+        return [f"{v[index]:.3f} {v[1]} {os.path.relpath(k[0], REPO) if k[0].startswith(str(REPO)) else k[0].split('site-packages/')[-1]}"
+                f":{k[1]}({k[2]})" for k, v in top]
+    return dict(cumulative=rows_by(3), own=rows_by(2))
+
+
 def _ember_counters():
+    import collections
+
+    from ember.backends import regional
     from ember.diagnostics import counters
-    return counters.compiled_snapshot() + counters.snapshot()
+    shared = collections.Counter({f"regional_{k}": v for k, v in regional.stats().items()})  # blocks compiled once
+    return counters.compiled_snapshot() + counters.snapshot() + shared
 
 
 def profile(compiled, opt, vocab, args, device, rank, amp=contextlib.nullcontext) -> dict:
@@ -465,7 +504,19 @@ def _spawned(rank, world, port, args):
     worker(rank, world, args)
 
 
+def fresh_caches() -> str:
+    """Point ember's, Triton's and Inductor's on-disk caches at a new empty folder (the ranks inherit
+    the environment): the first compile of each graph in this job is cold for both compilers, whatever
+    an earlier job left on this machine. Runs within the job still share them (the DDP runs come first)."""
+    tmp = tempfile.mkdtemp(prefix="distributed-caches-")
+    os.environ.update(EMBER_CACHE_DIR=os.path.join(tmp, "ember"), TRITON_CACHE_DIR=os.path.join(tmp, "triton"),
+                      TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"))
+    return tmp
+
+
 def launch(args) -> int:
+    if args.fresh_caches:
+        print(f"distributed.py: fresh compile caches under {fresh_caches()}", flush=True)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun
         worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
         return 0
@@ -533,6 +584,11 @@ def parse_args(argv=None):
     ap.add_argument("--distributed-check", default="warn", choices=["off", "warn", "raise"],
                     help="ember.config.distributed_check for the ember runs (guard divergence across ranks)")
     ap.add_argument("--collective-timeout", type=float, default=300, help="seconds for any collective")
+    ap.add_argument("--cprofile", default=None, metavar="DIR",
+                    help="dump a cProfile of rank 0's first step of each compiled run into DIR (cold compile; "
+                         "off by default; the profiler slows that step)")
+    ap.add_argument("--fresh-caches", action="store_true",
+                    help="ember, Triton and Inductor caches in a new empty folder for this job (cold compiles)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     args.models, args.strategies, args.compilers = (s.split(",") for s in (args.models, args.strategies, args.compilers))

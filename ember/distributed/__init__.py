@@ -9,7 +9,10 @@ How ``ember.compile`` meets ``DistributedDataParallel`` (the same split torch.co
 - either way, a graph compiled while a DDP forward is running is split at DDP's gradient-bucket
   boundaries (``buckets.py``, on unless ``ember.config.optimize_ddp`` is off), each part compiled by the
   backend on its own, so the gradients of a bucket are ready, and its all-reduce starts, while the
-  backward of the earlier parts still runs.
+  backward of the earlier parts still runs;
+- a graph of repeated blocks (a transformer's layers) is split at its blocks instead (the regional
+  pass, ``backends/regional.py``, ``config.regional_ddp``): each block's backward is a node of its
+  own, so the buckets fire as blocks finish, and identical blocks share one compile.
 
 Under any process group, each compile is compared with the other ranks' (``divergence.py``,
 ``ember.config.distributed_check``): a rank that compiled differently is reported, not left to hang.

@@ -49,6 +49,11 @@ def with_ddp_buckets(compiler):
         ddp = active_ddp_module() if config.optimize_ddp else None
         if ddp is None:
             return compiler(gm, example_inputs)
+        # a graph of repeated blocks: split at the blocks, each compiled once (backends/regional.py)
+        regions = getattr(compiler, "ember_ddp_regions", None)
+        split = regions(gm, example_inputs) if regions is not None else None
+        if split is not None:
+            return split
         split = split_at_buckets(gm, example_inputs, ddp, compiler)
         return split if split is not None else compiler(gm, example_inputs)
 

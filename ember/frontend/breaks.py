@@ -22,7 +22,7 @@ from ember.frontend import loops as L, resume as R, trace_rules
 from ember.frontend.errors import Unsupported
 from ember.frontend.handlers.blocks import _ContextExit
 from ember.frontend.interpreter import CellVariable
-from ember.frontend.guards import GuardKind
+from ember.frontend.guards import GuardKind, KeysBut
 from ember.frontend.sources import ItemSource, LocalSource
 from ember.frontend.variables.base import NullVariable, VariableTracker, guard
 from ember.frontend.variables.lazy import LazyVariable, PassThroughVariable
@@ -294,9 +294,15 @@ def resume_frame_state(tracer, info: R.ResumeInfo, stack_value: tuple, locals_va
     when the trace first uses it (variables/lazy.py); the values a loop's driver owns pass through."""
     locals_src, stack_src = LocalSource(R.LOCALS_ARG), LocalSource(R.STACK_ARG)
     guard(tracer, locals_src, GuardKind.TYPE, dict)
-    guard(tracer, locals_src, GuardKind.DICT_KEYS, tuple(locals_value))  # which locals are bound
+    # which locals are bound, but for those the code stores before reading (a loop body's loop
+    # variables: unbound at the first iteration's entry, bound at the later ones; one entry for all)
+    dead = R.dead_on_entry(info.code, info.target) if info.scope is not None else ()
+    if dead:
+        guard(tracer, locals_src, GuardKind.DICT_KEYS, KeysBut(tuple(k for k in locals_value if k not in dead), dead))
+    else:
+        guard(tracer, locals_src, GuardKind.DICT_KEYS, tuple(locals_value))
     cellnames = set(info.code.co_cellvars)
-    varnames = set(info.code.co_varnames) - cellnames
+    varnames = set(info.code.co_varnames) - cellnames - set(dead)  # (a dead one: as if unbound)
     local_vts = {k: LazyVariable(v, ItemSource(locals_src, k)) for k, v in locals_value.items() if k in varnames}
     cell_vts = {k: VariableTracker.build(tracer, v, ItemSource(locals_src, k))
                 for k, v in locals_value.items() if k in cellnames}

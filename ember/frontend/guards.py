@@ -49,6 +49,19 @@ class TensorMeta:
         return TensorMeta(type(t), t.dtype, t.device, tuple(t.shape), tuple(t.stride()), t.requires_grad)
 
 
+@dataclass(frozen=True)
+class KeysBut:
+    """A DICT_KEYS expectation that ignores some keys: the locals a loop-body segment receives, less
+    the loop variables the body stores before reading them (bound or not at entry, the body runs the
+    same: ``resume.dead_on_entry``), so the first iteration and the later ones share one entry."""
+
+    keys: tuple
+    ignored: tuple  # (strings: rendered inline)
+
+    def of(self, d) -> tuple:
+        return tuple([k for k in d if k not in self.ignored])
+
+
 def global_state() -> tuple:
     """The ambient state a graph is specialised on. Called by every entry function: keep it cheap."""
     return (
@@ -184,6 +197,8 @@ def _render_one(g: Guard, v: str | None, load, const) -> str:
     if k is GuardKind.LEN:
         return f"len({v}) == {e!r}"
     if k is GuardKind.DICT_KEYS:
+        if isinstance(e, KeysBut):
+            return f"tuple([k for k in {v} if k not in {e.ignored!r}]) == {const(e.keys, 'keys')}"
         return f"tuple({v}) == {const(tuple(e), 'keys')}"
     if k is GuardKind.NO_HOOKS:
         return f"not ({v}._forward_hooks or {v}._forward_pre_hooks)"
@@ -270,6 +285,9 @@ def _explain_one(g: Guard, val, evaluate) -> str | None:
     if k is GuardKind.LEN:
         return None if len(val) == e else f"len({n}) changed: {e} -> {len(val)}"
     if k is GuardKind.DICT_KEYS:
+        if isinstance(e, KeysBut):
+            now = e.of(val)
+            return None if now == e.keys else f"{n} keys changed: {list(e.keys)} -> {list(now)} (ignoring {list(e.ignored)})"
         return None if tuple(val) == tuple(e) else f"{n} keys changed: {list(e)} -> {list(val)}"
     if k is GuardKind.NO_HOOKS:
         return None if not (val._forward_hooks or val._forward_pre_hooks) else f"{n} has forward hooks now"

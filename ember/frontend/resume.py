@@ -91,6 +91,30 @@ def stack_depths(code: types.CodeType) -> tuple:
     return tuple(depth)
 
 
+_NO_READS = {"NOP", "CACHE", "EXTENDED_ARG"}
+
+
+@lru_cache(maxsize=1024)
+def dead_on_entry(code: types.CodeType, index: int) -> tuple:
+    """The fast locals that the straight run of instructions from ``index`` stores before anything
+    could read them (a loop body's ``FOR_ITER`` item unpacked into ``i, block``): whether they are
+    bound when a continuation starts there changes nothing it does. Stops at the first other
+    instruction; an unpack only outside a user ``try`` (its exception could reach a handler that
+    reads the old value)."""
+    instrs = bc.decode(code)
+    dead: list = []
+    for ins in instrs[index:]:
+        if ins.opname in _NO_READS:
+            continue
+        if ins.opname in ("UNPACK_SEQUENCE", "UNPACK_EX") and not in_try_block(code, index):
+            continue
+        if ins.opname in ("STORE_FAST", "STORE_FAST_STORE_FAST"):
+            dead += [n for n in bc.fast_locals_written(ins) if n not in dead]
+            continue
+        break
+    return tuple(n for n in dead if n not in code.co_cellvars)
+
+
 def in_try_block(code: types.CodeType, index: int) -> bool:
     """Is ``index`` covered by a user ``try`` (not merely a with-block's cleanup)?"""
     instrs = bc.decode(code)

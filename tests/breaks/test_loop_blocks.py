@@ -138,3 +138,36 @@ def test_swapped_submodule_class_recompiles():
         return out
     segment, _ = check(blocks)
     assert any("type changed" in r for r in segment.recompile_reasons), segment.recompile_reasons
+
+
+def test_first_iteration_shares_the_entry():
+    # the loop variables `i, block` are unbound when the first iteration's body starts and bound at
+    # the later ones; the body stores them before reading them, so one entry serves all (FSDP2's
+    # per-block hooks broke the graph this way: one recompile per model, issue 31)
+    segment, compiles = check(lambda: [Block() for _ in range(N_BLOCKS)], calls=3)
+    assert len(segment.entries) == 1, segment.recompile_reasons
+    assert not segment.recompile_reasons, segment.recompile_reasons
+
+
+class NamedStack(Stack):
+    def forward(self, x):
+        block = "a block's name"
+        for block in self.h:
+            x = block(x)
+            print("done")
+        return x.sum() + len(str(type(block)))
+
+
+def test_loop_variable_bound_before_the_loop():
+    # `block` is bound before the loop (to a str): dead at the body's entry all the same
+    torch.manual_seed(0)
+    model = NamedStack([Block() for _ in range(4)])
+    ref = NamedStack([Block() for _ in range(4)])
+    ref.load_state_dict(model.state_dict())
+    compiled = ember.compile(model, backend="aot_eager")
+    for step in range(2):
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(step))
+        got, want = _run(compiled, x), _run(ref, x)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[3] == want[3]
+    assert len(_body_segment(compiled).entries) == 1

@@ -159,6 +159,18 @@ class LoopModel(torch.nn.Module):
 LOOP_BLOCKS = 12
 
 
+class StemLoopModel(LoopModel):
+    """A Linear stem and then the blocks: as in a transformer (the embedding first), every block's
+    input requires grad, so one compiled block serves all (the first block's input otherwise would not)."""
+
+    def __init__(self, blocks: int):
+        super().__init__(blocks)
+        self.stem = torch.nn.Linear(WIDTH, WIDTH)
+
+    def forward(self, x):
+        return super().forward(self.stem(x))
+
+
 def scenario_fsdp2_loop(backend):
     """12 fully_shard-ed blocks called in a loop (FSDP2's hooks on every block make each call a
     break): the loop body and the blocks' forward are compiled once, not once per block."""
@@ -183,6 +195,53 @@ def scenario_fsdp2_loop(backend):
                 reasons=[r for c in caches for r in c.recompile_reasons])
 
 
+def scenario_ddp_blocks(backend, regional_ddp=True, optimize_ddp=True):
+    """ember.compile(DDP(model)) over 12 identical blocks (issue 31): split at the blocks, one block
+    compiled and shared by the twelve (``regional_ddp`` off: split at DDP's buckets, every block
+    compiled). Gradients equal eager DDP's."""
+    from ember.backends import regional
+
+    model, ref = StemLoopModel(LOOP_BLOCKS), StemLoopModel(LOOP_BLOCKS)
+    ember.config.regional_ddp, ember.config.optimize_ddp = regional_ddp, optimize_ddp
+    try:
+        before = regional.stats()
+        ddp = DDP(model, bucket_cap_mb=CAP_MB)
+        events = _record_bucket_launches(ddp, model.stem.weight)
+        compiled = ember.compile(ddp, backend=backend)
+        ref_ddp = DDP(ref, bucket_cap_mb=CAP_MB)
+
+        def step(x):
+            events.append("forward")
+            return compiled(x).pow(2).mean()
+        got = train(step, list(model.parameters()))
+        stats = dict(regional.stats() - before)
+    finally:
+        ember.config.regional_ddp = ember.config.optimize_ddp = True
+    want = train(lambda x: ref_ddp(x).pow(2).mean(), list(ref.parameters()))
+    last = events[len(events) - events[::-1].index("forward"):]  # the last step's backward
+    return dict(got=got, want=want, parts=parts_of(compiled), regional=stats,
+                buckets=last.count("bucket"), buckets_before_stem=last[:last.index("stem")].count("bucket"),
+                split_by=sorted({getattr(e.namespace.get("__graph"), "meta", {}).get("ember_split", {}).get("pass_name")
+                                 for c in _caches(compiled) for e in c.entries if e.namespace.get("__graph") is not None},
+                                key=str))
+
+
+def _record_bucket_launches(ddp, stem_weight) -> list:
+    """A list that gets "bucket" each time DDP launches a bucket's all-reduce (DDP's own averaging
+    all-reduce, through a comm hook) and "stem" when the backward reaches the stem, the model's first
+    layer: buckets launched before "stem" overlap the rest of the backward."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    events: list = []
+
+    def hook(state, bucket):
+        events.append("bucket")
+        return default_hooks.allreduce_hook(state, bucket)
+    ddp.register_comm_hook(None, hook)
+    stem_weight.register_hook(lambda g: events.append("stem"))
+    return events
+
+
 def _caches(compiled_module) -> list:
     out, todo, seen = [], [compiled_module._ember_cache], set()
     while todo:
@@ -195,7 +254,9 @@ def _caches(compiled_module) -> list:
 
 
 SCENARIOS = {"fsdp2_loop": scenario_fsdp2_loop, "outer": scenario_outer, "inner": scenario_inner, "nested": scenario_nested,
-             "no_split": scenario_no_split, "explain": scenario_explain, "fsdp2": scenario_fsdp2}
+             "no_split": scenario_no_split, "ddp_blocks": scenario_ddp_blocks,
+             "ddp_blocks_off": lambda backend: scenario_ddp_blocks(backend, regional_ddp=False),
+             "ddp_blocks_whole": lambda backend: scenario_ddp_blocks(backend, optimize_ddp=False), "explain": scenario_explain, "fsdp2": scenario_fsdp2}
 
 
 def main(rank: int, world: int, port: int, out_dir: str, names: list, backend: str) -> None:

@@ -201,3 +201,76 @@ def test_a_graph_that_switches_grad_mode_is_compiled_whole():
         if g is not None:
             _close(g, r)
     assert seen["splits"] == 0
+
+
+class _Wrapper(nn.Module):
+    """A forward that only calls the module it wraps (a loss wrapper): the same nodes, no second call."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, idx):
+        return self.inner(idx)
+
+
+def test_a_wrapper_around_the_model_is_not_a_repeated_block():
+    # before, the wrapper's call and the model's call had the same structure (the same nodes) and
+    # counted as two calls: the whole graph became one "region" and the layers were not shared
+    m = _Wrapper(Tiny(layers=4))
+    idx = torch.randint(0, 64, (2, 8))
+    ref, ref_grads = _run(m, idx)
+    out, grads, seen = _compiled_run(m, idx, backend="aot_eager")
+    _close(out, ref)
+    for g, r in zip(grads, ref_grads):
+        _close(g, r)
+    assert (seen["splits"], seen["compiles"], seen["reuses"]) == (1, 3, 3), seen
+
+
+class _Norm(nn.Module):
+    """An RMSNorm: several ops, called inside each layer and once after them (as in a Llama)."""
+
+    def __init__(self, dim=32):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
+class _NormBlock(nn.Module):
+    def __init__(self, dim=32):
+        super().__init__()
+        self.norm = _Norm(dim)
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        return x + torch.tanh(self.fc(self.norm(x)))
+
+
+class _NormStack(nn.Module):
+    def __init__(self, layers=4, dim=32, vocab=64):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        self.layers = nn.ModuleList([_NormBlock(dim) for _ in range(layers)])
+        self.norm = _Norm(dim)
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, idx):
+        x = self.emb(idx)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(self.norm(x))
+
+
+def test_a_block_repeated_only_inside_the_regions_stays_in_the_glue():
+    # the final norm has the structure of the norms inside each layer, but is the only such call
+    # outside them: a part of its own would be compiled for that one call (and not fused with the head)
+    m = _NormStack()
+    idx = torch.randint(0, 64, (2, 8))
+    ref, ref_grads = _run(m, idx)
+    out, grads, seen = _compiled_run(m, idx, backend="aot_eager")
+    _close(out, ref)
+    for g, r in zip(grads, ref_grads):
+        _close(g, r)
+    assert (seen["splits"], seen["compiles"], seen["reuses"]) == (1, 3, 3), seen  # glue, layer, glue
