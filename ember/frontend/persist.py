@@ -407,10 +407,12 @@ def _cook(recipe, ns: dict, local_values: dict):
 # --------------------------------------------------------------------------------- graphs as data
 
 def _graph_pickler():
-    from ember.aot.cache import _Pickler
+    from ember.aot.cache import _PLAIN_TYPES, _Pickler
 
     class GraphPickler(_Pickler):
         def persistent_id(self, obj):
+            if type(obj) in _PLAIN_TYPES:
+                return None
             if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType,
                                 types.WrapperDescriptorType, types.BuiltinMethodType)) or \
                     (isinstance(obj, type) and not issubclass(obj, BaseException)):
