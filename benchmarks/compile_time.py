@@ -23,7 +23,16 @@ process that finds the first one's caches (ember: ``EMBER_CACHE_DIR``+``TRITON_C
   training: one step of a twin model), so what any first call pays (CUDA context, cuBLAS handles,
   autograd's device threads, optimizer state) is not counted;
 * ``peak_gb``: peak device memory (``torch.cuda.max_memory_allocated``; CPU: max RSS);
-* ``err``: max |out - eager| / max |eager| of the first result (training: the loss).
+* ``err``: max |out - eager| / max |eager| of the first result (training: the loss);
+* ``gc``: Python's cyclic collections during ``compile_s`` (seconds and count per generation: a full
+  collection walks every object of the process, ~0.2-0.4 s with a 1B Llama and a compile's graphs);
+* ember: ``aot_cache``/``native_cache`` hit counts, ``warm_launch`` (kernels adopted from recorded
+  binaries vs through Triton's JIT), ``aot_graphs`` (cached graphs loaded unbuilt/built),
+  ``build_pool`` (kernel builds in worker processes, the first launches' wait for them) and the auto
+  CUDA-graph decisions;
+* ``--phases`` (a diagnostic run: the phase modules are imported before timing, so ``compile_s``
+  leaves their import out): wall seconds and calls of ember's compile phases (``PHASES``; nested
+  phases count in their parents).
 
 Python's bytecode is cached (``gpu_suite.child_env``), as on an installed system. Writes
 ``benchmarks/results/compile_time-<device>[-quick].json`` and prints a table with the ratio
@@ -135,6 +144,79 @@ def _import(mods):
             pass
 
 
+# (label, module, attribute): ember's phases, timed with --phases (cumulative wall s; nested ones count in their parents)
+PHASES = (
+    ("frontend: trace+compile (_compile)", "ember.frontend.convert", "_compile"),
+    ("frontend: cache load", "ember.frontend.persist", "load"),
+    ("frontend: cache record", "ember.frontend.persist", "record_of"),
+    ("frontend: cache store", "ember.frontend.persist", "store"),
+    ("aot: build_variant", "ember.aot.pipeline", "build_variant"),
+    ("aot: analysis.collect", "ember.aot.analysis", "collect"),
+    ("aot: trace_forward_analyzed", "ember.aot.pipeline", "trace_forward_analyzed"),
+    ("aot: trace_joint", "ember.aot.pipeline", "trace_joint"),
+    ("aot: cache load", "ember.aot.cache", "load"),
+    ("aot: cache store", "ember.aot.cache", "store"),
+    ("native: compile_aten_graph", "ember.native.backend", "compile_aten_graph"),
+    ("native: passes", "ember.native.passes", "run"),
+    ("native: lower", "ember.native.lowering", "lower"),
+    ("native: schedule", "ember.native.scheduler", "schedule"),
+    ("native: emit triton", "ember.native.triton_emit", "emit_kernel"),
+    ("native: wrapper", "ember.native.wrapper", "WrapperCodegen.generate"),
+    ("native: load module", "ember.native.cache", "load_module"),
+    ("native: adopt recorded kernels", "ember.native.warm_launch", "adopt_recorded"),
+    ("native: precompile launches", "ember.native.runtime", "precompile"),
+    ("native: wait for kernel builds", "ember.native.build_pool", "wait"),
+)
+
+
+def _time_phases():
+    """Wrap each of ``PHASES`` with a wall-clock timer; returns {label: [seconds, calls]} filled as they run."""
+    import functools
+    import importlib
+    got: dict = {}
+    for label, modname, attr in PHASES:
+        try:
+            owner = importlib.import_module(modname)
+        except ImportError:
+            continue
+        name = attr
+        if "." in attr:
+            cls, name = attr.split(".")
+            owner = getattr(owner, cls, None)
+        f = getattr(owner, name, None) if owner is not None else None
+        if f is None:
+            continue
+
+        def make(f, label):
+            @functools.wraps(f)
+            def timed(*a, **k):
+                t = time.perf_counter()
+                try:
+                    return f(*a, **k)
+                finally:
+                    slot = got.setdefault(label, [0.0, 0])
+                    slot[0] += time.perf_counter() - t
+                    slot[1] += 1
+            return timed
+        setattr(owner, name, make(f, label))
+    return got
+
+
+def _gc_timer():
+    """(callback, {generation: [seconds, collections]}): Python's cyclic collections while installed."""
+    got: dict = {}
+    start = [0.0]
+
+    def cb(phase, info):
+        if phase == "start":
+            start[0] = time.perf_counter()
+        else:
+            slot = got.setdefault(f"gen{info['generation']}", [0.0, 0])
+            slot[0] += time.perf_counter() - start[0]
+            slot[1] += 1
+    return cb, got
+
+
 def _peak(dev: str) -> float:
     import torch
     if dev.startswith("cuda"):
@@ -143,7 +225,7 @@ def _peak(dev: str) -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)
 
 
-def child(row: str, compiler: str, dev: str, quick: bool) -> dict:
+def child(row: str, compiler: str, dev: str, quick: bool, phases: bool = False) -> dict:
     t0 = time.perf_counter()
     _import(SHARED)
     if row.startswith(("gpt2", "bert", "llama", "dynamic")):
@@ -176,14 +258,22 @@ def child(row: str, compiler: str, dev: str, quick: bool) -> dict:
     sync()
     if cuda:
         torch.cuda.reset_peak_memory_stats()
+    import gc
+    timed = _time_phases() if phases and compiler == "ember" else None
+    gc_cb, gc_got = _gc_timer()
+    gc.callbacks.append(gc_cb)
     t3 = time.perf_counter()
     step = build(compiler_fn(compiler))
     torch.manual_seed(1)
     out = step(*inputs)
     sync()
     compile_s = time.perf_counter() - t3
+    gc.callbacks.remove(gc_cb)
     rec = dict(row=row, compiler=compiler, status="ok", import_s=round(t1 - t0, 3),
-               compiler_import_s=round(t2 - t1, 3), compile_s=round(compile_s, 3), peak_gb=_peak(dev))
+               compiler_import_s=round(t2 - t1, 3), compile_s=round(compile_s, 3), peak_gb=_peak(dev),
+               gc={g: [round(v[0], 3), v[1]] for g, v in sorted(gc_got.items())})
+    if timed is not None:
+        rec["phases"] = {k: [round(v[0], 3), v[1]] for k, v in timed.items()}
     if ref is not None:
         d = (out.float() - ref.float()).abs().max().item()
         rec["err"] = d / (ref.float().abs().max().item() or 1.0)
@@ -196,11 +286,33 @@ def _compile_counts(compiler: str) -> dict:
         from ember.backends import regional
         from ember.diagnostics import counters
         from ember.frontend import persist
-        return dict(frames_traced=counters.COMPILES["frames_compiled"], frames_loaded=counters.COMPILES["frames_loaded"],
-                    frontend_cache={k: v for k, v in persist.STATS.items() if v},
-                    regional=dict(regional.stats()))  # splits/compiles/reuses: was regional compilation chosen
+        rec = dict(frames_traced=counters.COMPILES["frames_compiled"], frames_loaded=counters.COMPILES["frames_loaded"],
+                   frontend_cache={k: v for k, v in persist.STATS.items() if v},
+                   regional=dict(regional.stats()))  # splits/compiles/reuses: was regional compilation chosen
+        rec.update(_ember_details())
+        return rec
     from torch._dynamo.utils import counters
     return dict(frames_traced=int(counters["stats"]["unique_graphs"]))
+
+
+def _ember_details() -> dict:
+    """Where an ember first call's work went: cache hits, kernels adopted or built, build waits (the
+    modules already loaded only: reading them imports nothing)."""
+    out = {}
+    mods = sys.modules
+    if "ember.aot.cache" in mods:
+        out["aot_cache"] = {k: v for k, v in mods["ember.aot.cache"].STATS.items() if v}
+    if "ember.aot.deferred" in mods:
+        out["aot_graphs"] = dict(mods["ember.aot.deferred"].STATS)
+    if "ember.native.warm_launch" in mods:
+        out["warm_launch"] = dict(mods["ember.native.warm_launch"].STATS)
+    if "ember.native.build_pool" in mods:
+        out["build_pool"] = {k: v for k, v in mods["ember.native.build_pool"].STATS.items() if v}
+    if "ember.native.backend" in mods:
+        out["native"] = dict(getattr(mods["ember.native.backend"], "COUNTERS", {}))
+    if "ember.cudagraphs.auto" in mods:
+        out["auto_cudagraphs"] = [[str(x) for x in d] for d in getattr(mods["ember.cudagraphs.auto"], "DECISIONS", [])]
+    return out
 
 
 def _sweep(compiler: str, dev: str, quick: bool, sync) -> dict:
@@ -265,6 +377,8 @@ def run_row(row: str, args) -> list:
             cmd = [sys.executable, os.path.abspath(__file__), "--child", row, compiler, "--device", args.device]
             if args.quick:
                 cmd.append("--quick")
+            if args.phases:
+                cmd.append("--phases")
             phases = ("cold",) if row == "dynamic" else tuple(
                 (args.torch_phases if compiler == "torch" else "cold,warm").split(","))
             for phase in phases:
@@ -287,6 +401,8 @@ def _line(r: dict) -> str:
         return f"import torch {r['import_torch_s']:.3f} s, import ember beyond it {r['import_ember_beyond_torch_s']:.3f} s"
     extra = f" compiles {r['frames_traced']}" + (f" (+{r['frames_loaded']} loaded)" if r.get("frames_loaded") else "")
     err = f" err {r['err']:.2e}" if isinstance(r.get("err"), float) else ""
+    full = (r.get("gc") or {}).get("gen2")
+    err += f" (full gc x{full[1]} {full[0]:.2f} s)" if full else ""
     return (f"{head} imports {r.get('import_s', 0):6.2f}+{r.get('compiler_import_s', 0):5.2f} s  compile "
             f"{r['compile_s']:8.3f} s  peak {r.get('peak_gb', 0):7.3f} GB{extra}{err}")
 
@@ -322,10 +438,12 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--out", default=None)
     p.add_argument("--label", default="", help="a note on the machine stored with the results")
+    p.add_argument("--phases", action="store_true", help="diagnostic: time ember's compile phases (their modules "
+                   "are imported before timing, so compile_s leaves their import out)")
     p.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
-        print("RESULT " + json.dumps(child(a.child[0], a.child[1], a.device, a.quick)), flush=True)
+        print("RESULT " + json.dumps(child(a.child[0], a.child[1], a.device, a.quick, a.phases)), flush=True)
         return 0
     from gpu_suite import child_env
     tmp = tempfile.mkdtemp(prefix="compile_time_env_")

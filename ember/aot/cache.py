@@ -48,9 +48,9 @@ import sys
 import torch
 import torch.fx as fx
 from torch.fx.immutable_collections import immutable_dict, immutable_list
-from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from ember import diskcache
+from ember.aot.lazy_code import TextCodeGraphModule
 from ember.config import config
 
 # node metadata kept with a cached graph: what backends, the partitioner and dumps read
@@ -278,10 +278,18 @@ class _NodeRef:
         self.name = name
 
 
+# values pickled as themselves (no persistent id), answered by one set lookup: ``persistent_id`` runs
+# for every object pickled (~300k for a 24-layer Llama's training graphs), mostly these
+_PLAIN_TYPES = frozenset([int, float, bool, str, bytes, type(None), tuple, list, dict, slice, torch.Size, torch.dtype,
+                          torch.device, torch.layout, torch.memory_format, immutable_list, immutable_dict])
+
+
 class _Pickler(pickle.Pickler):
     """Nodes by name, ops by qualified name, FakeTensors by description, tensors as raw bytes."""
 
     def persistent_id(self, obj):
+        if type(obj) in _PLAIN_TYPES:
+            return None
         if isinstance(obj, fx.Node):
             return ("node", obj.name)
         if isinstance(obj, torch._ops.OpOverload):
@@ -429,7 +437,7 @@ def rebuild_nodes(data: dict, fake_mode=None) -> fx.Graph:
     return g
 
 
-class LoadedGraphModule(_LazyGraphModule):
+class LoadedGraphModule(TextCodeGraphModule):
     """A graph module rebuilt from a cache entry, whose Python code is compiled only when it runs: a
     warm start whose compiled graphs come from the native cache never runs it (it is the fallback),
     and compiling GPT-2's forward and backward code took ~0.1-0.2 s of its first call. The code is
@@ -441,27 +449,20 @@ class LoadedGraphModule(_LazyGraphModule):
     at load; a graph a pass changes first (the frontend's captured graph, whose attention masks
     ``aot.mask_simplify`` replaces) never pays for a check of text nothing reads."""
 
-    _ember_code = None
     _ember_unverified = False
 
     @classmethod
     def recompile(cls) -> None:  # (fx makes one class per instance: these are per graph module)
-        cls._ember_code = None
         cls._ember_unverified = False
-        cls.forward = cls._lazy_forward
+        super().recompile()
 
     @property
     def code(self) -> str:
         cls = type(self)
-        if cls._ember_code is not None and self._needs_recompile():
-            if cls._ember_unverified:
-                if self.graph.python_code(root_module="self").src != cls._ember_code:
-                    raise ValueError("the rebuilt graph's code differs from the stored one (a stale cache entry)")
-                cls._ember_unverified = False
-            return cls._ember_code
-        if self._needs_recompile():  # (a pass rewrote it) the text alone: the forward compiles when it runs
-            cls._ember_code, cls._ember_unverified = self.graph.python_code(root_module="self").src, False
-            return cls._ember_code
+        if cls._ember_code is not None and cls._ember_unverified and self._needs_recompile():
+            if self.graph.python_code(root_module="self").src != cls._ember_code:
+                raise ValueError("the rebuilt graph's code differs from the stored one (a stale cache entry)")
+            cls._ember_unverified = False
         return super().code
 
 

@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.fx as fx
-from torch.fx._lazy_graph_module import _LazyGraphModule
 try:  # torch >= 2.13
     from torch.fx.experimental.symbolic_shapes import optimization_hint
 except ImportError:  # pragma: no cover - torch 2.11 (the H100 machine)
     def optimization_hint(x):
         return x.node.hint if isinstance(x, torch.SymInt) else int(x)
 
+from ember.aot.lazy_code import text_code
 from ember.aot.maxflow import INF, INF_CUT, FlowGraph, min_cut
 from ember.aot.ops import is_random_op, recompute_rule
 
@@ -205,8 +205,8 @@ def _extract(gm: fx.GraphModule, inputs: list[fx.Node], outputs: list, name: str
         if isinstance(o, fx.Node):
             emit(o)
     graph.output(tuple(env[o] if isinstance(o, fx.Node) else o for o in outputs))
-    # (lazy: the code is generated when first read or run; see ``trace._trace``)
-    out = _LazyGraphModule(gm, graph, class_name=name)
+    # (lazy: the code is generated as text when first read, compiled when run; see ``lazy_code``)
+    out = text_code(gm, graph, class_name=name)
     out._ember_name = name
     return out
 

@@ -19,6 +19,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from ember.aot.analysis import GraphMeta, base_of, fake_input, is_symint, meta_of, symbolic_dispatch
 from ember.aot.functional import from_fun, functionalize, to_fun, to_fun_leaf
+from ember.aot.lazy_code import as_text_code
 from ember.aot.ops import TraceRewrites
 
 
@@ -82,6 +83,7 @@ def _finish(gm: fx.GraphModule, name: str) -> fx.GraphModule:
     out.args = (tuple(flat) if isinstance(flat, (list, tuple)) else (flat,),)
     gm.graph.eliminate_dead_code()
     gm.recompile()  # (lazy: the code is generated when read)
+    gm = as_text_code(gm)  # (read as text by the caches; compiled only if the graph runs)
     gm._ember_name = name
     return gm
 

@@ -407,10 +407,12 @@ def _cook(recipe, ns: dict, local_values: dict):
 # --------------------------------------------------------------------------------- graphs as data
 
 def _graph_pickler():
-    from ember.aot.cache import _Pickler
+    from ember.aot.cache import _PLAIN_TYPES, _Pickler
 
     class GraphPickler(_Pickler):
         def persistent_id(self, obj):
+            if type(obj) in _PLAIN_TYPES:
+                return None
             if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType,
                                 types.WrapperDescriptorType, types.BuiltinMethodType)) or \
                     (isinstance(obj, type) and not issubclass(obj, BaseException)):
@@ -423,10 +425,13 @@ def _graph_pickler():
     return GraphPickler
 
 
-def _graph_unpickler():
-    from ember.aot.cache import _allowed, _Unpickler
+def _graph_unpickler(check_only: bool = False):
+    """The unpickler of stored records; ``check_only``: one that resolves every class and callable a
+    load would (what cannot load is not stored) but leaves graph values as their descriptions: the
+    store-time check built a FakeTensor per node value (~1500 for a 24-layer Llama's graph)."""
+    from ember.aot.cache import _allowed, _Restricted, _Unpickler
 
-    class GraphUnpickler(_Unpickler):
+    class GraphUnpickler(_Restricted if check_only else _Unpickler):
         def find_class(self, module, name):
             if module == "ember.frontend.persist" or _allowed(module, name) or \
                     (module, name) in (("builtins", "Ellipsis"),):  # x[..., :n] in a graph's arguments
@@ -440,6 +445,10 @@ def _graph_unpickler():
                     raise pickle.UnpicklingError(f"{module} is not trusted in a graph")
                 return _cook(("named", module, qualname, fp), {}, {})
             return super().persistent_load(pid)
+
+        if check_only:
+            def __init__(self, f, fake_mode=None):
+                super().__init__(f)
     return GraphUnpickler
 
 
@@ -537,8 +546,7 @@ def store(key: str, record: dict) -> None:
     buf = io.BytesIO()
     try:
         _graph_pickler()(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(record)
-        from torch._subclasses.fake_tensor import FakeTensorMode
-        _graph_unpickler()(io.BytesIO(buf.getvalue()), FakeTensorMode()).load()  # what cannot load is not stored
+        _graph_unpickler(check_only=True)(io.BytesIO(buf.getvalue())).load()  # what cannot load is not stored
     except Exception as e:  # noqa: BLE001 - NotPersistable, an unpicklable value
         STATS["uncacheable"] += 1
         _note(f"ember frontend cache: not storing an entry of {record['name']}: {type(e).__name__}: {e}")

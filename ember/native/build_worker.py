@@ -65,8 +65,8 @@ def load_kernel_module(path: str, name: str | None = None, digest: str | None = 
     if mod is not None and getattr(mod, "__file__", None) == path and (
             digest is None or getattr(mod, "__ember_sha256__", None) == digest):
         return mod
-    _package_module(_HELPERS, "triton_helpers.py")  # (in the parent, the ember package has imported it)
     if digest is None:
+        _package_module(_HELPERS, "triton_helpers.py")
         return _import_path(name, path)
     diskcache = _package_module("ember.diskcache", "../diskcache.py")
     if source is None:
@@ -74,6 +74,11 @@ def load_kernel_module(path: str, name: str | None = None, digest: str | None = 
             source = diskcache.read_source(path, digest)
         except diskcache.Refused as e:
             raise diskcache.Refused(f"{path} {e}") from None
+    if _HELPERS.encode() in source:
+        # (a Triton kernel module: its helpers by file, not through the ember package, in a worker; a
+        # wrapper or C++ module never reads them: a warm start whose kernels are adopted from recorded
+        # binaries imports no kernel module, and skips their 26 @triton.jit definitions)
+        _package_module(_HELPERS, "triton_helpers.py")
     return diskcache.exec_source(name, path, source)
 
 

@@ -31,8 +31,32 @@ def test_traced_graphs_are_lazy_and_still_run(monkeypatch, tmp_path):
         assert isinstance(g, _LazyGraphModule)
         g.recompile()  # (a pass changed the graph): no code is generated...
         assert type(g)._needs_recompile()
-        assert "def forward" in g.code  # ...until it is read
-        assert not type(g)._needs_recompile()
+        assert "def forward" in g.code  # ...until it is read, as text (session 38: the forward is not
+        assert type(g)._needs_recompile()  # compiled for a read, only for a call)
+
+
+def test_code_text_is_fx_code_and_follows_graph_changes(monkeypatch, tmp_path):
+    """``code`` of a traced graph is the text fx generates; a pass that changes the graph and calls
+    ``recompile()`` gets the new text (never the old one kept), and a call compiles and runs the
+    current graph."""
+    from ember.aot.lazy_code import TextCodeGraphModule
+    monkeypatch.setattr(ember.config, "cache_dir", str(tmp_path))
+    rec = Recorder()
+    x, w = torch.randn(4, 8), torch.randn(8, 3, requires_grad=True)
+    ember.compile(_f, backend=rec)(x, w).sum().backward()
+    fw = rec.fw_graphs[-1]
+    assert isinstance(fw, TextCodeGraphModule)
+    text = fw.code
+    assert text == fw.graph.python_code(root_module="self").src
+    relu = next(n for n in fw.graph.nodes if n.op == "call_function" and "relu" in str(n.target))
+    relu.target = torch.ops.aten.neg.default  # a pass rewrites the graph...
+    fw.recompile()
+    assert fw.code != text and "neg" in fw.code  # ...the text follows
+    args = [torch.randn(n.meta["val"].shape) for n in fw.graph.nodes if n.op == "placeholder"]
+    xs, ws = [a for a in args if a.shape == (4, 8)], [a for a in args if a.shape == (8, 3)]
+    out = fw(*args)  # a call compiles the current graph
+    assert not type(fw)._needs_recompile()
+    close(out[0], (-(xs[0] @ ws[0])).sum(1) * 2, "rewritten forward")
 
 
 def test_inference_graph_is_lazy(monkeypatch, tmp_path):
