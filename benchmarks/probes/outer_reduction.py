@@ -131,7 +131,7 @@ def split_count(n, ranges, reduced, body, options, *more, **kw):
         more, kw = (), {}
     s = _split_count(n, ranges, reduced, body, options, *more, **kw)
     vs = sr.ir.node_vars(len(ranges))
-    strided = not sr.contiguous_reduction(body, vs[reduced[-1]], [v for i, v in enumerate(vs) if i not in reduced])
+    strided = not sr.contiguous_reduction(body, vs[reduced[-1]], dict(zip(vs, ranges)))
     if strided and "chunk" in FORCE and n.reduction_type in sr.SPLITTABLE:
         size = ranges[reduced[0]]
         s = max(1, min(-(-size // FORCE["chunk"]), size // 2))

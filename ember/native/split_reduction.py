@@ -70,30 +70,27 @@ def identity(rtype: str, dtype: torch.dtype):
     return info.min if rtype == "max" else info.max
 
 
-def contiguous_reduction(body: ir.Expr, last_var, kept_vars=()) -> bool:
+def contiguous_reduction(body: ir.Expr, last_var, sizes: dict | None = None) -> bool:
     """Does the innermost reduced loop walk memory contiguously (an "inner" reduction, reduced
-    along rows)? Judged by the loads that depend on it and on a kept loop (``kept_vars``): the tiles
-    of the big operands. A vector indexed by the reduced loop alone says nothing about them: an
-    RMSNorm weight gradient, per column a sum down the rows of ``g[r, c] * x[r, c] * rstd[r]``, reads
-    ``rstd`` with stride 1 along r, and judged by it (session 37's rule: the first load met) the
-    column sum ran unsplit as one program per column, every load strided (0.7 ms per launch on an
-    H100 at Llama-1.1B's 4096 x 2048). The majority of those loads decides (a tie: contiguous); with
-    none, the first load that depends on the reduced loop; True when none does."""
-    votes = []  # True: contiguous along the reduced loop; False: along a kept loop
-    first = None
+    along rows)? Every load that depends on it votes (stride 1 along it: contiguous; else strided),
+    weighted by how many elements it touches: the product of ``sizes`` (loop variable -> size, 1
+    where absent) over the loop variables in its index. So the big operands decide, not a vector
+    beside them: an RMSNorm weight gradient, per column a sum down the rows of ``g[r, c] * x[r, c] *
+    rstd[r]``, reads ``rstd`` with stride 1 along r, and judged by it (session 37's rule: the first
+    load met) the column sum ran unsplit as one program per column, every load strided (0.70 ms per
+    launch on an H100 at Llama-1.1B's 4096 x 2048). A tie is contiguous; True when no load depends
+    on the loop."""
+    sizes = sizes or {}
+    votes = 0  # elements read contiguously along the loop minus those read with a stride
+    met = False
     for ld in ir.loads_of(body):
         index = sympy.expand(ld.attr[1])
         if last_var not in index.free_symbols:
             continue
-        along_r = index.coeff(last_var) == 1
-        first = along_r if first is None else first
-        if along_r and any(v in index.free_symbols for v in kept_vars):
-            votes.append(True)
-        elif any(index.coeff(v) == 1 for v in kept_vars):
-            votes.append(False)
-    if votes:
-        return 2 * sum(votes) >= len(votes)
-    return True if first is None else first
+        met = True
+        weight = math.prod(sizes.get(v, 1) for v in index.free_symbols)
+        votes += weight if index.coeff(last_var) == 1 else -weight
+    return not met or votes >= 0
 
 
 def split_count(n: ir.ComputedNode, ranges, reduced, body, options, outer_rule: bool = False) -> int:
@@ -109,7 +106,7 @@ def split_count(n: ir.ComputedNode, ranges, reduced, body, options, outer_rule: 
         return 1  # the scheduler may run it as one program, in one launch
     size = ranges[reduced[0]]
     vs = ir.node_vars(len(ranges))
-    strided = not contiguous_reduction(body, vs[reduced[-1]], [v for i, v in enumerate(vs) if i not in reduced])
+    strided = not contiguous_reduction(body, vs[reduced[-1]], dict(zip(vs, ranges)))
     outer = strided and outer_rule
     per_program = min(xnumel, (OUTER_XBLOCK if outer else STRIDED_XBLOCK) if strided else 1)
     programs = -(-xnumel // per_program)

@@ -32,19 +32,26 @@ RMS_DW = dict(atol=6e-2, rtol=2e-2)
 
 
 # ---- the classification -------------------------------------------------------------------------------
-def test_contiguity_is_judged_by_the_tiles_not_a_row_vector():
-    """``g[r, c] * rstd[r]`` summed over r is strided (along c) whatever order the loads are met in;
-    ``x[r, c] * w[c]`` summed over c is contiguous; a tie or no 2-D load falls back to the first load."""
-    v0, v1 = ir.node_vars(2)
+def test_contiguity_is_judged_by_the_big_loads():
+    """``g[r, c] * rstd[r]`` summed over r is strided (along c) whatever order the loads are met in,
+    and so is its partial kernel's (chunk k, row j: ``rstd[8k + j]`` depends on a kept loop too);
+    ``x[r, c] * w[c]`` summed over c is contiguous; a loop no load depends on is contiguous."""
+    v0, v1, v2 = ir.node_vars(3)
     f32 = torch.float32
+    sizes = {v0: 4096, v1: 2048}
     tile = ir.load("g", 2048 * v0 + v1, {}, f32)
     rstd = ir.load("rstd", v0, {}, f32)
     for body in (ir.op("mul", tile, rstd), ir.op("mul", rstd, tile)):
-        assert not split_reduction.contiguous_reduction(body, v0, [v1])
+        assert not split_reduction.contiguous_reduction(body, v0, sizes)
+    chunks = {v0: 12, v1: 8, v2: 48}  # [12 chunks, 8 rows, 48 columns], v1 reduced
+    g = ir.load("g", 384 * v0 + 48 * v1 + v2, {}, f32)
+    x = ir.load("x", 384 * v0 + 48 * v1 + v2, {}, f32)
+    mean, r = ir.load("mean", 8 * v0 + v1, {}, f32), ir.load("rstd", 8 * v0 + v1, {}, f32)
+    body = ir.op("mul", g, ir.op("mul", ir.op("sub", x, mean), r))
+    assert not split_reduction.contiguous_reduction(body, v1, chunks)
     row = ir.op("mul", ir.load("x", 2048 * v1 + v0, {}, f32), ir.load("w", v0, {}, f32))
-    assert split_reduction.contiguous_reduction(row, v0, [v1])
-    assert split_reduction.contiguous_reduction(rstd, v0, [v1])  # no tile: the first load
-    assert split_reduction.contiguous_reduction(ir.load("c", sympy.Integer(0), {}, f32), v0, [v1])
+    assert split_reduction.contiguous_reduction(row, v0, {v0: 2048, v1: 4096})
+    assert split_reduction.contiguous_reduction(ir.load("c", sympy.Integer(0), {}, f32), v0, sizes)
 
 
 # ---- plans at the models' shapes (meta tensors) --------------------------------------------------------
