@@ -193,3 +193,38 @@ def test_layer_norm_backward_matches_eager(dtype, native_cache):
     assert len(_split_count(f, inputs)) >= 2  # (weight and bias: two sums, or one pair)
     tol = BF16 if dtype == torch.bfloat16 else dict(atol=1e-4, rtol=1e-4)
     run_case(f, inputs, options=SPLIT, cache_dir=native_cache, **tol)
+
+
+# ---- the kernels compile for a real GPU (sm_90, offline: gpu_compile_check.compile_kernel) ----------
+def _compile_for_sm90():
+    """Every reduction kernel of the two backward plans above, compiled for sm_90; prints how many."""
+    import tempfile
+
+    from triton.backends.compiler import GPUTarget
+
+    from tests.native.gpu_compile_check import compile_kernel
+    done = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, fn, make in [("rms", lambda norm, x: norm(x), _llama_rmsnorm), ("gpt2", _gpt2_block_fn, _gpt2_block)]:
+            gm, inputs = _backward_graph(fn, make)
+            g, _, _, emitted = backend.plan(gm, inputs, backend.NativeOptions())
+            for i, (k, ek) in enumerate(emitted):
+                if k.is_reduction:
+                    compile_kernel(f"{name}_{i}", ek, g.buffers(), GPUTarget("cuda", 90, 32), tmp)
+                    done += 1
+    print(done)
+
+
+def test_norm_backward_kernels_compile_for_sm90():
+    """The split column sums' kernels (and the row kernels beside them) compile for sm_90 (a
+    subprocess without TRITON_INTERPRET)."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
+    code = "from tests.native.test_norm_backward_reduction import _compile_for_sm90 as f; f()"
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert int(out.stdout.strip().splitlines()[-1]) >= 10
