@@ -7,6 +7,8 @@ launch). Cases, one training step each (forward + backward, gradients compared w
   layernorm    nn.LayerNorm(768) fp32 under bf16 autocast, x [8, 512, 768] fp32 (GPT-2's residual stream)
   gpt2_block   transformers' GPT2Block under bf16 autocast, x [8, 512, 768]
   llama_layer  transformers' LlamaDecoderLayer (1.1B widths) in bf16, x [8, 512, 2048]
+Compilers: eager, ember, ember_s37 (session 37's rule for which reductions are strided: the
+norms' column sums unsplit, the before of this fix), torch.compile (default mode).
 Per (case, compiler): the step's time (CUDA events, median of 3 loops), its device time per step
 (sum of the kernels in a torch.profiler trace of 5 steps) and the top kernels (us per launch).
 Then ember's split of the column sums is swept on rmsnorm and layernorm (rows per chunk of the
@@ -15,7 +17,8 @@ split_reduction.split_count and triton_emit.choose_config in this process (fresh
 each variant's device time per step comes from the profiler.
 
 usage (H100, < 3 min):   python benchmarks/probes/norm_backward.py --out /tmp/norm_backward.json
-  --only NAME     cases whose name contains NAME;  --budget S  stop the sweep after S seconds (150)
+  --only NAME     cases whose name contains NAME;  --budget S  stop the sweep after S seconds (100;
+                  the blocks run after it unless 60 s past it)
   --smoke         CPU check (Triton interpreter, tiny shapes): ember matches eager; no timing
 """
 from __future__ import annotations
@@ -155,7 +158,7 @@ def split_count(n, ranges, reduced, body, options, *more, **kw):
         options = dataclasses.replace(options, **SMOKE_OPTS)
     s = _split_count(n, ranges, reduced, body, options, *more, **kw)
     vs = sr.ir.node_vars(len(ranges))
-    strided = not sr.contiguous_reduction(body, vs[reduced[-1]], dict(zip(vs, ranges)))
+    strided = not contiguous_reduction(body, vs[reduced[-1]], dict(zip(vs, ranges)))
     if strided and "chunk" in FORCE and n.reduction_type in sr.SPLITTABLE and s > 1:
         size = ranges[reduced[0]]
         s = max(2, min(-(-size // FORCE["chunk"]), size // 2))
@@ -175,7 +178,23 @@ def choose_config(k, options, inner, persistent_ok=True, **kw):
     return cfg
 
 
+_contiguous = sr.contiguous_reduction
+
+
+def contiguous_reduction(body, last_var, sizes=None):
+    """FORCE["old"]: session 37's rule, the first load that depends on the loop decides (a per-row
+    vector such as rstd made the norms' column sums look contiguous: unsplit, one program per column)."""
+    if FORCE.get("old"):
+        for ld in sr.ir.loads_of(body):
+            index = sr.sympy.expand(ld.attr[1])
+            if last_var in index.free_symbols:
+                return index.coeff(last_var) == 1
+        return True
+    return _contiguous(body, last_var, sizes)
+
+
 sr.split_count, te.choose_config = split_count, choose_config
+sr.contiguous_reduction = te.contiguous_reduction = contiguous_reduction
 
 
 # ---- timing ------------------------------------------------------------------------------------------
@@ -221,7 +240,7 @@ def kernel_profile(fn, steps=5):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
-    ap.add_argument("--budget", type=float, default=150.0)
+    ap.add_argument("--budget", type=float, default=100.0)
     ap.add_argument("--only", default=None)
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--no-torch", action="store_true", help="skip torch.compile (its compiles take the most time)")
@@ -237,16 +256,18 @@ def main():
                "torch": torch.__version__, "records": []}
     names = ["rmsnorm", "layernorm", "gpt2_block", "llama_layer"]
     names = [n for n in names if not a.only or a.only in n]
-    compilers = ["eager", "ember"] + ([] if smoke or a.no_torch else ["torch"])
+    compilers = ["eager", "ember", "ember_s37"] + ([] if smoke or a.no_torch else ["torch"])
     table = []
-    for name in names:
+
+    def run_base(name):
         base, x, grad, amp = make_case(name, smoke, device)
         want = run_step(step_fn(base, device, amp, "eager"), base, x, grad)
         for comp in compilers:
             m = copy.deepcopy(base)
             FORCE.clear(); SEEN.clear()
+            FORCE["old"] = comp == "ember_s37"  # (session 37's classification, for the before/after)
             t1 = time.time()
-            fn = step_fn(m, device, amp, comp)
+            fn = step_fn(m, device, amp, "ember" if comp == "ember_s37" else comp)
             got = run_step(fn, m, x, grad)
             r = {"kind": "base", "case": name, "compiler": comp, "err": rel_err(got, want),
                  "compile_s": time.time() - t1, "S": SEEN.get("S"), "cfg": SEEN.get("cfg")}
@@ -266,6 +287,8 @@ def main():
             table.append(r)
             if comp == "torch":
                 torch._dynamo.reset()
+    for name in [n for n in names if n in SWEPT]:
+        run_base(name)
     # the sweep: chunk sizes at the heuristic config, then configs at the heuristic chunk
     chunks, configs = (SMOKE_CHUNKS, SMOKE_CONFIGS) if smoke else (CHUNKS, CONFIGS)
     plan = [dict(chunk=c) for c in chunks] + [dict(cfg=c) for c in configs]
@@ -301,11 +324,18 @@ def main():
         if stopped:
             print("budget reached", flush=True)
             break
+    for name in [n for n in names if n not in SWEPT]:  # the blocks: kernels in situ
+        if not smoke and time.time() - t0 > a.budget + 60:
+            print(f"skipped {name}: past the budget", flush=True)
+            continue
+        run_base(name)
     if not smoke:
         print("\nstep ms (device ms per step from the profiler)")
         print(f"{'case':12s} " + " ".join(f"{c:>18s}" for c in compilers))
         for name in names:
             rows = {r["compiler"]: r for r in table if r["case"] == name}
+            if not rows:
+                continue
             print(f"{name:12s} " + " ".join(f"{rows[c]['ms']:8.3f} ({rows[c]['device_ms']:7.3f})" for c in compilers
                                            if c in rows))
         for name in [n for n in names if n in SWEPT]:
