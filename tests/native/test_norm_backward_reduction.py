@@ -141,6 +141,11 @@ def test_gpt2_block_layer_norm_backward_plan():
     one persistent program per column (76 us per launch on an H100)."""
     gm, inputs = _backward_graph(_gpt2_block_fn, _gpt2_block)
     _check_column_sums(gm, inputs, 4096, (768, 2304, 3072))
+    # the final kernels of the 768-wide sums (both LayerNorms' weight and bias, two Linear biases):
+    # one launch (scheduler.SMALL_REDUCTION_NUMEL), not six
+    _, _, sched, _ = backend.plan(gm, inputs, backend.NativeOptions())
+    finals = [k for k in sched.steps if getattr(k, "reduced", None) and k.ranges == (16, 768)]
+    assert len(finals) == 1 and len(finals[0].nodes) >= 6, [[n.name for n in k.nodes] for k in finals]
 
 
 # ---- results against eager (Triton interpreter, small shapes) ------------------------------------------
