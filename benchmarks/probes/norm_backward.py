@@ -17,7 +17,7 @@ split_reduction.split_count and triton_emit.choose_config in this process (fresh
 each variant's device time per step comes from the profiler.
 
 usage (H100, < 3 min):   python benchmarks/probes/norm_backward.py --out /tmp/norm_backward.json
-  --only NAME     cases whose name contains NAME;  --budget S  stop the sweep after S seconds (100;
+  --only NAME     cases whose name contains NAME;  --budget S  stop the sweep after S seconds (90;
                   the blocks run after it unless 60 s past it)
   --smoke         CPU check (Triton interpreter, tiny shapes): ember matches eager; no timing
 """
@@ -240,7 +240,7 @@ def kernel_profile(fn, steps=5):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
-    ap.add_argument("--budget", type=float, default=100.0)
+    ap.add_argument("--budget", type=float, default=90.0)
     ap.add_argument("--only", default=None)
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--no-torch", action="store_true", help="skip torch.compile (its compiles take the most time)")
