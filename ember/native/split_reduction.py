@@ -26,7 +26,9 @@ contiguous in memory, so for a channels-last tensor all of N*H*W is one loop). C
 of that loop's size when one is near the wanted count; otherwise the last chunk's tail is masked.
 
 Strided ("outer") reductions in Triton kernels (BatchNorm statistics and weight gradients of a
-channels-last activation: per channel, a sum down N*H*W rows of C contiguous values) are bound by
+channels-last activation: per channel, a sum down N*H*W rows of C contiguous values; the weight and
+bias gradients of LayerNorm and RMSNorm: per column, a sum down the rows; ``contiguous_reduction``
+tells them from row reductions) are bound by
 how many bytes are in flight, not by per-program loop overhead: they split into many short chunks
 (``split_outer_outputs`` partial outputs, chunks of ``split_outer_rows`` rows or more), so the
 partial kernel runs ~1000 programs of 64 channels each (triton_emit.OUTER_CONFIGS). On an H100 at
