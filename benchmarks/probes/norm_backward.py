@@ -292,6 +292,8 @@ def main():
     # the sweep: chunk sizes at the heuristic config, then configs at the heuristic chunk
     chunks, configs = (SMOKE_CHUNKS, SMOKE_CONFIGS) if smoke else (CHUNKS, CONFIGS)
     plan = [dict(chunk=c) for c in chunks] + [dict(cfg=c) for c in configs]
+    if not smoke:  # short chunks with smaller tiles (GPT-2's 768 columns: 12 programs per chunk)
+        plan += [dict(chunk=128, cfg=c) for c in [(64, 32, 4), (32, 64, 4), (32, 32, 4)]]
     stopped = False
     for v in plan:
         for name in [n for n in names if n in SWEPT]:
@@ -343,7 +345,7 @@ def main():
                         key=lambda r: r["device_ms"])[:3]
             base_ember = next(r for r in table if r["case"] == name and r["compiler"] == "ember")
             print(f"{name}: ember heuristic {base_ember['device_ms']:.4f} ms device; best sweep: " +
-                  "; ".join(f"{r['device_ms']:.4f} {r.get('chunk') or r.get('cfg')}" for r in sw))
+                  "; ".join(f"{r['device_ms']:.4f} chunk={r.get('chunk')} cfg={r.get('cfg')}" for r in sw))
     bad = [r for r in results["records"] if (r.get("err") or 0) > 5e-2]
     print(f"\n{len(results['records'])} records, {len(bad)} above 5e-2 relative error; {time.time() - t0:.0f}s")
     if a.out:
