@@ -350,22 +350,27 @@ class Scheduler:
             if p is None:
                 return None
             placed[n.name] = p
-        for x, y in ((a, b), (b, a)):
-            written = {n.name: n for n in x.members}
-            for q in y.members:
-                for buf, index, indirect in self.reads[id(q)]:
-                    p = written.get(buf)
-                    if p is None:
-                        continue
-                    if indirect:
-                        return None
-                    # values reduced across x exist only after the x loop: only "final" nodes read them
-                    if placed[p.name][0] in ("xred", "final") and placed[q.name][0] != "final":
-                        return None
-                    w = sympy.sympify(p.store_index).xreplace(placed[p.name][1])
-                    r = index.xreplace(placed[q.name][1])
-                    if sympy.expand(w - r) != 0 and not _same_index(w, r, ranges):
-                        return None
+        # every value passed inside the merged kernel, also between two nodes of one group: in the
+        # merged space each node is placed anew, and a group that fits through reshape_map may map
+        # one member's rows onto the new kernel's r loop and another's onto its x (a [64, 64]
+        # RMSNorm backward: its row kernel taken into the column sum's kernel read the row sums
+        # transposed until this covered a group's own pairs)
+        members = a.members + b.members
+        written = {n.name: n for n in members}
+        for q in members:
+            for buf, index, indirect in self.reads[id(q)]:
+                p = written.get(buf)
+                if p is None:
+                    continue
+                if indirect:
+                    return None
+                # values reduced across x exist only after the x loop: only "final" nodes read them
+                if placed[p.name][0] in ("xred", "final") and placed[q.name][0] != "final":
+                    return None
+                w = sympy.sympify(p.store_index).xreplace(placed[p.name][1])
+                r = index.xreplace(placed[q.name][1])
+                if sympy.expand(w - r) != 0 and not _same_index(w, r, ranges):
+                    return None
         if self._reaches(a, b, True) or self._reaches(b, a, True):
             return None
         return shape
