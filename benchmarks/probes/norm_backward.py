@@ -17,7 +17,10 @@ split_reduction.split_count and triton_emit.choose_config in this process (fresh
 each variant's device time per step comes from the profiler.
 
 usage (H100, < 3 min):   python benchmarks/probes/norm_backward.py --out /tmp/norm_backward.json
-  --only NAME     cases whose name contains NAME;  --budget S  stop the sweep after S seconds (90;
+  --only A,B      cases whose name contains A or B;  --sweep A,B  the cases swept (default rmsnorm,layernorm;
+                  gpt2_block,llama_layer sweep their column sums' partial kernels in situ: the GELU
+                  backward + bias gradient, the two RMSNorm weight gradients with 9 streams)
+  --budget S      stop the sweep after S seconds (90;
                   the blocks run after it unless 60 s past it)
   --smoke         CPU check (Triton interpreter, tiny shapes): ember matches eager; no timing
 """
@@ -46,7 +49,8 @@ import ember.native.split_reduction as sr  # noqa: E402
 import ember.native.triton_emit as te  # noqa: E402
 
 CHUNKS = [64, 128, 256, 512, 1024]                               # rows per chunk of the partial kernel
-CONFIGS = [(64, 64, 8), (64, 32, 4), (64, 16, 4), (32, 64, 4), (128, 32, 8), (128, 16, 4), (32, 128, 8)]
+CONFIGS = [(64, 64, 8), (64, 32, 4), (64, 16, 4), (32, 64, 4), (64, 64, 4), (64, 32, 8), (128, 32, 8),
+           (128, 16, 4), (32, 128, 8)]
 SMOKE_CHUNKS, SMOKE_CONFIGS = [16, 32], [(16, 16, 4), (32, 8, 2)]
 SWEPT = ("rmsnorm", "layernorm")
 
@@ -242,6 +246,7 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--budget", type=float, default=90.0)
     ap.add_argument("--only", default=None)
+    ap.add_argument("--sweep", default=",".join(SWEPT))
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--no-torch", action="store_true", help="skip torch.compile (its compiles take the most time)")
     a = ap.parse_args()
@@ -255,7 +260,8 @@ def main():
     results = {"device": torch.cuda.get_device_name() if not smoke else "cpu-interpreter",
                "torch": torch.__version__, "records": []}
     names = ["rmsnorm", "layernorm", "gpt2_block", "llama_layer"]
-    names = [n for n in names if not a.only or a.only in n]
+    names = [n for n in names if not a.only or any(o in n for o in a.only.split(","))]
+    swept = [n for n in names if n in a.sweep.split(",")]
     compilers = ["eager", "ember", "ember_s37"] + ([] if smoke or a.no_torch else ["torch"])
     table = []
 
@@ -292,16 +298,16 @@ def main():
             table.append(r)
             if comp == "torch":
                 torch._dynamo.reset()
-    for name in [n for n in names if n in SWEPT]:
+    for name in swept:
         run_base(name)
-    # the sweep: chunk sizes at the heuristic config, then configs at the heuristic chunk
+    # the sweep: configs at the heuristic chunk, then chunk sizes at the heuristic config
     chunks, configs = (SMOKE_CHUNKS, SMOKE_CONFIGS) if smoke else (CHUNKS, CONFIGS)
-    plan = [dict(chunk=c) for c in chunks] + [dict(cfg=c) for c in configs]
+    plan = [dict(cfg=c) for c in configs] + [dict(chunk=c) for c in chunks]  # (configs first: the blocks)
     if not smoke:  # short chunks with smaller tiles (GPT-2's 768 columns: 12 programs per chunk)
         plan += [dict(chunk=128, cfg=c) for c in [(64, 32, 4), (32, 64, 4), (32, 32, 4)]]
     stopped = False
     for v in plan:
-        for name in [n for n in names if n in SWEPT]:
+        for name in swept:
             if not smoke and time.time() - t0 > a.budget:
                 stopped = True
                 break
@@ -331,7 +337,7 @@ def main():
         if stopped:
             print("budget reached", flush=True)
             break
-    for name in [n for n in names if n not in SWEPT]:  # the blocks: kernels in situ
+    for name in [n for n in names if n not in swept]:  # the blocks: kernels in situ
         if not smoke and time.time() - t0 > a.budget + 60:
             print(f"skipped {name}: past the budget", flush=True)
             continue
@@ -345,7 +351,7 @@ def main():
                 continue
             print(f"{name:12s} " + " ".join(f"{rows[c]['ms']:8.3f} ({rows[c]['device_ms']:7.3f})" if c in rows
                                            else f"{'-':>18s}" for c in compilers))
-        for name in [n for n in names if n in SWEPT]:
+        for name in swept:
             sw = sorted((r for r in results["records"] if r["kind"] == "sweep" and r["case"] == name and "device_ms" in r),
                         key=lambda r: r["device_ms"])[:3]
             base_ember = next((r for r in table if r["case"] == name and r["compiler"] == "ember"), {"device_ms": 0})
