@@ -197,7 +197,24 @@ def contiguous_reduction(body, last_var, sizes=None):
     return _contiguous(body, last_var, sizes)
 
 
-sr.split_count, te.choose_config = split_count, choose_config
+_kernel_name = te.kernel_name
+
+
+def kernel_name(k, kind, i):
+    """Notes the names of the partial kernels (of split reductions), to find them in the profile."""
+    name = _kernel_name(k, kind, i)
+    if any(n.name.endswith("_partial") for n in k.nodes):
+        SEEN.setdefault("partial_names", set()).add(name[:90])
+    return name
+
+
+def partial_us(kernels) -> float:
+    """us per step of the partial kernels this compile made (SEEN["partial_names"])."""
+    names = SEEN.get("partial_names", set())
+    return round(sum(v[0] for k, v in kernels.items() if k in names), 1)
+
+
+sr.split_count, te.choose_config, te.kernel_name = split_count, choose_config, kernel_name
 sr.contiguous_reduction = te.contiguous_reduction = contiguous_reduction
 
 
@@ -286,10 +303,12 @@ def main():
                 call = lambda: run_step(fn, m, x, grad)  # noqa: E731
                 r["ms"], r["ms_min"], r["ms_max"] = loop_ms(call)
                 kernels, r["device_ms"] = kernel_profile(call)
+                r["partial_us"] = partial_us(kernels)
                 r["top"] = [(k, round(v[0], 1), round(v[1], 2)) for k, v in
                             sorted(kernels.items(), key=lambda kv: -kv[1][0])[:8]]
                 print(f"[{time.time() - t0:4.0f}s] {name:11s} {comp:6s} step {r['ms']:.3f} ms "
-                      f"(device {r['device_ms']:.3f})  err {r['err']:.1e}  S={r['S']} cfg={r['cfg']}", flush=True)
+                      f"(device {r['device_ms']:.3f}; partial kernels {r['partial_us']} us)  err {r['err']:.1e}  S={r['S']} "
+                      f"cfg={r['cfg']}", flush=True)
                 for k, us, n in r["top"][:5]:
                     print(f"      {us:8.1f} us/step  {n:4.1f} launches  {us / max(n, 1e-9):8.1f} us each  {k}")
             else:
@@ -328,9 +347,11 @@ def main():
             if not smoke:
                 call = lambda: run_step(fn, m, x, grad)  # noqa: E731
                 kernels, r["device_ms"] = kernel_profile(call)
+                r["partial_us"] = partial_us(kernels)
                 r["ms"] = loop_ms(call)[0]
                 print(f"  [{time.time() - t0:4.0f}s] {tag:40s} S={r['S']} cfg={r['seen']}: device "
-                      f"{r['device_ms']:.4f} ms/step, step {r['ms']:.3f} ms  err {r['err']:.1e}", flush=True)
+                      f"{r['device_ms']:.4f} ms/step (partial kernels {r['partial_us']} us), step {r['ms']:.3f} ms  "
+                      f"err {r['err']:.1e}", flush=True)
             else:
                 print(f"  {tag} S={r['S']} err {r['err']:.1e}", flush=True)
             results["records"].append(r)
