@@ -3,9 +3,8 @@
 Every ``ComputedNode`` starts as its own group; extern nodes are groups that never fuse. Groups that
 share data are merged greedily, best score first (bytes shared, vertical before horizontal), until a
 round merges nothing; then pointwise groups of at most ``TINY_NUMEL`` elements also merge with each
-other without sharing data (one launch instead of several), and so do reductions over at most
-``SMALL_REDUCTION_NUMEL`` points with the same iteration space (the final kernels of split
-reductions). A kernel has one iteration space: ``ranges`` with the ``reduced`` ones reduced. A node
+other without sharing data (one launch instead of several), and so do the final kernels of split
+reductions (over at most ``SMALL_REDUCTION_NUMEL`` points, the same iteration space). A kernel has one iteration space: ``ranges`` with the ``reduced`` ones reduced. A node
 fits a kernel as
 
 * ``red``:   a reduction over exactly those ranges and reduced dims,
@@ -40,9 +39,10 @@ MAX_FUSED_NODES = 64
 # (NativeOptions.single_program_numel says how small).
 # pointwise kernels this small merge with any other of the same size (no shared data needed)
 TINY_NUMEL = 1024
-# reductions over this few points (all loops) with the same iteration space also merge without shared
-# data: the final kernels of split column sums (split_reduction: S partials per output, S * outputs
-# <= split_outer_outputs), e.g. the weight and bias gradients of a LayerNorm, ~2-3 us of launch each
+# second-stage reductions (of values reductions computed) over this few points (all loops) with the
+# same iteration space also merge without shared data: the final kernels of split column sums
+# (split_reduction: S partials per output, S * outputs <= split_outer_outputs), e.g. the weight and
+# bias gradients of a LayerNorm, ~2-3 us of launch each
 SMALL_REDUCTION_NUMEL = 1 << 16
 
 
@@ -422,16 +422,30 @@ class Scheduler:
     def _tiny_pairs(self):
         tiny = [g for g in self.groups if not g.extern and not g.reduced and _static(g.ranges)
                 and math.prod(g.ranges) <= TINY_NUMEL]
-        small = {}  # small reductions by iteration space (only equal spaces merge: one config fits both)
+        small = {}  # second stages by iteration space (only equal spaces merge: one config fits both)
         for g in self.groups:
             if not g.extern and g.reduced and not g.single and _static(g.ranges) \
-                    and math.prod(g.ranges) <= SMALL_REDUCTION_NUMEL:
+                    and math.prod(g.ranges) <= SMALL_REDUCTION_NUMEL and self._second_stage(g):
                 small.setdefault((g.ranges, g.reduced), []).append(g)
         pairs = [((0, 0), a, b) for i, a in enumerate(tiny) for b in tiny[i + 1:i + 65]]
         for same in small.values():
             same.sort(key=lambda g: g.order)
             pairs += [((0, 0), a, b) for i, a in enumerate(same) for b in same[i + 1:i + 65]]
         return pairs
+
+    def _second_stage(self, g) -> bool:
+        """Does every node of g reduce values that reductions computed (the final kernel of a split
+        reduction reads only its partials)? Other small reductions keep their own kernels: merged
+        across a model's layers they would tie kernels that a per-block compile (regional) keeps
+        apart."""
+        for n in g.members:
+            if not n.is_reduction:
+                return False
+            for buf, _, _ in self.reads[id(n)]:
+                p = self.producer.get(buf)
+                if not (isinstance(p, ir.ComputedNode) and p.is_reduction):
+                    return False
+        return True
 
     def _merge(self, a, b, shape):
         self._rerank(a, b)
