@@ -22,7 +22,11 @@ usage (H100, < 3 min):   python benchmarks/probes/norm_backward.py --out /tmp/no
                   backward + bias gradient, the two RMSNorm weight gradients with 9 streams)
   --budget S      stop the sweep after S seconds (90;
                   the blocks run after it unless 60 s past it)
+  --no-torch      skip torch.compile (its compiles take the most time)
   --smoke         CPU check (Triton interpreter, tiny shapes): ember matches eager; no timing
+  the blocks' partial kernels (~3 min):  ... --only gpt2_block,llama_layer --sweep gpt2_block,llama_layer
+                  --no-torch --budget 150
+Results of session 38's run: benchmarks/results/norm_backward-nvidia-h100-s38.{json,txt}.
 """
 from __future__ import annotations
 
