@@ -130,7 +130,8 @@ def split_count(n, ranges, reduced, body, options, *more, **kw):
     if FORCE.get("old"):  # session 35's rule: few long chunks (the C++ renderer's)
         more, kw = (), {}
     s = _split_count(n, ranges, reduced, body, options, *more, **kw)
-    strided = not sr.contiguous_reduction(body, sr.ir.node_vars(len(ranges))[reduced[-1]])
+    vs = sr.ir.node_vars(len(ranges))
+    strided = not sr.contiguous_reduction(body, vs[reduced[-1]], dict(zip(vs, ranges)))
     if strided and "chunk" in FORCE and n.reduction_type in sr.SPLITTABLE:
         size = ranges[reduced[0]]
         s = max(1, min(-(-size // FORCE["chunk"]), size // 2))

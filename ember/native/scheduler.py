@@ -3,8 +3,9 @@
 Every ``ComputedNode`` starts as its own group; extern nodes are groups that never fuse. Groups that
 share data are merged greedily, best score first (bytes shared, vertical before horizontal), until a
 round merges nothing; then pointwise groups of at most ``TINY_NUMEL`` elements also merge with each
-other without sharing data (one launch instead of several). A kernel has one iteration space:
-``ranges`` with the ``reduced`` ones reduced. A node fits a kernel as
+other without sharing data (one launch instead of several), and so do the final kernels of split
+reductions (over at most ``SMALL_REDUCTION_NUMEL`` points, the same iteration space). A kernel has one iteration space: ``ranges`` with the ``reduced`` ones reduced. A node
+fits a kernel as
 
 * ``red``:   a reduction over exactly those ranges and reduced dims,
 * ``inner``: a pointwise node over all the ranges (a reduction's prologue, or the "normalize" pass
@@ -38,6 +39,11 @@ MAX_FUSED_NODES = 64
 # (NativeOptions.single_program_numel says how small).
 # pointwise kernels this small merge with any other of the same size (no shared data needed)
 TINY_NUMEL = 1024
+# second-stage reductions (of values reductions computed) over this few points (all loops) with the
+# same iteration space also merge without shared data: the final kernels of split column sums
+# (split_reduction: S partials per output, S * outputs <= split_outer_outputs), e.g. the weight and
+# bias gradients of a LayerNorm, ~2-3 us of launch each
+SMALL_REDUCTION_NUMEL = 1 << 16
 
 
 @dataclasses.dataclass
@@ -344,22 +350,27 @@ class Scheduler:
             if p is None:
                 return None
             placed[n.name] = p
-        for x, y in ((a, b), (b, a)):
-            written = {n.name: n for n in x.members}
-            for q in y.members:
-                for buf, index, indirect in self.reads[id(q)]:
-                    p = written.get(buf)
-                    if p is None:
-                        continue
-                    if indirect:
-                        return None
-                    # values reduced across x exist only after the x loop: only "final" nodes read them
-                    if placed[p.name][0] in ("xred", "final") and placed[q.name][0] != "final":
-                        return None
-                    w = sympy.sympify(p.store_index).xreplace(placed[p.name][1])
-                    r = index.xreplace(placed[q.name][1])
-                    if sympy.expand(w - r) != 0 and not _same_index(w, r, ranges):
-                        return None
+        # every value passed inside the merged kernel, also between two nodes of one group: in the
+        # merged space each node is placed anew, and a group that fits through reshape_map may map
+        # one member's rows onto the new kernel's r loop and another's onto its x (a [64, 64]
+        # RMSNorm backward: its row kernel taken into the column sum's kernel read the row sums
+        # transposed until this covered a group's own pairs)
+        members = a.members + b.members
+        written = {n.name: n for n in members}
+        for q in members:
+            for buf, index, indirect in self.reads[id(q)]:
+                p = written.get(buf)
+                if p is None:
+                    continue
+                if indirect:
+                    return None
+                # values reduced across x exist only after the x loop: only "final" nodes read them
+                if placed[p.name][0] in ("xred", "final") and placed[q.name][0] != "final":
+                    return None
+                w = sympy.sympify(p.store_index).xreplace(placed[p.name][1])
+                r = index.xreplace(placed[q.name][1])
+                if sympy.expand(w - r) != 0 and not _same_index(w, r, ranges):
+                    return None
         if self._reaches(a, b, True) or self._reaches(b, a, True):
             return None
         return shape
@@ -411,7 +422,30 @@ class Scheduler:
     def _tiny_pairs(self):
         tiny = [g for g in self.groups if not g.extern and not g.reduced and _static(g.ranges)
                 and math.prod(g.ranges) <= TINY_NUMEL]
-        return [((0, 0), a, b) for i, a in enumerate(tiny) for b in tiny[i + 1:i + 65]]
+        small = {}  # second stages by iteration space (only equal spaces merge: one config fits both)
+        for g in self.groups:
+            if not g.extern and g.reduced and not g.single and _static(g.ranges) \
+                    and math.prod(g.ranges) <= SMALL_REDUCTION_NUMEL and self._second_stage(g):
+                small.setdefault((g.ranges, g.reduced), []).append(g)
+        pairs = [((0, 0), a, b) for i, a in enumerate(tiny) for b in tiny[i + 1:i + 65]]
+        for same in small.values():
+            same.sort(key=lambda g: g.order)
+            pairs += [((0, 0), a, b) for i, a in enumerate(same) for b in same[i + 1:i + 65]]
+        return pairs
+
+    def _second_stage(self, g) -> bool:
+        """Does every node of g reduce values that reductions computed (the final kernel of a split
+        reduction reads only its partials)? Other small reductions keep their own kernels: merged
+        across a model's layers they would tie kernels that a per-block compile (regional) keeps
+        apart."""
+        for n in g.members:
+            if not n.is_reduction:
+                return False
+            for buf, _, _ in self.reads[id(n)]:
+                p = self.producer.get(buf)
+                if not (isinstance(p, ir.ComputedNode) and p.is_reduction):
+                    return False
+        return True
 
     def _merge(self, a, b, shape):
         self._rerank(a, b)

@@ -486,7 +486,8 @@ class TritonKernelEmitter(Names):
     def _inner_reduction(self):
         for n in self.k.nodes:
             if self.k.roles[n.name] == "red":
-                return contiguous_reduction(self.k.bodies[n.name], self.vars[self.k.reduced[-1]])
+                sizes = {v: self.sv.hint(r) for v, r in zip(self.vars, self.k.ranges)}
+                return contiguous_reduction(self.k.bodies[n.name], self.vars[self.k.reduced[-1]], sizes)
         return True
 
     def _var_defs(self, positions, base):
