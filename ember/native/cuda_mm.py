@@ -173,7 +173,8 @@ def _formula(pre):
 def _is_convert(n) -> bool:
     """n is ``_to_copy(x, dtype=<floating>)``: a cast and nothing else (no device or layout change)."""
     dtype = n.kwargs.get("dtype")
-    return len(n.args) == 1 and set(n.kwargs) == {"dtype"} and isinstance(dtype, torch.dtype) and dtype.is_floating_point
+    return (len(n.args) == 1 and set(n.kwargs) == {"dtype"} and isinstance(dtype, torch.dtype)
+            and dtype.is_floating_point)
 
 
 def _ancestors(out, pre, region):
