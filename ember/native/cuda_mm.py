@@ -25,6 +25,9 @@ contiguous bias of length N, every size of x [M, K] and w [K, N] > 1, dtype fp16
 fp64 there; see DTYPES), x and w dense (required before CUDA 12.1), not ``DISABLE_ADDMM_CUDA_LT=1``.
 Where Lt would decline, ATen runs addmm then a separate GELU, which is what the Triton kernel already
 does better (it fuses the GELU with what follows), so the graph is left alone.
+Nor where ``small_mm`` takes the matmul (``2*M*K*N <= opts.small_mm_flops``, default mode only): there
+the call's host time counts, a SmallMM is one Triton launch, and the Lt path asks cuBLASLt for an
+algorithm on every call; a GPT-2 124M batch (8x512 rows: 19 GFLOP) is far above that.
 
 Inference only, by construction: the addmm's result and every node of the formula must have no user
 outside the formula (a training forward graph saves the pre-activation, or a piece of the formula, for
@@ -70,14 +73,18 @@ def _tanh_gelu(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def fuse_tanh_gelu(gm: torch.fx.GraphModule, opts=None, on_cpu=False) -> int:
+def fuse_tanh_gelu(gm: torch.fx.GraphModule, small_mm_flops: int = 0) -> int:
     """``gelu_tanh(addmm(bias, x, w))`` -> ``_addmm_activation(bias, x, w, use_gelu=True)`` where
-    cuBLASLt takes it (module docstring). Returns the count."""
+    cuBLASLt takes it and the matmul has more than ``small_mm_flops`` FLOPs (module docstring).
+    Returns the count."""
     if os.environ.get("DISABLE_ADDMM_CUDA_LT") == "1":  # (ATen would run addmm + gelu: Triton's is better)
         return 0
     g, fused = gm.graph, 0
     for n in list(g.nodes):
         if not _lt_addmm(n):
+            continue
+        (m, k), cols = _val(n.args[1]).shape, _val(n.args[2]).shape[1]
+        if 2 * m * k * cols <= small_mm_flops:  # (small_mm's: one Triton launch)
             continue
         views, pre = [], n  # a 3-D Linear's result is viewed back to 3-D before its activation
         while len(pre.users) == 1 and next(iter(pre.users)).target in VIEWS:

@@ -12,7 +12,8 @@ count, for logs and tests). ``run`` applies the ones whose option is on.
 * ``small_mm_flops`` (``fuse_activations``): a ReLU/GELU after a matmul that becomes a ``SmallMM``
   runs in its epilogue (``small_mm.py``).
 * ``fusion`` (``fuse_tanh_gelu``): a tanh GELU after a CUDA fp16/bf16 addmm runs in cuBLASLt's
-  epilogue (``cuda_mm.py``); after pad_mm (a padded matmul is left alone), before small_mm.
+  epilogue (``cuda_mm.py``), where small_mm does not take the matmul; after pad_mm (a padded
+  matmul is left alone).
 """
 from __future__ import annotations
 
@@ -95,7 +96,7 @@ def _fuse_activations(gm, opts, on_cpu) -> int:
 
 def _fuse_tanh_gelu(gm, opts, on_cpu) -> int:
     from ember.native import cuda_mm
-    return cuda_mm.fuse_tanh_gelu(gm)
+    return cuda_mm.fuse_tanh_gelu(gm, opts.small_mm_flops)
 
 
 # (option that enables it, pass)

@@ -91,6 +91,18 @@ def test_rewrite_on_cuda_graph(act):
     torch.testing.assert_close(out[0] if isinstance(out, (tuple, list)) else out, ref, rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("approximate", ["tanh", "none"])
+def test_whole_aten_gelu(approximate):
+    """``aten.gelu`` left whole (a graph traced without decomp.py's table): its tanh form is taken, its
+    erf form is not."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    inputs = _inputs()
+    gm = _as_cuda(make_fx(_mlp(lambda h: F.gelu(h, approximate=approximate)), tracing_mode="fake")(*inputs))
+    assert _count(gm, aten.gelu.default) == 1
+    assert cuda_mm.fuse_tanh_gelu(gm) == (approximate == "tanh")
+    assert _count(gm, aten.gelu.default) == (approximate == "none")
+
+
 def test_no_rewrite_for_erf_gelu_and_other_functions():
     inputs = _inputs()
     for act in (F.gelu, lambda x: 0.5 * x * (1.0 + torch.tanh(0.8 * (x + 0.044715 * x ** 3))),  # (other constant)
@@ -161,9 +173,11 @@ def test_disabled_lt_env_leaves_the_graph(monkeypatch):
 
 def test_registered_in_the_native_passes():
     """passes.run applies it (option ``fusion``); fusion=False leaves the graph alone."""
-    gm = _as_cuda(trace(_mlp(new_gelu), _inputs()))
+    gm = _as_cuda(trace(_mlp(new_gelu), _inputs()))  # (fc1: x [16, 16] @ w [16, 64])
     assert passes.run(gm, NativeOptions(fusion=False, small_mm_flops=0)).get("fusion") is None
     assert _count(gm, aten._addmm_activation.default) == 0
+    # a matmul small_mm takes (default mode: 2*16*16*64 FLOPs <= small_mm_flops) keeps its addmm here
+    assert passes.run(gm, NativeOptions(small_mm_flops=2 * 16 * 16 * 64))["fusion"] == 0
     assert passes.run(gm, NativeOptions(small_mm_flops=0))["fusion"] == 1
     assert _count(gm, aten._addmm_activation.default) == 1
 
