@@ -42,10 +42,10 @@ native tests use (1.6e-2, ``tests/native/harness.TOL``).
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 
+from ember.config import environment
 from ember.native.fx_match import is_call
 
 aten = torch.ops.aten
@@ -77,7 +77,7 @@ def fuse_tanh_gelu(gm: torch.fx.GraphModule, small_mm_flops: int = 0) -> int:
     """``gelu_tanh(addmm(bias, x, w))`` -> ``_addmm_activation(bias, x, w, use_gelu=True)`` where
     cuBLASLt takes it and the matmul has more than ``small_mm_flops`` FLOPs (module docstring).
     Returns the count."""
-    if os.environ.get("DISABLE_ADDMM_CUDA_LT") == "1":  # (ATen would run addmm + gelu: Triton's is better)
+    if environment.get("DISABLE_ADDMM_CUDA_LT") == "1":  # (ATen would run addmm + gelu: Triton's is better)
         return 0
     g, fused = gm.graph, 0
     for n in list(g.nodes):
