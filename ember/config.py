@@ -212,6 +212,8 @@ class Environment:
         "MALLOC_TOP_PAD_": "glibc malloc's top pad (set: native_cpu_malloc changes nothing)",
         "MALLOC_MMAP_MAX_": "glibc malloc's mmap count limit (set: native_cpu_malloc changes nothing)",
         "GLIBC_TUNABLES": "glibc's tunables (with a glibc.malloc one: native_cpu_malloc changes nothing)",
+        "DISABLE_ADDMM_CUDA_LT": "PyTorch's switch off of cuBLASLt for CUDA addmm (=1: the native backend keeps a "
+                                 "tanh GELU in its Triton kernels, not the matmul's epilogue: ember/native/cuda_mm.py)",
     }
 
     def with_prefixes(self, prefixes: tuple) -> list:

@@ -11,6 +11,9 @@ count, for logs and tests). ``run`` applies the ones whose option is on.
 * ``pad_mm``: matmuls whose sizes break cuBLAS's alignment (``pad_mm.py``).
 * ``small_mm_flops`` (``fuse_activations``): a ReLU/GELU after a matmul that becomes a ``SmallMM``
   runs in its epilogue (``small_mm.py``).
+* ``fusion`` (``fuse_tanh_gelu``): a tanh GELU after a CUDA fp16/bf16 addmm runs in cuBLASLt's
+  epilogue (``cuda_mm.py``), where small_mm does not take the matmul; after pad_mm (a padded
+  matmul is left alone).
 """
 from __future__ import annotations
 
@@ -91,9 +94,14 @@ def _fuse_activations(gm, opts, on_cpu) -> int:
     return small_mm.fuse_activations(gm, opts, on_cpu)
 
 
+def _fuse_tanh_gelu(gm, opts, on_cpu) -> int:
+    from ember.native import cuda_mm
+    return cuda_mm.fuse_tanh_gelu(gm, opts.small_mm_flops)
+
+
 # (option that enables it, pass)
 PASSES = [("cse", cse), ("patchify_conv", _patchify), ("pad_mm", _pad_mm),
-          ("small_mm_flops", _fuse_activations)]
+          ("fusion", _fuse_tanh_gelu), ("small_mm_flops", _fuse_activations)]
 
 
 def run(gm: torch.fx.GraphModule, opts: NativeOptions, on_cpu: bool = False) -> dict:
