@@ -167,11 +167,12 @@ def max_pool2d_with_indices_backward(L, node, grad_out, x, kernel_size, stride=N
                     c = ir.op(cmp, ir.index_value(e), ir.const(bound, i64))
                     valid = c if valid is None else ir.op("logical_and", valid, c)
                 at = list(lead) + [oh, ow]
-                g, ind = grad_out.load(at), indices.load(at)
-                if valid is not None:  # (loads outside grad_out masked off: no address outside it)
-                    g, ind = ir.masked(valid, g, 0), ir.masked(valid, ind, -1)
+                ind = indices.load(at)
+                if valid is not None:  # (no load outside the window grid: no address outside the buffers)
+                    ind = ir.masked(valid, ind, -1)
+                # the gradient is loaded only where the window chose this element
                 hit = ir.op("eq", ind, here)
-                total = ir.op("add", total, ir.op("where", hit, g, ir.const(0.0, dtype)))
+                total = ir.op("add", total, ir.masked(hit, grad_out.load(at), 0.0))
         return total
 
     return Lazy(x.sizes, dtype, x.device, grad_in)
