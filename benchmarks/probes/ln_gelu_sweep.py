@@ -18,7 +18,8 @@ Sections (each prints a table; everything goes to --out as JSON):
                forward statistics (benchmarks/probes/outer_reduction.py's fwd_stats). Ember today,
                with the partial kernel's config forced to (XBLOCK, RBLOCK, num_warps) = (32, 64, 4)
                and (64, 32, 4), at today's chunk and at 2048 / 1024 rows per chunk, eviction hints on
-               and off; torch.compile and eager beside.
+               and off; torch.compile and eager beside. Then 64x112x112 and 512x28x28 (today's chunk,
+               today's tile vs (32, 64, 4), hints on/off): the shapes a new tile row would also reach.
   maxpool_bwd  max_pool2d_with_indices_backward of 64x64x112x112 bf16 channels-last (3x3, stride 2,
                pad 1: ResNet-50's stem): eager (ATen's max_pool_backward_nhwc), torch.compile, ember;
                exact equality with eager checked, and the CUDA kernels of ember's call listed (an ATen
@@ -203,6 +204,13 @@ def ln_inputs(r, d):
 
 
 def ln_section(res, r, d, configs, full: bool, deadline=None):
+    try:
+        return _ln_section(res, r, d, configs, full, deadline)
+    finally:
+        LN_FORCE.clear()  # (the other sections compile with ember's own choices)
+
+
+def _ln_section(res, r, d, configs, full: bool, deadline=None):
     fn = ln_gelu_fn(d)
     x, w, b = inputs = ln_inputs(r, d)
     want = fn(*inputs)
@@ -313,8 +321,19 @@ BN_VARIANTS = [  # (chunk rows or None = today's rule, (XBLOCK, RBLOCK, warps) o
 ]
 
 
+# the other ResNet shapes whose chunks today's rule makes as long (64x112x112: 896 rows) or shorter
+# (512x28x28: 448): does a new tile there help or hurt?
+BN_OTHER = [(None, None, False), (None, None, True), (None, (32, 64, 4), False), (None, (32, 64, 4), True)]
+BN_CASES = [((256, 56, 56), BN_VARIANTS), ((64, 112, 112), BN_OTHER), ((512, 28, 28), BN_OTHER)]
+
+
 def bn_section(res):
-    n, c, h, w = (4, 32, 6, 6) if SMOKE else (64, 256, 56, 56)
+    res["bn_stats"] = []
+    for (c, h, w), variants in BN_CASES if not SMOKE else [((32, 6, 6), BN_VARIANTS)]:
+        bn_case(res, 4 if SMOKE else 64, c, h, w, variants)
+
+
+def bn_case(res, n, c, h, w, variants):
     if SMOKE:
         orr.SMOKE_OPTS.update(split_reduction_programs=16, split_reduction_numel=64, single_program_numel=64,
                               split_outer_rows=9)
@@ -323,13 +342,13 @@ def bn_section(res):
     nbytes = orr.ideal_bytes("fwd_stats", n, c, h, w)
     src = args[0]; dst = torch.empty_like(src)
     rec = {"shape": [n, c, h, w], "bytes": nbytes, "variants": []}
-    res["bn_stats"] = rec
+    res["bn_stats"].append(rec)
     runs = {"copy": lambda: dst.copy_(src), "eager": lambda: fn(*args)}
     if not SMOKE:
         tf = torch.compile(fn)
         rec["err_torch"] = orr.close(tf(*args), want, "fwd_stats")
         runs["torch"] = lambda: tf(*args)
-    for chunk, cfg, evict in BN_VARIANTS:
+    for chunk, cfg, evict in variants:
         if SMOKE and chunk:
             chunk = 48
         orr.FORCE.clear(); orr.SEEN.clear()
@@ -344,20 +363,20 @@ def bn_section(res):
         finally:
             te.EVICTION = {}
         tag = f"ember chunk={chunk or 'rule'} cfg={cfg or 'table'} evict={int(evict)}"
+        # timed now: the next variant's ember.reset() makes this function compile again (unforced)
+        t = interleaved({tag: lambda: ef(*args)})[tag]
         rec["variants"].append({"tag": tag, "chunk": chunk, "cfg": cfg, "evict": evict, "err": err,
-                                "S": orr.SEEN.get("S"), "seen": orr.SEEN.get("cfg")})
-        runs[tag] = (lambda ef=ef: ef(*args))
+                                "S": orr.SEEN.get("S"), "seen": orr.SEEN.get("cfg"), "ms": t[0], "spread_ms": t[1]})
     orr.FORCE.clear()
     got = interleaved(runs)
+    got.update({v["tag"]: (v["ms"], v["spread_ms"]) for v in rec["variants"]})
     copy_ms = got["copy"][0]
     print(f"\nbn_stats var_mean(x.float(), (0,2,3)) {n}x{c}x{h}x{w} bf16 channels-last "
           f"(ideal bytes {nbytes / 1e6:.0f} MB; % of a copy of x)")
     for k, (ms, spread) in got.items():
         v = next((v for v in rec["variants"] if v["tag"] == k), None)
         extra = f"  S={v['S']} cfg seen={v['seen']} err={v['err']:.1e}" if v else ""
-        if v:
-            v["ms"], v["spread_ms"] = ms, spread
-        else:
+        if not v:
             rec[f"{k}_ms"], rec.setdefault("spread_ms", {})[k] = ms, spread
         if not SMOKE:
             print(f"  {k:48s} {ms * 1e3:6.1f} us  {100 * copy_ms / ms * nbytes / (2 * src.numel() * 2):5.1f}%  "
