@@ -68,6 +68,30 @@ OUTER_CONFIGS = (
     (None, 64, 64, 8),
 )
 
+# Warps of a reduction's program by the elements of its [XBLOCK, RBLOCK] tile: (most elements,
+# warps, warps when the kernel computes a costly function per element: ops.HEAVY, gelu's erf), the
+# first row that holds. 8-16 elements per thread: 16-byte vector loads, few registers.
+# Persistent tiles (whole rows in registers; rows of up to 4096 elements share 4096-element tiles,
+# XBLOCK rows each: choose_config): a whole 8K+ row gets 16 warps. Heavy ones get half from 4096
+# elements on: more elements per thread hide a compute-bound tail better (layer_norm+gelu bf16 on an
+# H100, 4096-wide rows at 88% of an fp32 copy's bandwidth with 4 warps against 86% with 8, 768-wide
+# 76% against 72%; light kernels (layer_norm, softmax) stay within 2% either way:
+# benchmarks/probes/persistent_warps.py).
+PERSISTENT_WARPS = (
+    (127, 1, 1),
+    (511, 2, 2),
+    (2047, 4, 4),
+    (8191, 8, 4),
+    (None, 16, 8),
+)
+# Looped tiles (the r-loop streams; the same warps whatever the per-element cost)
+LOOPED_WARPS = (
+    (127, 1, 1),
+    (511, 2, 2),
+    (2047, 4, 4),
+    (None, 8, 8),
+)
+
 # L2 eviction hints of a looped (non-persistent, one-pass) reduction, as Inductor writes them: the
 # rows streamed through the r-loop are read once ("stream": leave L2 to others), the per-output
 # values loaded once before the loop are read by many programs ("reused": keep them).
@@ -160,15 +184,9 @@ def choose_config(k: Kernel, options: NativeOptions, inner_reduction: bool, pers
         xb = min(xb, max_x)
         persistent = False
     elems = xb * rb
-    # 8-16 elements per thread: 16-byte vector loads, few registers; a whole 8K+ row gets 16 warps
-    warps = 16 if persistent and elems >= 8192 else 8 if elems >= 2048 else 4 if elems >= 512 else 2 if elems >= 128 else 1
-    if heavy and persistent and warps >= 8:
-        # more elements per thread hide a compute-bound tail better: layer_norm+gelu bf16 on an H100,
-        # 4096-wide rows at 88% of an fp32 copy's bandwidth with 4 warps against 86% with 8, 768-wide
-        # 76% against 72%; light kernels (layer_norm, softmax) stay within 2% either way
-        # (benchmarks/probes/persistent_warps.py)
-        warps //= 2
-    return LaunchConfig(xb, rb, warps, persistent)
+    table = PERSISTENT_WARPS if persistent else LOOPED_WARPS
+    _, light, costly = next(row for row in table if row[0] is None or elems <= row[0])
+    return LaunchConfig(xb, rb, costly if heavy else light, persistent)
 
 
 class _Scope(Scope):
