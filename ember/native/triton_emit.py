@@ -97,6 +97,11 @@ LOOPED_WARPS = (
 # values loaded once before the loop are read by many programs ("reused": keep them).
 # Empty: no hints (benchmarks/probes/outer_reduction.py sweeps both).
 EVICTION: dict = {}
+# The same for persistent row reductions (whole rows in registers, one pass): "rows": loads that vary
+# with x (each program's own rows, read once), "shared": loads that do not (a layer norm's weight and
+# bias, read by every program), and "store": a cache modifier for the stores of whole tiles
+# (".cs": streaming, written once). Empty: no hints (benchmarks/probes/ln_gelu_sweep.py sweeps them).
+PERSISTENT_HINTS: dict = {}
 
 
 def compute_dtype(dt):
@@ -327,10 +332,13 @@ class TritonKernelEmitter(Names):
         return self.emit_line(scope, code)
 
     def _eviction(self, index, e) -> str:
-        """``, eviction_policy=...`` for a load of a one-pass looped reduction (EVICTION), else ''."""
+        """``, eviction_policy=...`` for a load of a one-pass looped reduction (EVICTION) or of a
+        persistent one (PERSISTENT_HINTS), else ''."""
         if not self.evict:
             return ""
-        if self._depends_on(index, "r") or any(self.r_level(a) for a in e.args):
+        if self.cfg.persistent:
+            policy = self.evict.get("rows" if self._depends_on(index, "x") else "shared")
+        elif self._depends_on(index, "r") or any(self.r_level(a) for a in e.args):
             policy = self.evict.get("stream")
         else:
             policy = self.evict.get("reused")
@@ -379,7 +387,10 @@ class TritonKernelEmitter(Names):
             return
         if not self._depends_on(index, "x") and not self._depends_on(index, "r"):
             idx += " + 0 * xindex"  # a block of pointers, so the block mask applies
-        scope.lines.append(f"tl.store({ptr} + ({idx}), {v}, {mask})")
+        hint = ""
+        if self.cfg.persistent and self.evict.get("store") and self._depends_on(index, "r"):
+            hint = f", cache_modifier={self.evict['store']!r}"
+        scope.lines.append(f"tl.store({ptr} + ({idx}), {v}, {mask}{hint})")
 
     # -- kernel bodies -------------------------------------------------------------------------
     def stages(self):
@@ -408,7 +419,7 @@ class TritonKernelEmitter(Names):
         self.cfg = cfg
         self.welford = triton_welford.pairs(self)  # {A: B}: var_mean's sums in one Welford loop
         self.welford_sq = {b: a for a, b in self.welford.items()}
-        self.evict: dict = {}  # EVICTION while emitting a one-pass r-loop (_looped)
+        self.evict: dict = {}  # EVICTION while emitting a one-pass r-loop (_looped), PERSISTENT_HINTS in _persistent
         self.exact: set = set()  # "x"/"r": which masks _mask wrote as constant true
         body: list[str] = []
         idx_t = ".to(tl.int64)" if self.int64 else ""
@@ -520,6 +531,7 @@ class TritonKernelEmitter(Names):
 
     def _persistent(self, fscope):
         scope = _Scope(fscope, mask="xmask & rmask")
+        self.evict = PERSISTENT_HINTS if not self.k.single else {}
         for n in self.k.nodes:
             role = self.k.roles[n.name]
             if role == "final":

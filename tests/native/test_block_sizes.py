@@ -64,3 +64,45 @@ def test_strided_looped_reductions_take_the_outer_table():
         narrow = types.SimpleNamespace(is_reduction=True, xnumel=3, rnumel=5000, reads=k.reads, writes=k.writes)
         c = choose_config(narrow, OPTS, False)
         assert c.XBLOCK == 4 and _pow2(c.RBLOCK) and not c.persistent
+
+
+def test_persistent_hints_mark_rows_shared_loads_and_tile_stores(monkeypatch):
+    """PERSISTENT_HINTS: a persistent row kernel's row loads, its weight loads (the same for every
+    program) and its tile stores get their own hint; looped kernels and an empty table get none."""
+    import torch
+    import torch.nn.functional as F
+    from ember.native import triton_emit as te
+    from ember.native.backend import DEFAULT_OPTIONS, plan
+    from tests.native.harness import trace
+
+    def f(x, w, b):
+        return F.gelu(F.layer_norm(x, (x.shape[1],), w, b))
+    inputs = [torch.randn(16, 256, dtype=torch.bfloat16), torch.randn(256, dtype=torch.bfloat16),
+              torch.randn(256, dtype=torch.bfloat16)]
+
+    def kernel(**opts):
+        (ek,) = [ek for _, ek in plan(trace(f, inputs), inputs, {**DEFAULT_OPTIONS, **opts})[3]]
+        return ek
+    plain = kernel()
+    assert plain.kind == "per" and "eviction_policy" not in plain.source and "cache_modifier" not in plain.source
+    monkeypatch.setattr(te, "PERSISTENT_HINTS", {"rows": "evict_first", "shared": "evict_last", "store": ".cs"})
+    ek = kernel()
+    loads = [line for line in ek.source.splitlines() if "tl.load(" in line]
+    assert len(loads) == 3
+    assert sum("eviction_policy='evict_first'" in line for line in loads) == 1  # x
+    assert sum("eviction_policy='evict_last'" in line for line in loads) == 2   # w, b
+    assert "cache_modifier='.cs'" in next(line for line in ek.source.splitlines() if "tl.store(" in line)
+    looped = kernel(persistent_rnumel=64, max_rblock=64)
+    assert looped.kind == "red" and "eviction_policy" not in looped.source and "cache_modifier" not in looped.source
+
+
+def test_persistent_hints_run(monkeypatch, tmp_path):
+    """The hinted kernel computes the same values (the hints change caching, nothing else)."""
+    import torch
+    import torch.nn.functional as F
+    from ember.native import triton_emit as te
+    from tests.native.harness import DEVICE, run_case
+    monkeypatch.setattr(te, "PERSISTENT_HINTS", {"rows": "evict_first", "shared": "evict_last", "store": ".cs"})
+    x, w, b = torch.randn(9, 200, device=DEVICE), torch.randn(200, device=DEVICE), torch.randn(200, device=DEVICE)
+    run_case(lambda x, w, b: F.gelu(F.layer_norm(x, (200,), w, b)), [x, w, b], cache_dir=str(tmp_path),
+             atol=1e-5, rtol=1e-5)
