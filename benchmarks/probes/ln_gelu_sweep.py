@@ -5,8 +5,8 @@ Sections (each prints a table; everything goes to --out as JSON):
   ln_gelu      layer_norm + erf-GELU over R x D bf16 (gpu_suite's row: 8192 x 4096). Eager, torch.compile,
                ember as compiled (the config it picks today is printed), and ember's *own generated
                kernel* recompiled with forced launch configs (XBLOCK rows per program, num_warps) and
-               source variants: L2 eviction hints on the loads ("evict"), a streaming store
-               ("store_cs"), erf replaced by its argument ("no_erf": the floor of the compute cost,
+               source variants: ember's PERSISTENT_HINTS (L2 eviction hints on the row loads and
+               the weight loads, "evict"; a streaming store, "store_cs"), erf replaced by its argument ("no_erf": the floor of the compute cost,
                wrong values on purpose, not a candidate), and a grid-stride loop over rows run
                directly with SMs x k programs ("grid-stride k"). Every number is GB/s (read x +
                write y), % of the copy peak and % of y.copy_(x) of the same tensor, timed in the same process; the
@@ -22,8 +22,10 @@ Sections (each prints a table; everything goes to --out as JSON):
                today's tile vs (32, 64, 4), hints on/off): the shapes a new tile row would also reach.
   maxpool_bwd  max_pool2d_with_indices_backward of 64x64x112x112 bf16 channels-last (3x3, stride 2,
                pad 1: ResNet-50's stem): eager (ATen's max_pool_backward_nhwc), torch.compile, ember;
-               exact equality with eager checked, and the CUDA kernels of ember's call listed (an ATen
-               max_pool kernel there: the native lowering did not apply).
+               exact equality with eager checked (on the GPU: ATen's CUDA kernels also sum in float32,
+               in the same order; under --smoke eager's CPU kernel rounds bf16 after each add, so
+               bf16 differs there by a rounding step), and the CUDA kernels of ember's call listed
+               (an ATen max_pool kernel there: the native lowering did not apply).
 
 Timing: CUDA-graph replays of 10 calls, timed with CUDA events (outer_reduction.cuda_ms; falls back to
 plain loops); the headline rows are measured in 3 interleaved rounds (median, [min, max]).
@@ -68,7 +70,11 @@ DEV = "cpu" if SMOKE else "cuda"
 LN_CONFIGS = [(1, 2), (1, 4), (1, 8), (1, 16), (2, 4), (2, 8), (2, 16), (4, 8), (4, 16)]
 LN_WIDTH_CONFIGS = [(1, 2), (1, 4), (1, 8), (2, 4), (2, 8), (4, 4), (4, 8)]
 WIDTHS = [(32768, 768), (32768, 1024), (16384, 2048), (4096, 8192)]  # (rows, D) beside 8192 x 4096
-SOURCE_VARIANTS = ("evict", "store_cs", "evict+store_cs", "no_erf")
+# source variants: PERSISTENT_HINTS tables (ember emits them) and "no_erf" (a text edit)
+HINTS = {"rows-first": {"rows": "evict_first"}, "shared-last": {"shared": "evict_last"},
+         "evict": {"rows": "evict_first", "shared": "evict_last"}, "store_cs": {"store": ".cs"},
+         "evict+store_cs": {"rows": "evict_first", "shared": "evict_last", "store": ".cs"}}
+SOURCE_VARIANTS = tuple(HINTS) + ("no_erf",)
 # (programs per SM, num_warps, num_stages: None = Triton's default, which pipelines the next row's loads)
 GRID_STRIDE = [(2, 4, None), (4, 4, None), (8, 4, None), (4, 4, 1), (2, 8, None), (4, 8, None), (4, 8, 1)]
 
@@ -112,23 +118,16 @@ def choose_config(k, options, inner, persistent_ok=True, **kw):
 
 
 def transform(src: str, variant: str) -> str:
-    """A source variant of ember's persistent row kernel (applied to the text it emitted)."""
-    if "evict" in variant.split("+"):
-        # the row read once (leave L2 to others), the weight/bias read by every program (keep them)
-        def hint(m):
-            ptr = m.group(1)
-            policy = "evict_first" if ptr == "in_ptr0" else "evict_last"
-            return m.group(0)[:-1] + f", eviction_policy='{policy}')"
-        src = re.sub(r"tl\.load\((in_ptr\d+) \+ [^\n]*?other=0\)", hint, src)
-    if "store_cs" in variant.split("+"):
-        src = re.sub(r"(tl\.store\([^\n]*)\)\s*$", r"\1, cache_modifier='.cs')", src, flags=re.M)
-    if variant == "no_erf":
-        src = re.sub(r"erf_rational\(([^()]*)\)", r"(\1)", src)
-    return src
+    """"no_erf": erf replaced by its argument in ember's kernel text (the floor of the compute cost)."""
+    return re.sub(r"erf_rational\(([^()]*)\)", r"(\1)", src) if variant == "no_erf" else src
 
 
 def emit_kernel(k, layouts, options, sv=None):
-    ek = _emit(k, layouts, options, sv)
+    te.PERSISTENT_HINTS = HINTS.get(LN_FORCE.get("src"), {})  # (ember's own hints, set per variant)
+    try:
+        ek = _emit(k, layouts, options, sv)
+    finally:
+        te.PERSISTENT_HINTS = {}
     if ek.kind == "per":
         if "src" in LN_FORCE:
             ek.source = transform(ek.source, LN_FORCE["src"])
@@ -240,7 +239,7 @@ def _ln_section(res, r, d, configs, full: bool, deadline=None):
     if not SMOKE:
         for k in ("copy", "eager", "torch", "ember"):
             ms = base[k][0]
-            print(f"  {k:24s} {ms * 1e3:7.1f} us  {gbs(ms):6.0f} GB/s  {ppk(ms):5.1f}% of peak  {pct(ms):5.1f}% of copy  "
+            print(f"  {k:34s} {ms * 1e3:7.1f} us  {gbs(ms):6.0f} GB/s  {ppk(ms):5.1f}% of peak  {pct(ms):5.1f}% of copy  "
                   f"[{base[k][1][0] * 1e3:.1f}, {base[k][1][1] * 1e3:.1f}]")
 
     def variant(tag, ms_fn, err, **meta):
@@ -250,7 +249,7 @@ def _ln_section(res, r, d, configs, full: bool, deadline=None):
             if not SMOKE:
                 v["GBps"], v["pct_copy"], v["pct_peak"] = gbs(v["ms"]), pct(v["ms"]), ppk(v["ms"])
         rec["variants"].append(v)
-        line = f"  {tag:24s} " + (f"{v['ms'] * 1e3:7.1f} us  {v['GBps']:6.0f} GB/s  {v['pct_peak']:5.1f}% of peak  "
+        line = f"  {tag:34s} " + (f"{v['ms'] * 1e3:7.1f} us  {v['GBps']:6.0f} GB/s  {v['pct_peak']:5.1f}% of peak  "
                                   f"{v['pct_copy']:5.1f}% of copy"
                                   if "GBps" in v else "") + f"  err {err:.3g}"
         print(line, flush=True)
@@ -287,7 +286,10 @@ def _ln_section(res, r, d, configs, full: bool, deadline=None):
                 rec["variants"].append({"tag": f"{sv} {cfg}", "error": repr(ex)[:300]})
                 print(f"  {sv} {cfg}: {ex!r}"[:200])
                 continue
-            variant(f"{sv} XB={cfg[0]} w={cfg[1]}", lambda: e2(*inputs), err, cfg=list(cfg), src=sv)
+            src = LN_SEEN["ek"].source if LN_SEEN.get("ek") is not None else ""
+            hints = src.count("eviction_policy=") + src.count("cache_modifier=")
+            variant(f"{sv} XB={cfg[0]} w={cfg[1]}" + (f" ({hints} hints)" if sv in HINTS else ""),
+                    lambda: e2(*inputs), err, cfg=list(cfg), src=sv, hints=hints)
     # ember's kernel launched directly (no wrapper): as emitted, then as a grid-stride loop
     if ek is None or ek.kind != "per":
         return rec
