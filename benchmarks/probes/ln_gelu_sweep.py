@@ -32,7 +32,8 @@ plain loops); the headline rows are measured in 3 interleaved rounds (median, [m
 
 usage (H100, ~1.5-2 min):   python benchmarks/probes/ln_gelu_sweep.py --out /tmp/ln_gelu_sweep.json
   --budget S   stop starting widths other than 4096 after S seconds from the start (default 100)
-  --only NAME  sections whose name contains NAME (ln_gelu, bn_stats, maxpool_bwd)
+  --only A,B   only these sections: ln_gelu (8192x4096), bn_stats, maxpool_bwd, widths (the other D);
+               e.g. the widths alone, with their own budget: --only widths --budget 110
   --smoke      CPU check (Triton interpreter, tiny shapes): every variant runs and matches; no timing
 """
 from __future__ import annotations
@@ -256,6 +257,8 @@ def _ln_section(res, r, d, configs, full: bool, deadline=None):
 
     # forced configs of the generated kernel, compiled by ember (its wrapper and launcher)
     for cfg in configs:
+        if not full and rec["ember_cfg"] and cfg == (rec["ember_cfg"][0], rec["ember_cfg"][2]):
+            continue  # (ember's own: the "ember" row above)
         if deadline and time.time() > deadline:
             print("  (budget reached)")
             return rec
@@ -275,7 +278,7 @@ def _ln_section(res, r, d, configs, full: bool, deadline=None):
     # source variants at ember's config and at 8 warps
     ember_cfg = (rec["ember_cfg"][0], rec["ember_cfg"][2]) if rec["ember_cfg"] else None
     for cfg in dict.fromkeys([ember_cfg, (1, 8)]):
-        for sv in SOURCE_VARIANTS:
+        for sv in SOURCE_VARIANTS if cfg == ember_cfg else ("evict", "evict+store_cs", "no_erf"):
             LN_FORCE.clear(); LN_FORCE["src"] = sv
             if cfg:
                 LN_FORCE["cfg"] = cfg
@@ -445,7 +448,7 @@ def main():
     t0 = time.time()
     res = {"device": torch.cuda.get_device_name() if not SMOKE else "cpu-interpreter", "torch": torch.__version__,
            "ln_gelu": []}
-    want = lambda s: not a.only or a.only in s  # noqa: E731
+    want = lambda s: not a.only or s in a.only.split(",")  # noqa: E731
     if not SMOKE:
         from _gpu_metrics import device_peaks
         res["peaks"] = device_peaks("cuda")
@@ -463,7 +466,7 @@ def main():
         bn_section(res)
     if want("maxpool_bwd"):
         maxpool_section(res)
-    if want("ln_gelu"):  # the other widths, as the budget allows
+    if want("widths"):  # the other widths, as the budget allows
         deadline = t0 + a.budget if not SMOKE else None
         for r, d in (WIDTHS if not SMOKE else [(16, 96)]):
             if deadline and time.time() > deadline:
