@@ -2,18 +2,20 @@
 
 Sections (each prints a table; everything goes to --out as JSON):
 
-  ln_gelu      layer_norm + erf-GELU over R x D bf16 (gpu_suite's row: 8192 x 4096). Eager, torch.compile,
-               ember as compiled (the config it picks today is printed), and ember's *own generated
-               kernel* recompiled with forced launch configs (XBLOCK rows per program, num_warps) and
-               source variants: ember's PERSISTENT_HINTS (L2 eviction hints on the row loads and
-               the weight loads, "evict"; a streaming store, "store_cs"), erf replaced by its argument ("no_erf": the floor of the compute cost,
-               wrong values on purpose, not a candidate), and a grid-stride loop over rows run
-               directly with SMs x k programs ("grid-stride k"). Every number is GB/s (read x +
-               write y), % of the copy peak and % of y.copy_(x) of the same tensor, timed in the same process; the
-               device's 1 GiB copy peak (_gpu_metrics.device_peaks: gpu_suite's "% of copy peak", the issue's
-               92% target) is the headline column. Then the other
-               widths (D = 768 ... 8192 at ~the same bytes) with fewer configs, so the rule found
-               can be a table over widths, not a special case.
+  ln_gelu      layer_norm + erf-GELU over 8192 x 4096 bf16 (gpu_suite's ln_gelu row). Eager,
+               torch.compile, ember as compiled (the config it picks today is printed), and ember's
+               *own generated kernel* recompiled with forced launch configs (XBLOCK rows per
+               program, num_warps) and source variants: ember's PERSISTENT_HINTS (L2 eviction hints
+               on the row and weight loads, "evict"; a streaming store, "store_cs"), erf replaced by
+               its argument ("no_erf": the floor of the compute cost, wrong values on purpose, not
+               a candidate), and ember's kernel launched directly, as emitted and as a grid-stride
+               loop over rows with SMs x k programs. Every number is GB/s (read x + write y), % of
+               the device's copy peak (_gpu_metrics.device_peaks, 1 GiB y.copy_(x): gpu_suite's "%
+               of copy peak", the issue's 92% target; the headline column) and % of y.copy_(x) of
+               the same tensor, all timed in the same process.
+  widths       the same at D = 768 ... 8192 (~the same bytes), fewer configs: so the rule found is
+               a table over row widths, not a special case (as the budget allows; alone:
+               --only widths).
   bn_stats     var_mean over (0, 2, 3) of 64x256x56x56 bf16 channels-last (.float()): BatchNorm's
                forward statistics (benchmarks/probes/outer_reduction.py's fwd_stats). Ember today,
                with the partial kernel's config forced to (XBLOCK, RBLOCK, num_warps) = (32, 64, 4)
@@ -31,7 +33,8 @@ Timing: CUDA-graph replays of 10 calls, timed with CUDA events (outer_reduction.
 plain loops); the headline rows are measured in 3 interleaved rounds (median, [min, max]).
 
 usage (H100, ~1.5-2 min):   python benchmarks/probes/ln_gelu_sweep.py --out /tmp/ln_gelu_sweep.json
-  --budget S   stop starting widths other than 4096 after S seconds from the start (default 100)
+  the other widths (~1-2 min): python benchmarks/probes/ln_gelu_sweep.py --only widths --budget 100 --out /tmp/w.json
+  --budget S   start no further width after S seconds from the start (default 100)
   --only A,B   only these sections: ln_gelu (8192x4096), bn_stats, maxpool_bwd, widths (the other D);
                e.g. the widths alone, with their own budget: --only widths --budget 110
   --smoke      CPU check (Triton interpreter, tiny shapes): every variant runs and matches; no timing
@@ -68,14 +71,14 @@ aten = torch.ops.aten
 SMOKE = "--smoke" in sys.argv
 DEV = "cpu" if SMOKE else "cuda"
 # (XBLOCK, num_warps) of the persistent row kernel; None = ember's own choice
-LN_CONFIGS = [(1, 2), (1, 4), (1, 8), (1, 16), (2, 4), (2, 8), (2, 16), (4, 8), (4, 16)]
+LN_CONFIGS = [(1, 2), (1, 4), (1, 8), (1, 16), (2, 4), (2, 8), (2, 16), (4, 8)]
 LN_WIDTH_CONFIGS = [(1, 2), (1, 4), (1, 8), (2, 4), (2, 8), (4, 4), (4, 8)]
 WIDTHS = [(32768, 768), (32768, 1024), (16384, 2048), (4096, 8192)]  # (rows, D) beside 8192 x 4096
-# source variants: PERSISTENT_HINTS tables (ember emits them) and "no_erf" (a text edit)
+# source variants: PERSISTENT_HINTS tables (ember emits them; the first two only by hand, --only
+# ln_gelu with LN_HINTS_ALL=1) and "no_erf" (a text edit)
 HINTS = {"rows-first": {"rows": "evict_first"}, "shared-last": {"shared": "evict_last"},
          "evict": {"rows": "evict_first", "shared": "evict_last"}, "store_cs": {"store": ".cs"},
          "evict+store_cs": {"rows": "evict_first", "shared": "evict_last", "store": ".cs"}}
-SOURCE_VARIANTS = tuple(HINTS) + ("no_erf",)
 # (programs per SM, num_warps, num_stages: None = Triton's default, which pipelines the next row's loads)
 GRID_STRIDE = [(2, 4, None), (4, 4, None), (8, 4, None), (4, 4, 1), (2, 8, None), (4, 8, None), (4, 8, 1)]
 
@@ -278,7 +281,8 @@ def _ln_section(res, r, d, configs, full: bool, deadline=None):
     # source variants at ember's config and at 8 warps
     ember_cfg = (rec["ember_cfg"][0], rec["ember_cfg"][2]) if rec["ember_cfg"] else None
     for cfg in dict.fromkeys([ember_cfg, (1, 8)]):
-        for sv in SOURCE_VARIANTS if cfg == ember_cfg else ("evict", "evict+store_cs", "no_erf"):
+        first = tuple(HINTS) if os.environ.get("LN_HINTS_ALL") else ("evict", "store_cs", "evict+store_cs")
+        for sv in first + ("no_erf",) if cfg == ember_cfg else ("evict", "evict+store_cs", "no_erf"):
             LN_FORCE.clear(); LN_FORCE["src"] = sv
             if cfg:
                 LN_FORCE["cfg"] = cfg
@@ -320,25 +324,24 @@ def _ln_section(res, r, d, configs, full: bool, deadline=None):
 
 # ---- section 2: BatchNorm statistics at 256 x 56 x 56 ----------------------------------------------
 BN_VARIANTS = [  # (chunk rows or None = today's rule, (XBLOCK, RBLOCK, warps) or None = today's, eviction hints)
-    (None, None, False), (None, None, True),
-    (None, (32, 64, 4), False), (None, (32, 64, 4), True), (None, (64, 32, 4), True),
-    (2048, (32, 64, 4), False), (2048, (32, 64, 4), True), (1024, (64, 32, 4), True),
+    (None, None, False), (None, None, True), (None, (32, 64, 4), False), (None, (32, 64, 4), True),
+    (2048, (32, 64, 4), True), (1024, (64, 32, 4), True),
 ]
 
 
 # the other ResNet shapes whose chunks today's rule makes as long (64x112x112: 896 rows) or shorter
 # (512x28x28: 448): does a new tile there help or hurt?
-BN_OTHER = [(None, None, False), (None, None, True), (None, (32, 64, 4), False), (None, (32, 64, 4), True)]
+BN_OTHER = [(None, None, False), (None, (32, 64, 4), False), (None, (32, 64, 4), True)]
 BN_CASES = [((256, 56, 56), BN_VARIANTS), ((64, 112, 112), BN_OTHER), ((512, 28, 28), BN_OTHER)]
 
 
 def bn_section(res):
     res["bn_stats"] = []
     for (c, h, w), variants in BN_CASES if not SMOKE else [((32, 6, 6), BN_VARIANTS)]:
-        bn_case(res, 4 if SMOKE else 64, c, h, w, variants)
+        bn_case(res, 4 if SMOKE else 64, c, h, w, variants, peer=variants is BN_VARIANTS)
 
 
-def bn_case(res, n, c, h, w, variants):
+def bn_case(res, n, c, h, w, variants, peer=True):
     if SMOKE:
         orr.SMOKE_OPTS.update(split_reduction_programs=16, split_reduction_numel=64, single_program_numel=64,
                               split_outer_rows=9)
@@ -349,7 +352,7 @@ def bn_case(res, n, c, h, w, variants):
     rec = {"shape": [n, c, h, w], "bytes": nbytes, "variants": []}
     res["bn_stats"].append(rec)
     runs = {"copy": lambda: dst.copy_(src), "eager": lambda: fn(*args)}
-    if not SMOKE:
+    if not SMOKE and peer:  # (torch.compile at the other shapes: benchmarks/results/outer_reduction-fwd-nvidia-h100-s37.json)
         tf = torch.compile(fn)
         rec["err_torch"] = orr.close(tf(*args), want, "fwd_stats")
         runs["torch"] = lambda: tf(*args)
