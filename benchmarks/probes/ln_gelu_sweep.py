@@ -325,7 +325,7 @@ def _ln_section(res, r, d, configs, full: bool, deadline=None):
 # ---- section 2: BatchNorm statistics at 256 x 56 x 56 ----------------------------------------------
 BN_VARIANTS = [  # (chunk rows or None = today's rule, (XBLOCK, RBLOCK, warps) or None = today's, eviction hints)
     (None, None, False), (None, None, True), (None, (32, 64, 4), False), (None, (32, 64, 4), True),
-    (2048, (32, 64, 4), True), (1024, (64, 32, 4), True),
+    (2048, (32, 64, 4), False), (2048, (32, 64, 4), True), (1024, (64, 32, 4), True),
 ]
 
 

@@ -57,16 +57,30 @@ SYMBOLIC_HINT_FLOOR = 1024
 
 # Looped reductions along a strided dim with many outputs (the partial kernels of split_reduction's
 # rule for strided reductions: BatchNorm statistics and weight gradients of channels-last
-# activations): (most buffers read and written, XBLOCK, RBLOCK, num_warps), the first row that holds
-# the kernel. Measured on an H100 at ResNet-50's shapes, chunks of 256-1024 rows
-# (benchmarks/results/outer_reduction-nvidia-h100-s36.json): the BN+ReLU backward sums with a residual
-# (7 streams) ran at 90% of a copy's bandwidth with 64x64 tiles and 8 warps (64x32/4 warps within
-# 3%; 16x256/8 warps, the old tile, 25-45% slower); one stream (var_mean's sums) was 2-4% faster
-# with 64x16 tiles and 4 warps. XBLOCK is split_reduction.OUTER_XBLOCK in every row.
+# activations): (most buffers read and written, least rows per chunk (the kernel's rnumel), XBLOCK,
+# RBLOCK, num_warps), the first row that holds the kernel. Measured on an H100 at ResNet-50's shapes
+# (benchmarks/results/outer_reduction-nvidia-h100-s36.json, chunks of 256-1024 rows): the BN+ReLU
+# backward sums with a residual (7 streams) ran at 90% of a copy's bandwidth with 64x64 tiles and 8
+# warps (64x32/4 warps within 3%; 16x256/8 warps, the old tile, 25-45% slower); one stream
+# (var_mean's sums) was 2-4% faster with 64x16 tiles and 4 warps. BatchNorm's forward statistics
+# (var_mean's Welford pair: x read, two partials written) in chunks of 2048 rows or more take
+# 32x64 tiles, 4 warps: 0.043 ms at 64x256x56x56 and 64x64x112x112 bf16, against 0.048 / 0.052 ms
+# with 64x16 tiles at 896-row chunks and torch.compile's 0.047 / 0.060
+# (benchmarks/results/outer_reduction-fwd-nvidia-h100-s37.json; with eviction hints). XBLOCK is at
+# most split_reduction.OUTER_XBLOCK, the programs it counts per 64 outputs (more, never fewer).
 OUTER_CONFIGS = (
-    (3, 64, 16, 4),
-    (None, 64, 64, 8),
+    (3, 2048, 32, 64, 4),
+    (3, 1, 64, 16, 4),
+    (None, 1, 64, 64, 8),
 )
+
+
+def outer_config(streams: int, rows: int) -> tuple:
+    """(XBLOCK, RBLOCK, num_warps) of OUTER_CONFIGS' first row holding a kernel that streams this
+    many buffers through chunks of ``rows`` rows."""
+    row = next(r for r in OUTER_CONFIGS if (r[0] is None or streams <= r[0]) and rows >= r[1])
+    return row[2:]
+
 
 # Warps of a reduction's program by the elements of its [XBLOCK, RBLOCK] tile: (most elements,
 # warps, warps when the kernel computes a costly function per element: ops.HEAVY, gelu's erf), the
@@ -177,7 +191,7 @@ def choose_config(k: Kernel, options: NativeOptions, inner_reduction: bool, pers
             # x is the contiguous dim. Many outputs (split_reduction cuts long strided reductions
             # into short chunks): a small tile per program, by how many buffers stream through
             streams = len(getattr(k, "reads", ())) + len(getattr(k, "writes", ()))
-            _, xb, rb, warps = next(row for row in OUTER_CONFIGS if row[0] is None or streams <= row[0])
+            xb, rb, warps = outer_config(streams, rn)
             # (at least one program per SM: split_reduction_programs is two per SM)
             if -(-xn // min(xb, max_x)) >= options.split_reduction_programs // 2:
                 return LaunchConfig(min(xb, max_x), min(next_pow2(rn), rb, max_r), warps, False)
