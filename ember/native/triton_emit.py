@@ -57,15 +57,53 @@ SYMBOLIC_HINT_FLOOR = 1024
 
 # Looped reductions along a strided dim with many outputs (the partial kernels of split_reduction's
 # rule for strided reductions: BatchNorm statistics and weight gradients of channels-last
-# activations): (most buffers read and written, XBLOCK, RBLOCK, num_warps), the first row that holds
-# the kernel. Measured on an H100 at ResNet-50's shapes, chunks of 256-1024 rows
-# (benchmarks/results/outer_reduction-nvidia-h100-s36.json): the BN+ReLU backward sums with a residual
-# (7 streams) ran at 90% of a copy's bandwidth with 64x64 tiles and 8 warps (64x32/4 warps within
-# 3%; 16x256/8 warps, the old tile, 25-45% slower); one stream (var_mean's sums) was 2-4% faster
-# with 64x16 tiles and 4 warps. XBLOCK is split_reduction.OUTER_XBLOCK in every row.
+# activations): (most buffers read and written, least rows per chunk (the kernel's rnumel), XBLOCK,
+# RBLOCK, num_warps), the first row that holds the kernel. Measured on an H100 at ResNet-50's shapes
+# (benchmarks/results/outer_reduction-nvidia-h100-s36.json, chunks of 256-1024 rows): the BN+ReLU
+# backward sums with a residual (7 streams) ran at 90% of a copy's bandwidth with 64x64 tiles and 8
+# warps (64x32/4 warps within 3%; 16x256/8 warps, the old tile, 25-45% slower); one stream
+# (var_mean's sums) was 2-4% faster with 64x16 tiles and 4 warps. BatchNorm's forward statistics
+# (var_mean's Welford pair: x read, two partials written) in chunks of 2048 rows or more take
+# 32x64 tiles, 4 warps: 0.043 ms at 64x256x56x56 and 64x64x112x112 bf16, against 0.048 / 0.052 ms
+# with 64x16 tiles at 896-row chunks and torch.compile's 0.047 / 0.060
+# (benchmarks/results/outer_reduction-fwd-nvidia-h100-s37.json; with eviction hints). XBLOCK is at
+# most split_reduction.OUTER_XBLOCK, the programs it counts per 64 outputs (more, never fewer).
 OUTER_CONFIGS = (
-    (3, 64, 16, 4),
-    (None, 64, 64, 8),
+    (3, 2048, 32, 64, 4),
+    (3, 1, 64, 16, 4),
+    (None, 1, 64, 64, 8),
+)
+
+
+def outer_config(streams: int, rows: int) -> tuple:
+    """(XBLOCK, RBLOCK, num_warps) of OUTER_CONFIGS' first row holding a kernel that streams this
+    many buffers through chunks of ``rows`` rows."""
+    row = next(r for r in OUTER_CONFIGS if (r[0] is None or streams <= r[0]) and rows >= r[1])
+    return row[2:]
+
+
+# Warps of a reduction's program by the elements of its [XBLOCK, RBLOCK] tile: (most elements,
+# warps, warps when the kernel computes a costly function per element: ops.HEAVY, gelu's erf), the
+# first row that holds. 8-16 elements per thread: 16-byte vector loads, few registers.
+# Persistent tiles (whole rows in registers; rows of up to 4096 elements share 4096-element tiles,
+# XBLOCK rows each: choose_config): a whole 8K+ row gets 16 warps. Heavy ones get half from 4096
+# elements on: more elements per thread hide a compute-bound tail better (layer_norm+gelu bf16 on an
+# H100, 4096-wide rows at 88% of an fp32 copy's bandwidth with 4 warps against 86% with 8, 768-wide
+# 76% against 72%; light kernels (layer_norm, softmax) stay within 2% either way:
+# benchmarks/probes/persistent_warps.py).
+PERSISTENT_WARPS = (
+    (127, 1, 1),
+    (511, 2, 2),
+    (2047, 4, 4),
+    (8191, 8, 4),
+    (None, 16, 8),
+)
+# Looped tiles (the r-loop streams; the same warps whatever the per-element cost)
+LOOPED_WARPS = (
+    (127, 1, 1),
+    (511, 2, 2),
+    (2047, 4, 4),
+    (None, 8, 8),
 )
 
 # L2 eviction hints of a looped (non-persistent, one-pass) reduction, as Inductor writes them: the
@@ -73,6 +111,11 @@ OUTER_CONFIGS = (
 # values loaded once before the loop are read by many programs ("reused": keep them).
 # Empty: no hints (benchmarks/probes/outer_reduction.py sweeps both).
 EVICTION: dict = {}
+# The same for persistent row reductions (whole rows in registers, one pass): "rows": loads that vary
+# with x (each program's own rows, read once), "shared": loads that do not (a layer norm's weight and
+# bias, read by every program), and "store": a cache modifier for the stores of whole tiles
+# (".cs": streaming, written once). Empty: no hints (benchmarks/probes/ln_gelu_sweep.py sweeps them).
+PERSISTENT_HINTS: dict = {}
 
 
 def compute_dtype(dt):
@@ -148,7 +191,7 @@ def choose_config(k: Kernel, options: NativeOptions, inner_reduction: bool, pers
             # x is the contiguous dim. Many outputs (split_reduction cuts long strided reductions
             # into short chunks): a small tile per program, by how many buffers stream through
             streams = len(getattr(k, "reads", ())) + len(getattr(k, "writes", ()))
-            _, xb, rb, warps = next(row for row in OUTER_CONFIGS if row[0] is None or streams <= row[0])
+            xb, rb, warps = outer_config(streams, rn)
             # (at least one program per SM: split_reduction_programs is two per SM)
             if -(-xn // min(xb, max_x)) >= options.split_reduction_programs // 2:
                 return LaunchConfig(min(xb, max_x), min(next_pow2(rn), rb, max_r), warps, False)
@@ -160,15 +203,9 @@ def choose_config(k: Kernel, options: NativeOptions, inner_reduction: bool, pers
         xb = min(xb, max_x)
         persistent = False
     elems = xb * rb
-    # 8-16 elements per thread: 16-byte vector loads, few registers; a whole 8K+ row gets 16 warps
-    warps = 16 if persistent and elems >= 8192 else 8 if elems >= 2048 else 4 if elems >= 512 else 2 if elems >= 128 else 1
-    if heavy and persistent and warps >= 8:
-        # more elements per thread hide a compute-bound tail better: layer_norm+gelu bf16 on an H100,
-        # 4096-wide rows at 88% of an fp32 copy's bandwidth with 4 warps against 86% with 8, 768-wide
-        # 76% against 72%; light kernels (layer_norm, softmax) stay within 2% either way
-        # (benchmarks/probes/persistent_warps.py)
-        warps //= 2
-    return LaunchConfig(xb, rb, warps, persistent)
+    table = PERSISTENT_WARPS if persistent else LOOPED_WARPS
+    _, light, costly = next(row for row in table if row[0] is None or elems <= row[0])
+    return LaunchConfig(xb, rb, costly if heavy else light, persistent)
 
 
 class _Scope(Scope):
@@ -309,10 +346,13 @@ class TritonKernelEmitter(Names):
         return self.emit_line(scope, code)
 
     def _eviction(self, index, e) -> str:
-        """``, eviction_policy=...`` for a load of a one-pass looped reduction (EVICTION), else ''."""
+        """``, eviction_policy=...`` for a load of a one-pass looped reduction (EVICTION) or of a
+        persistent one (PERSISTENT_HINTS), else ''."""
         if not self.evict:
             return ""
-        if self._depends_on(index, "r") or any(self.r_level(a) for a in e.args):
+        if self.cfg.persistent:
+            policy = self.evict.get("rows" if self._depends_on(index, "x") else "shared")
+        elif self._depends_on(index, "r") or any(self.r_level(a) for a in e.args):
             policy = self.evict.get("stream")
         else:
             policy = self.evict.get("reused")
@@ -361,7 +401,10 @@ class TritonKernelEmitter(Names):
             return
         if not self._depends_on(index, "x") and not self._depends_on(index, "r"):
             idx += " + 0 * xindex"  # a block of pointers, so the block mask applies
-        scope.lines.append(f"tl.store({ptr} + ({idx}), {v}, {mask})")
+        hint = ""
+        if self.cfg.persistent and self.evict.get("store") and self._depends_on(index, "r"):
+            hint = f", cache_modifier={self.evict['store']!r}"
+        scope.lines.append(f"tl.store({ptr} + ({idx}), {v}, {mask}{hint})")
 
     # -- kernel bodies -------------------------------------------------------------------------
     def stages(self):
@@ -390,7 +433,7 @@ class TritonKernelEmitter(Names):
         self.cfg = cfg
         self.welford = triton_welford.pairs(self)  # {A: B}: var_mean's sums in one Welford loop
         self.welford_sq = {b: a for a, b in self.welford.items()}
-        self.evict: dict = {}  # EVICTION while emitting a one-pass r-loop (_looped)
+        self.evict: dict = {}  # EVICTION while emitting a one-pass r-loop (_looped), PERSISTENT_HINTS in _persistent
         self.exact: set = set()  # "x"/"r": which masks _mask wrote as constant true
         body: list[str] = []
         idx_t = ".to(tl.int64)" if self.int64 else ""
@@ -503,6 +546,7 @@ class TritonKernelEmitter(Names):
 
     def _persistent(self, fscope):
         scope = _Scope(fscope, mask="xmask & rmask")
+        self.evict = PERSISTENT_HINTS if not self.k.single else {}
         for n in self.k.nodes:
             role = self.k.roles[n.name]
             if role == "final":

@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+aten = torch.ops.aten
 f32, f16, bf16, f64, i64, i32 = torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32
 LOWP = (f32, f16, bf16)
 
@@ -78,6 +79,23 @@ def _pool_input(dt, dev):
     t[0, 1] = float("-inf")
     t[1, 2, 2:6, 3:7] = 2.5
     return t.to(dt)
+
+
+def _pool_ties(dt, dev):
+    """(2, 3, 9, 11) of small integers: many tied maxima in overlapping windows."""
+    return torch.randint(0, 3, (2, 3, 9, 11), device=dev).to(dt)
+
+
+def _pool_bwd_inputs(x, k, s, p, ceil_mode=False):
+    """[grad_out, x, indices] for max_pool2d_with_indices_backward: eager's indices of x, a random grad
+    (integer-valued in part, so sums of several windows are exact in every dtype)."""
+    y, idx = F.max_pool2d(x, k, s, p, ceil_mode=ceil_mode, return_indices=True)
+    g = torch.randn(y.shape, device=x.device)
+    g.view(-1)[::3] = torch.randint(-4, 5, g.view(-1)[::3].shape, device=x.device).float()
+    g = g.to(x.dtype)
+    if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
+        g = g.contiguous(memory_format=torch.channels_last)
+    return [g, x, idx]
 
 
 X = (13, 37)          # odd sizes: mask tails in x and r
@@ -321,6 +339,22 @@ OPS: list[Case] = [
     C("max_pool2d_chlast_3d", lambda x, y: (F.max_pool2d(x, 3, 2, ceil_mode=True), F.max_pool2d(y, 2, 1, return_indices=True)),
       lambda dt, dev: [torch.randn(2, 3, 9, 8, device=dev).to(dt).to(memory_format=torch.channels_last),
                        torch.randn(3, 7, 5, device=dev).to(dt)]),
+    # ---- max pooling backward (lower_pool.py): gather form, eager's indices decide (ties from integer-valued
+    # inputs, NaN, -inf planes); overlapping, ceil_mode, stride > kernel, channels-last, no batch dim ----
+    C("max_pool2d_bwd", lambda g1, x1, i1, g2, x2, i2, g3, x3, i3: (
+        aten.max_pool2d_with_indices_backward(g1, x1, [3, 3], [2, 2], [1, 1], [1, 1], False, i1),
+        aten.max_pool2d_with_indices_backward(g2, x2, [3, 2], [1, 2], [1, 0], [1, 1], True, i2),
+        aten.max_pool2d_with_indices_backward(g3, x3, [2, 2], [3, 3], [0, 0], [1, 1], False, i3)),
+      lambda dt, dev: (_pool_bwd_inputs(_pool_input(dt, dev), 3, 2, 1)
+                       + _pool_bwd_inputs(_pool_ties(dt, dev), (3, 2), (1, 2), (1, 0), ceil_mode=True)
+                       + _pool_bwd_inputs(_pool_ties(dt, dev), 2, 3, 0)),
+      dtypes=LOWP, externs=0),
+    C("max_pool2d_bwd_chlast_3d", lambda g1, x1, i1, g2, x2, i2: (
+        aten.max_pool2d_with_indices_backward(g1, x1, [3, 3], [2, 2], [1, 1], [1, 1], False, i1),
+        aten.max_pool2d_with_indices_backward(g2, x2, [3, 3], [1, 1], [1, 1], [1, 1], True, i2)),
+      lambda dt, dev: (_pool_bwd_inputs(_pool_ties(dt, dev).to(memory_format=torch.channels_last), 3, 2, 1)
+                       + _pool_bwd_inputs(_pool_ties(dt, dev)[0], 3, 1, 1, ceil_mode=True)),
+      externs=0),
     C("empty_reductions", lambda a: (a.prod(0), a.prod(), a.any(0), a.all(0), a.sum(0, keepdim=True), a.mean(0)), gen((0, 5))),
 ]
 
