@@ -87,7 +87,12 @@ OUTER_EVICTION = {"stream": "evict_first", "reused": "evict_last"}
 # elements on: more elements per thread hide a compute-bound tail better (layer_norm+gelu bf16 on an
 # H100, 4096-wide rows at 88% of an fp32 copy's bandwidth with 4 warps against 86% with 8, 768-wide
 # 76% against 72%; light kernels (layer_norm, softmax) stay within 2% either way:
-# benchmarks/probes/persistent_warps.py).
+# benchmarks/probes/persistent_warps.py). Session 38's sweep of layer_norm+gelu bf16 rows, D = 768 ...
+# 8192 at ~130 MB each (benchmarks/results/ln_gelu_sweep-nvidia-h100-s38.json, CUDA-graph timing):
+# these rows' configs were the best measured or within 3% (the run-to-run spread of one config) at
+# every width; 8192x4096 ran 48.0-49.6 us, 90-93% of the 1 GiB copy peak (no-erf floor 48 us: not
+# compute-bound); other XBLOCK/warps 1-17% slower, a grid-stride loop over rows 25-50% slower, and
+# L2 hints (PERSISTENT_HINTS) within 2%, so none are on.
 PERSISTENT_WARPS = (
     (127, 1, 1),
     (511, 2, 2),
