@@ -57,29 +57,26 @@ SYMBOLIC_HINT_FLOOR = 1024
 
 # Looped reductions along a strided dim with many outputs (the partial kernels of split_reduction's
 # rule for strided reductions: BatchNorm statistics and weight gradients of channels-last
-# activations): (most buffers read and written, least rows per chunk (the kernel's rnumel), XBLOCK,
-# RBLOCK, num_warps), the first row that holds the kernel. Measured on an H100 at ResNet-50's shapes
+# activations): (most buffers read and written, XBLOCK, RBLOCK, num_warps, L2 hints: OUTER_EVICTION),
+# the first row that holds the kernel. Measured on an H100 at ResNet-50's shapes
 # (benchmarks/results/outer_reduction-nvidia-h100-s36.json, chunks of 256-1024 rows): the BN+ReLU
 # backward sums with a residual (7 streams) ran at 90% of a copy's bandwidth with 64x64 tiles and 8
-# warps (64x32/4 warps within 3%; 16x256/8 warps, the old tile, 25-45% slower); one stream
-# (var_mean's sums) was 2-4% faster with 64x16 tiles and 4 warps. BatchNorm's forward statistics
-# (var_mean's Welford pair: x read, two partials written) in chunks of 2048 rows or more take
-# 32x64 tiles, 4 warps: 0.043 ms at 64x256x56x56 and 64x64x112x112 bf16, against 0.048 / 0.052 ms
-# with 64x16 tiles at 896-row chunks and torch.compile's 0.047 / 0.060
-# (benchmarks/results/outer_reduction-fwd-nvidia-h100-s37.json; with eviction hints). XBLOCK is at
-# most split_reduction.OUTER_XBLOCK, the programs it counts per 64 outputs (more, never fewer).
+# warps (64x32/4 warps within 3%; 16x256/8 warps, the old tile, 25-45% slower). BatchNorm's forward
+# statistics (var_mean's Welford pair: x read, two partials written) take 32x64 tiles, 4 warps, with
+# hints: at today's 896/896/448-row chunks of 64x{64x112x112, 256x56x56, 512x28x28} bf16, 46.6 / 47.4
+# / 27.8 us against 50.2 / 50.1 / 30.1 us with the former 64x16 tiles and no hints (torch.compile
+# 47.6 us at 256x56x56); each of tile and hints helps alone, 3-6% and 2-4%
+# (benchmarks/results/ln_gelu_sweep-nvidia-h100-s38.json). In 2048-row chunks the same tile ran 43 us
+# there (benchmarks/results/outer_reduction-fwd-nvidia-h100-s37.json): a chunk rule for
+# split_reduction. XBLOCK is at most split_reduction.OUTER_XBLOCK, the programs it counts per 64
+# outputs (more, never fewer).
 OUTER_CONFIGS = (
-    (3, 2048, 32, 64, 4),
-    (3, 1, 64, 16, 4),
-    (None, 1, 64, 64, 8),
+    (3, 32, 64, 4, True),
+    (None, 64, 64, 8, False),
 )
-
-
-def outer_config(streams: int, rows: int) -> tuple:
-    """(XBLOCK, RBLOCK, num_warps) of OUTER_CONFIGS' first row holding a kernel that streams this
-    many buffers through chunks of ``rows`` rows."""
-    row = next(r for r in OUTER_CONFIGS if (r[0] is None or streams <= r[0]) and rows >= r[1])
-    return row[2:]
+# the hints of the rows that ask for them (EVICTION's meaning): the chunk's rows are read once, the
+# per-output values (a Welford shift) by every chunk
+OUTER_EVICTION = {"stream": "evict_first", "reused": "evict_last"}
 
 
 # Warps of a reduction's program by the elements of its [XBLOCK, RBLOCK] tile: (most elements,
@@ -90,7 +87,12 @@ def outer_config(streams: int, rows: int) -> tuple:
 # elements on: more elements per thread hide a compute-bound tail better (layer_norm+gelu bf16 on an
 # H100, 4096-wide rows at 88% of an fp32 copy's bandwidth with 4 warps against 86% with 8, 768-wide
 # 76% against 72%; light kernels (layer_norm, softmax) stay within 2% either way:
-# benchmarks/probes/persistent_warps.py).
+# benchmarks/probes/persistent_warps.py). Session 38's sweep of layer_norm+gelu bf16 rows, D = 768 ...
+# 8192 at ~130 MB each (benchmarks/results/ln_gelu_sweep-nvidia-h100-s38.json, CUDA-graph timing):
+# these rows' configs were the best measured or within 3% (the run-to-run spread of one config) at
+# every width; 8192x4096 ran 48.0-49.6 us, 90-93% of the 1 GiB copy peak (no-erf floor 48 us: not
+# compute-bound); other XBLOCK/warps 1-17% slower, a grid-stride loop over rows 25-50% slower, and
+# L2 hints (PERSISTENT_HINTS) within 2%, so none are on.
 PERSISTENT_WARPS = (
     (127, 1, 1),
     (511, 2, 2),
@@ -138,6 +140,7 @@ class LaunchConfig:
     num_warps: int
     persistent: bool
     num_stages: int | None = None  # None: Triton's default (only looped reductions pipeline loads)
+    hints: bool = False  # OUTER_EVICTION on a one-pass looped reduction's loads (OUTER_CONFIGS' rows)
 
 
 @dataclasses.dataclass
@@ -191,10 +194,10 @@ def choose_config(k: Kernel, options: NativeOptions, inner_reduction: bool, pers
             # x is the contiguous dim. Many outputs (split_reduction cuts long strided reductions
             # into short chunks): a small tile per program, by how many buffers stream through
             streams = len(getattr(k, "reads", ())) + len(getattr(k, "writes", ()))
-            xb, rb, warps = outer_config(streams, rn)
+            _, xb, rb, warps, hints = next(row for row in OUTER_CONFIGS if row[0] is None or streams <= row[0])
             # (at least one program per SM: split_reduction_programs is two per SM)
             if -(-xn // min(xb, max_x)) >= options.split_reduction_programs // 2:
-                return LaunchConfig(min(xb, max_x), min(next_pow2(rn), rb, max_r), warps, False)
+                return LaunchConfig(min(xb, max_x), min(next_pow2(rn), rb, max_r), warps, False, hints=hints)
             # few outputs (the final kernel of a split reduction, a short one): a long tile along r,
             # 16+ elements along x to keep loads coalesced, fewer when that leaves too few programs
             # (aim at ~512; sum over dim 0 of 8192x4096 fp32: 67 us, was 132 us with 64)
@@ -598,7 +601,7 @@ class TritonKernelEmitter(Names):
         top = _Scope(fscope, mask="xmask")
         nstages = max([s for s in stages.values()] + [0]) + 1
         # a second r-loop would read the streamed rows again: hints only for a single pass
-        self.evict = EVICTION if nstages == 1 and not k.single else {}
+        self.evict = (EVICTION or (OUTER_EVICTION if self.cfg.hints else {})) if nstages == 1 and not k.single else {}
         for n in k.nodes:  # outer nodes that need no reduction of this kernel
             if k.roles[n.name] in ("outer", "xred") and stages[n.name] < 0:
                 self._outer(n, top, fscope)

@@ -50,37 +50,51 @@ def test_heavy_persistent_reductions_get_fewer_warps():
 
 def test_strided_looped_reductions_take_the_outer_table():
     """A looped reduction along a strided dim with many outputs takes OUTER_CONFIGS' row for how
-    many buffers it streams and how long its chunks are; with few outputs (a split's final kernel) a
-    long tile along r instead. Powers of two, never persistent."""
+    many buffers it streams; with few outputs (a split's final kernel) a long tile along r instead.
+    Powers of two, never persistent."""
     from ember.native.split_reduction import OUTER_XBLOCK
     from ember.native.triton_emit import OUTER_CONFIGS
     # split_reduction counts programs of OUTER_XBLOCK outputs: a row may run more, never fewer
-    assert all(row[2] <= OUTER_XBLOCK for row in OUTER_CONFIGS)
+    assert all(row[1] <= OUTER_XBLOCK for row in OUTER_CONFIGS)
     for streams in (1, 2, 4, 8, 20):
-        for rows in (392, 4096):
-            row = next(r for r in OUTER_CONFIGS if (r[0] is None or streams <= r[0]) and rows >= r[1])
-            k = types.SimpleNamespace(is_reduction=True, xnumel=131072, rnumel=rows,
-                                      reads=[f"in{i}" for i in range(streams - 1)], writes=["out"])
-            c = choose_config(k, OPTS, False)
-            assert (c.XBLOCK, c.RBLOCK, c.num_warps, c.persistent) == (row[2], min(row[3], 512), row[4], False)
+        row = next(r for r in OUTER_CONFIGS if r[0] is None or streams <= r[0])
+        k = types.SimpleNamespace(is_reduction=True, xnumel=131072, rnumel=392,
+                                  reads=[f"in{i}" for i in range(streams - 1)], writes=["out"])
+        c = choose_config(k, OPTS, False)
+        assert (c.XBLOCK, c.RBLOCK, c.num_warps, c.persistent, c.hints) == (row[1], min(row[2], 512), row[3], False, row[4])
         narrow = types.SimpleNamespace(is_reduction=True, xnumel=3, rnumel=5000, reads=k.reads, writes=k.writes)
         c = choose_config(narrow, OPTS, False)
-        assert c.XBLOCK == 4 and _pow2(c.RBLOCK) and not c.persistent
+        assert c.XBLOCK == 4 and _pow2(c.RBLOCK) and not c.persistent and not c.hints
 
 
-def test_batchnorm_statistics_in_long_chunks_take_their_row():
-    """BatchNorm's forward statistics at 64x256x56x56 split into chunks of 2048 rows: the partial
-    kernel (98 chunks x 256 channels; x read, the Welford pair's two partials written) takes
-    32x64 tiles and 4 warps (benchmarks/results/outer_reduction-fwd-nvidia-h100-s37.json); the same
-    kernel in today's 896-row chunks, and the backward's 4+ streams, keep their rows."""
-    stats = types.SimpleNamespace(is_reduction=True, xnumel=98 * 256, rnumel=2048, reads=["x"],
+def test_batchnorm_statistics_take_their_row():
+    """BatchNorm's forward statistics at 64x256x56x56 (224 chunks of 896 rows x 256 channels; x read,
+    the Welford pair's two partials written) take 32x64 tiles, 4 warps and L2 hints
+    (benchmarks/results/ln_gelu_sweep-nvidia-h100-s38.json); the backward's 4+ streams keep 64x64/8."""
+    stats = types.SimpleNamespace(is_reduction=True, xnumel=224 * 256, rnumel=896, reads=["x"],
                                   writes=["mean_partial", "m2_partial"])
     c = choose_config(stats, OPTS, False)
-    assert (c.XBLOCK, c.RBLOCK, c.num_warps, c.persistent) == (32, 64, 4, False)
-    short = types.SimpleNamespace(**{**vars(stats), "xnumel": 224 * 256, "rnumel": 896})
-    assert (choose_config(short, OPTS, False).XBLOCK, choose_config(short, OPTS, False).RBLOCK) == (64, 16)
+    assert (c.XBLOCK, c.RBLOCK, c.num_warps, c.persistent, c.hints) == (32, 64, 4, False, True)
     bwd = types.SimpleNamespace(**{**vars(stats), "reads": ["g", "y", "x"]})
-    assert (choose_config(bwd, OPTS, False).XBLOCK, choose_config(bwd, OPTS, False).num_warps) == (64, 8)
+    c = choose_config(bwd, OPTS, False)
+    assert (c.XBLOCK, c.RBLOCK, c.num_warps, c.hints) == (64, 64, 8, False)
+
+
+def test_batchnorm_statistics_kernel_is_hinted():
+    """The split var_mean's partial kernel of a channels-last activation carries OUTER_EVICTION's
+    hints (the rows streamed evict_first); the backward-like 4-stream sums do not."""
+    import torch
+    from ember.native.backend import DEFAULT_OPTIONS, plan
+    from tests.native.harness import trace
+    x = torch.randn(4, 16, 32, 32).to(memory_format=torch.channels_last)
+    small = {**DEFAULT_OPTIONS, "split_reduction_programs": 16, "split_reduction_numel": 64,
+             "single_program_numel": 64, "split_outer_rows": 128}
+    kernels = plan(trace(lambda x: torch.var_mean(x, dim=(0, 2, 3), correction=0), [x]), [x], small)[3]
+    partial = [ek for _, ek in kernels if ek.config.hints]
+    assert len(partial) == 1 and "eviction_policy='evict_first'" in partial[0].source, [ek.config for _, ek in kernels]
+    g, y = torch.randn_like(x), torch.randn_like(x)
+    kernels = plan(trace(lambda g, y, x: (torch.where(y <= 0, 0, g) * x).sum((0, 2, 3)), [g, y, x]), [g, y, x], small)[3]
+    assert not any("eviction_policy" in ek.source for _, ek in kernels)
 
 
 def test_persistent_hints_mark_rows_shared_loads_and_tile_stores(monkeypatch):
