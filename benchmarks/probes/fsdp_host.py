@@ -1,0 +1,181 @@
+"""Probe (issue 31): ember's steady-state per-step host time under FSDP2, against eager's.
+
+One process (world size 1, gloo on a free localhost port; ``--device cuda`` uses NCCL on cuda:0) builds
+the tiny (or full, ``--full``) GPT-2 of benchmarks/distributed.py twice with the harness's own
+``build_model``/``wrap`` (``fully_shard`` per block + root, bf16 autocast), compiles one copy with
+ember, warms both up, then times ``--steps`` steady steps (forward + backward + AdamW step + zero_grad)
+alternating eager and ember step by step (paired: the host's load hits both alike). Then cProfile over
+``--prof-steps`` more ember steps and the top functions by own and cumulative time.
+
+    flock /tmp/ember-cpu-bench.lock python benchmarks/probes/fsdp_host.py            # CPU, tiny
+    python benchmarks/probes/fsdp_host.py --device cuda --full --out r.json          # one GPU
+
+On a CPU the step's compute is tiny, so its time is mostly host time; on a GPU the step time includes
+waiting for the device (synchronised each step), so compare ``ember - eager`` there.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import io
+import json
+import os
+import pstats
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import distributed as harness  # noqa: E402  (benchmarks/distributed.py: build_model, wrap, LossOf)
+
+
+def setup(device):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", rank=0, world_size=1, device_id=device)
+    else:
+        dist.init_process_group("gloo", rank=0, world_size=1)
+
+
+def make(compiler, args, device):
+    """``compiler``: eager, or ember[:<backend>] (``ember:eager``: ember's frontend, the FX graphs run
+    as they are: the frontend's own cost; ``ember:aot_eager``: plus the AOT autograd wrapper)."""
+    model, blocks, vocab, _ = harness.build_model(args.model, not args.full, device)
+    wrapped = harness.LossOf(harness.wrap("fsdp2", model, blocks, device))
+    if compiler.startswith("ember"):
+        import ember
+        wrapped = ember.compile(wrapped, backend=compiler.partition(":")[2] or "ember")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=device.type == "cuda")
+    return wrapped, opt, vocab
+
+
+def step(fn, opt, ids, device):
+    """One training step; returns (host seconds: until the Python work returned, before waiting for the
+    device; step seconds: until the device finished). On a CPU both are the same."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t = time.perf_counter()
+    with torch.autocast(device.type, dtype=torch.bfloat16):
+        loss = fn(ids)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    host = time.perf_counter()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return host - t, time.perf_counter() - t
+
+
+def top(prof, key, n):
+    s = io.StringIO()
+    st = pstats.Stats(prof, stream=s)
+    rows = sorted(st.stats.items(), key=lambda kv: -kv[1][3 if key == "cumulative" else 2])[:n]
+    out = []
+    for (file, line, fn), (_, ncalls, tt, ct, _) in rows:
+        file = os.path.relpath(file, REPO) if file.startswith(str(REPO)) else file.split("site-packages/")[-1]
+        out.append(f"{(ct if key == 'cumulative' else tt) * 1000:8.2f} ms {ncalls:6d} {file}:{line}({fn})")
+    return out
+
+
+GROUPS = (("ember entry/resume (generated)", ("<ember entry", "__break_", "__driver_", "__resume")),
+          ("ember kernels/wrappers (generated)", (".cache/ember",)), ("ember/frontend", ("ember/frontend",)),
+          ("ember/aot", ("ember/aot",)), ("ember/native", ("ember/native",)), ("ember other", ("ember/",)),
+          ("torch.distributed (FSDP2, DTensor)", ("torch/distributed",)), ("torch.optim", ("torch/optim",)),
+          ("torch other", ("torch/",)), ("transformers", ("transformers/",)))
+
+
+def by_group(prof, steps):
+    """Own time per step (ms) by where the function lives (C builtins counted as 'builtins (C)')."""
+    out: dict = {}
+    for (file, line, fn), (_, _, tt, _, _) in prof.stats.items():
+        where = f"{file}:{fn}"
+        name = next((g for g, keys in GROUPS if any(k in where for k in keys)),
+                    "builtins (C: ATen ops, autograd engine)" if file == "~" else "other Python")
+        out[name] = out.get(name, 0.0) + 1000 * tt / steps
+    return dict(sorted(((k, round(v, 3)) for k, v in out.items()), key=lambda kv: -kv[1]))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--model", default="gpt2", choices=["gpt2", "llama1b"])
+    ap.add_argument("--full", action="store_true", help="the full-size model (default: the tiny config)")
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--seq", type=int, default=32)
+    ap.add_argument("--warmup", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--prof-steps", type=int, default=10)
+    ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--compilers", default="eager,ember",
+                    help="timed round-robin; eager, ember, ember:eager, ember:aot_eager (ember's backends)")
+    ap.add_argument("--profile", default=None, help="which compiler to cProfile (default: the last one)")
+    ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (1: steadier on a shared host)")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    device = torch.device("cuda:0" if args.device == "cuda" else "cpu")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    setup(device)
+    compilers = args.compilers.split(",")
+    runs = {c: make(c, args, device) for c in compilers}
+    vocab = runs["eager"][2]
+    g = torch.Generator().manual_seed(0)
+    ids = [torch.randint(0, vocab, (args.batch, args.seq), generator=g).to(device) for _ in range(4)]
+    for i in range(args.warmup):
+        for c, (fn, opt, _) in runs.items():
+            step(fn, opt, ids[i % 4], device)
+    times = {c: [] for c in compilers}
+    host_times = {c: [] for c in compilers}
+    for i in range(args.steps):
+        for c in (compilers if i % 2 == 0 else compilers[::-1]):
+            fn, opt, _ = runs[c]
+            host, total = step(fn, opt, ids[i % 4], device)
+            times[c].append(1000 * total)
+            host_times[c].append(1000 * host)
+    prof = cProfile.Profile()
+    profiled = args.profile or compilers[-1]
+    fn, opt, _ = runs[profiled]
+    prof.enable()
+    for i in range(args.prof_steps):
+        step(fn, opt, ids[i % 4], device)
+    prof.disable()
+    prof.create_stats()
+    med = {c: statistics.median(v) for c, v in times.items()}
+    host_med = {c: statistics.median(v) for c, v in host_times.items()}
+    q = {c: [round(x, 3) for x in statistics.quantiles(v, n=4)] for c, v in times.items()}
+    report = dict(device=str(device), model=args.model, full=args.full, steps=args.steps,
+                  step_ms_median=med, step_ms_quartiles=q, host_ms_median=host_med,
+                  minus_eager_ms={c: med[c] - med["eager"] for c in med if "eager" in med},
+                  profiled=profiled, prof_steps=args.prof_steps, profile_own_ms_per_step=by_group(prof, args.prof_steps),
+                  profile_own=top(prof, "own", args.top), profile_cumulative=top(prof, "cumulative", args.top))
+    print(f"per-step ms (median [q1 q3] over {args.steps} round-robin steps):")
+    for c in med:
+        print(f"  {c:16} {med[c]:8.3f} {q[c]}" + (f"  {med[c] - med['eager']:+.3f} vs eager" if "eager" in med else "")
+              + (f"   host {host_med[c]:8.3f}" if device.type == "cuda" else ""))
+    print(f"\n{profiled} under cProfile, own time per step by origin (ms):")
+    for k, v in report["profile_own_ms_per_step"].items():
+        print(f"  {v:8.3f}  {k}")
+    print(f"\n{profiled}, {args.prof_steps} profiled steps, top by own time (total ms, calls):")
+    print("\n".join(report["profile_own"]))
+    print("\nby cumulative time:")
+    print("\n".join(report["profile_cumulative"]))
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
