@@ -8,7 +8,10 @@ alternating eager and ember step by step (paired: the host's load hits both alik
 ``--prof-steps`` more ember steps and the top functions by own and cumulative time.
 
     flock /tmp/ember-cpu-bench.lock python benchmarks/probes/fsdp_host.py            # CPU, tiny
-    python benchmarks/probes/fsdp_host.py --device cuda --full --out r.json          # one GPU
+    # one GPU (world size 1, NCCL): which layer of ember adds host time (frontend only, + AOT wrapper,
+    # + native kernels), with cProfile's own time per step by origin for eager and ember
+    python benchmarks/probes/fsdp_host.py --device cuda --full --compilers eager,ember:eager,ember:aot_eager,ember \
+        --profile eager,ember --out r.json
 
 On a CPU the step's compute is tiny, so its time is mostly host time; on a GPU the step time includes
 waiting for the device (synchronised each step), so compare ``ember - eager`` there.
@@ -113,25 +116,27 @@ def main(argv=None):
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--model", default="gpt2", choices=["gpt2", "llama1b"])
     ap.add_argument("--full", action="store_true", help="the full-size model (default: the tiny config)")
-    ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--seq", type=int, default=32)
+    ap.add_argument("--batch", type=int, default=None, help="default 2 (tiny) or 8 (--full), as the harness")
+    ap.add_argument("--seq", type=int, default=None, help="default 32 (tiny) or 512 (--full)")
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--prof-steps", type=int, default=10)
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--compilers", default="eager,ember",
                     help="timed round-robin; eager, ember, ember:eager, ember:aot_eager (ember's backends)")
-    ap.add_argument("--profile", default=None, help="which compiler to cProfile (default: the last one)")
+    ap.add_argument("--profile", default=None, help="which compilers to cProfile, comma-separated (default: the last)")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (1: steadier on a shared host)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    args.batch = args.batch or (8 if args.full else 2)
+    args.seq = args.seq or (512 if args.full else 32)
     device = torch.device("cuda:0" if args.device == "cuda" else "cpu")
     if args.threads:
         torch.set_num_threads(args.threads)
     setup(device)
     compilers = args.compilers.split(",")
     runs = {c: make(c, args, device) for c in compilers}
-    vocab = runs["eager"][2]
+    vocab = next(iter(runs.values()))[2]
     g = torch.Generator().manual_seed(0)
     ids = [torch.randint(0, vocab, (args.batch, args.seq), generator=g).to(device) for _ in range(4)]
     for i in range(args.warmup):
@@ -145,33 +150,36 @@ def main(argv=None):
             host, total = step(fn, opt, ids[i % 4], device)
             times[c].append(1000 * total)
             host_times[c].append(1000 * host)
-    prof = cProfile.Profile()
-    profiled = args.profile or compilers[-1]
-    fn, opt, _ = runs[profiled]
-    prof.enable()
-    for i in range(args.prof_steps):
-        step(fn, opt, ids[i % 4], device)
-    prof.disable()
-    prof.create_stats()
     med = {c: statistics.median(v) for c, v in times.items()}
     host_med = {c: statistics.median(v) for c, v in host_times.items()}
     q = {c: [round(x, 3) for x in statistics.quantiles(v, n=4)] for c, v in times.items()}
-    report = dict(device=str(device), model=args.model, full=args.full, steps=args.steps,
-                  step_ms_median=med, step_ms_quartiles=q, host_ms_median=host_med,
-                  minus_eager_ms={c: med[c] - med["eager"] for c in med if "eager" in med},
-                  profiled=profiled, prof_steps=args.prof_steps, profile_own_ms_per_step=by_group(prof, args.prof_steps),
-                  profile_own=top(prof, "own", args.top), profile_cumulative=top(prof, "cumulative", args.top))
+    report = dict(device=str(device), model=args.model, full=args.full, batch=args.batch, seq=args.seq,
+                  steps=args.steps, step_ms_median=med, step_ms_quartiles=q, host_ms_median=host_med,
+                  minus_eager_ms={c: med[c] - med["eager"] for c in med} if "eager" in med else None,
+                  prof_steps=args.prof_steps, profiles={})
     print(f"per-step ms (median [q1 q3] over {args.steps} round-robin steps):")
     for c in med:
         print(f"  {c:16} {med[c]:8.3f} {q[c]}" + (f"  {med[c] - med['eager']:+.3f} vs eager" if "eager" in med else "")
               + (f"   host {host_med[c]:8.3f}" if device.type == "cuda" else ""))
-    print(f"\n{profiled} under cProfile, own time per step by origin (ms):")
-    for k, v in report["profile_own_ms_per_step"].items():
-        print(f"  {v:8.3f}  {k}")
-    print(f"\n{profiled}, {args.prof_steps} profiled steps, top by own time (total ms, calls):")
-    print("\n".join(report["profile_own"]))
-    print("\nby cumulative time:")
-    print("\n".join(report["profile_cumulative"]))
+    for profiled in (args.profile or compilers[-1]).split(","):
+        prof = cProfile.Profile()
+        fn, opt, _ = runs[profiled]
+        prof.enable()
+        for i in range(args.prof_steps):
+            step(fn, opt, ids[i % 4], device)
+        prof.disable()
+        prof.create_stats()
+        rep = report["profiles"][profiled] = dict(own_ms_per_step=by_group(prof, args.prof_steps),
+                                                  own=top(prof, "own", args.top),
+                                                  cumulative=top(prof, "cumulative", args.top))
+        print(f"\n{profiled} under cProfile, own time per step by origin (ms):")
+        for k, v in rep["own_ms_per_step"].items():
+            print(f"  {v:8.3f}  {k}")
+        if args.top:
+            print(f"\n{profiled}, {args.prof_steps} profiled steps, top by own time (total ms, calls):")
+            print("\n".join(rep["own"]))
+            print("\nby cumulative time:")
+            print("\n".join(rep["cumulative"]))
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1))
     dist.destroy_process_group()
