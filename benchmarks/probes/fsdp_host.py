@@ -11,7 +11,7 @@ alternating eager and ember step by step (paired: the host's load hits both alik
     # one GPU (world size 1, NCCL): which layer of ember adds host time (frontend only, + AOT wrapper,
     # + native kernels), with cProfile's own time per step by origin for eager and ember
     python benchmarks/probes/fsdp_host.py --device cuda --full --compilers eager,ember:eager,ember:aot_eager,ember \
-        --profile eager,ember --out r.json
+        --profile eager,ember --guard-cost --out r.json
 
 On a CPU the step's compute is tiny, so its time is mostly host time; on a GPU the step time includes
 waiting for the device (synchronised each step), so compare ``ember - eager`` there.
@@ -111,6 +111,45 @@ def by_group(prof, steps):
     return dict(sorted(((k, round(v, 3)) for k, v in out.items()), key=lambda kv: -kv[1]))
 
 
+def guard_cost(fn, opt, ids, device, reps=100) -> list:
+    """Per generated entry function of ember's caches: its guards and argument assembly in µs per
+    call, measured on one real step: at each call the entry is first run ``reps`` times with what it
+    calls (``__graph``, ``__break_fn_*``, ``__resume*``: the compiled graph, the code after a graph break)
+    replaced by a stub, then once for real. Rows: (entry, calls in the step, µs per call, µs in the step)."""
+    import re
+
+    from ember.frontend import cache as frame_cache
+    stubbed = re.compile(r"__graph$|__break_fn_\d+$|__resume")
+    timings: dict = {}
+    patched = []
+    for c in list(frame_cache.ALL_CACHES):
+        for e in c.entries:
+            name = e.source.split("(")[0][4:]
+            ns = e.namespace
+
+            def timed(*a, __orig=e.fn, __name=name, __ns=ns, **k):
+                saved = {x: v for x, v in __ns.items() if stubbed.match(x)}
+                __ns.update({x: (lambda *aa, **kk: (None,) * 64) for x in saved})
+                try:
+                    t = time.perf_counter()
+                    for _ in range(reps):
+                        out = __orig(*a, **k)
+                    us = (time.perf_counter() - t) / reps * 1e6
+                finally:
+                    __ns.update(saved)
+                timings.setdefault(__name + (" (miss)" if out is frame_cache.MISS else ""), []).append(us)
+                return __orig(*a, **k)
+            patched.append((e, e.fn))
+            e.fn = timed
+    try:
+        step(fn, opt, ids, device)
+    finally:
+        for e, orig in patched:
+            e.fn = orig
+    rows = [(n, len(v), round(statistics.median(v), 2), round(sum(v), 1)) for n, v in timings.items()]
+    return sorted(rows, key=lambda r: -r[3])
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu")
@@ -126,6 +165,8 @@ def main(argv=None):
                     help="timed round-robin; eager, ember, ember:eager, ember:aot_eager (ember's backends)")
     ap.add_argument("--profile", default=None, help="which compilers to cProfile, comma-separated (default: the last)")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (1: steadier on a shared host)")
+    ap.add_argument("--guard-cost", action="store_true",
+                    help="also time each ember entry's guards + argument assembly (graphs stubbed) over one step")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     args.batch = args.batch or (8 if args.full else 2)
@@ -180,6 +221,15 @@ def main(argv=None):
             print("\n".join(rep["own"]))
             print("\nby cumulative time:")
             print("\n".join(rep["cumulative"]))
+    if args.guard_cost:
+        report["guard_cost"] = {}
+        for c in compilers:
+            if c.startswith("ember"):
+                rows = report["guard_cost"][c] = guard_cost(runs[c][0], runs[c][1], ids[0], device)
+                print(f"\n{c}: guards + argument assembly per entry (graphs stubbed), one step: "
+                      f"{sum(r[3] for r in rows):.1f} us in all")
+                for r in rows:
+                    print(f"  {r[0]:28} calls {r[1]:3d}  {r[2]:8.2f} us/call  {r[3]:8.1f} us")
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1))
     dist.destroy_process_group()
