@@ -1,6 +1,6 @@
 """Probe (issue 31): ember's steady-state per-step host time under FSDP2, against eager's.
 
-One process (world size 1, gloo on a free localhost port; ``--device cuda`` uses NCCL on cuda:0) builds
+One process (world size 1, gloo on a free localhost port; ``--device cuda``: NCCL; or torchrun's ranks) builds
 the tiny (or full, ``--full``) GPT-2 of benchmarks/distributed.py twice with the harness's own
 ``build_model``/``wrap`` (``fully_shard`` per block + root, bf16 autocast), compiles one copy with
 ember, warms both up, then times ``--steps`` steady steps (forward + backward + AdamW step + zero_grad)
@@ -12,6 +12,8 @@ alternating eager and ember step by step (paired: the host's load hits both alik
     # + native kernels), with cProfile's own time per step by origin for eager and ember
     python benchmarks/probes/fsdp_host.py --device cuda --full --compilers eager,ember:eager,ember:aot_eager,ember \
         --profile eager,ember --guard-cost --out r.json
+    # the harness's setting (2 ranks): the same under torchrun
+    torchrun --nproc_per_node 2 benchmarks/probes/fsdp_host.py --device cuda --full ...
 
 On a CPU the step's compute is tiny, so its time is mostly host time; on a GPU the step time includes
 waiting for the device (synchronised each step), so compare ``ember - eager`` there.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import gc
 import io
 import json
 import os
@@ -41,16 +44,21 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import distributed as harness  # noqa: E402  (benchmarks/distributed.py: build_model, wrap, LossOf)
 
 
-def setup(device):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def setup(device) -> int:
+    """The process group: under torchrun its ranks (as the harness's 2-GPU runs), else world size 1 on a
+    free localhost port. Returns this process's rank."""
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    if "RANK" not in os.environ:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     if device.type == "cuda":
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", rank=0, world_size=1, device_id=device)
+        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=device)
     else:
-        dist.init_process_group("gloo", rank=0, world_size=1)
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+    return rank
 
 
 def make(compiler, args, device):
@@ -164,17 +172,21 @@ def main(argv=None):
     ap.add_argument("--compilers", default="eager,ember",
                     help="timed round-robin; eager, ember, ember:eager, ember:aot_eager (ember's backends)")
     ap.add_argument("--profile", default=None, help="which compilers to cProfile, comma-separated (default: the last)")
-    ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (1: steadier on a shared host)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch.set_num_threads (default 1 on a CPU: steadier on a shared host; untouched on GPUs)")
     ap.add_argument("--guard-cost", action="store_true",
                     help="also time each ember entry's guards + argument assembly (graphs stubbed) over one step")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     args.batch = args.batch or (8 if args.full else 2)
     args.seq = args.seq or (512 if args.full else 32)
-    device = torch.device("cuda:0" if args.device == "cuda" else "cpu")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    setup(device)
+    device = torch.device(f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if args.device == "cuda" else "cpu")
+    threads = args.threads if args.threads is not None else (1 if device.type == "cpu" else 0)
+    if threads:
+        torch.set_num_threads(threads)
+    rank = setup(device)
+    if rank != 0:  # every rank runs the same steps (collectives); rank 0 reports
+        sys.stdout = open(os.devnull, "w")
     compilers = args.compilers.split(",")
     runs = {c: make(c, args, device) for c in compilers}
     vocab = next(iter(runs.values()))[2]
@@ -185,23 +197,41 @@ def main(argv=None):
             step(fn, opt, ids[i % 4], device)
     times = {c: [] for c in compilers}
     host_times = {c: [] for c in compilers}
+    # Python's garbage collections during each compiler's steps: (count, ms) per generation
+    collections = {c: {g: [0, 0.0] for g in range(3)} for c in compilers}
+    running, gc_start = [None], [0.0]
+
+    def on_gc(phase, info):
+        if phase == "start":
+            gc_start[0] = time.perf_counter()
+        elif running[0] is not None:
+            rec = collections[running[0]][info["generation"]]
+            rec[0] += 1
+            rec[1] += 1000 * (time.perf_counter() - gc_start[0])
+    gc.callbacks.append(on_gc)
     for i in range(args.steps):
         for c in (compilers if i % 2 == 0 else compilers[::-1]):
             fn, opt, _ = runs[c]
+            running[0] = c
             host, total = step(fn, opt, ids[i % 4], device)
+            running[0] = None
             times[c].append(1000 * total)
             host_times[c].append(1000 * host)
+    gc.callbacks.remove(on_gc)
     med = {c: statistics.median(v) for c, v in times.items()}
     host_med = {c: statistics.median(v) for c, v in host_times.items()}
     q = {c: [round(x, 3) for x in statistics.quantiles(v, n=4)] for c, v in times.items()}
     report = dict(device=str(device), model=args.model, full=args.full, batch=args.batch, seq=args.seq,
                   steps=args.steps, step_ms_median=med, step_ms_quartiles=q, host_ms_median=host_med,
                   minus_eager_ms={c: med[c] - med["eager"] for c in med} if "eager" in med else None,
-                  prof_steps=args.prof_steps, profiles={})
+                  gc_per_generation={c: {g: [n, round(ms, 3)] for g, (n, ms) in v.items()} for c, v in collections.items()},
+                  gc_objects=len(gc.get_objects()), prof_steps=args.prof_steps, profiles={})
     print(f"per-step ms (median [q1 q3] over {args.steps} round-robin steps):")
     for c in med:
         print(f"  {c:16} {med[c]:8.3f} {q[c]}" + (f"  {med[c] - med['eager']:+.3f} vs eager" if "eager" in med else "")
-              + (f"   host {host_med[c]:8.3f}" if device.type == "cuda" else ""))
+              + (f"   host {host_med[c]:8.3f}" if device.type == "cuda" else "")
+              + "   gc (count, ms) gen0/1/2 over the steps: " + " ".join(f"{n}/{ms:.1f}" for n, ms in collections[c].values()))
+    print(f"  ({report['gc_objects']} objects tracked by the garbage collector)")
     for profiled in (args.profile or compilers[-1]).split(","):
         prof = cProfile.Profile()
         fn, opt, _ = runs[profiled]
@@ -230,7 +260,7 @@ def main(argv=None):
                       f"{sum(r[3] for r in rows):.1f} us in all")
                 for r in rows:
                     print(f"  {r[0]:28} calls {r[1]:3d}  {r[2]:8.2f} us/call  {r[3]:8.1f} us")
-    if args.out:
+    if args.out and rank == 0:
         Path(args.out).write_text(json.dumps(report, indent=1))
     dist.destroy_process_group()
 
