@@ -224,11 +224,17 @@ def main(argv=None):
     report = dict(device=str(device), model=args.model, full=args.full, batch=args.batch, seq=args.seq,
                   steps=args.steps, step_ms_median=med, step_ms_quartiles=q, host_ms_median=host_med,
                   minus_eager_ms={c: med[c] - med["eager"] for c in med} if "eager" in med else None,
+                  step_ms_min={c: min(v) for c, v in times.items()},
+                  # round i's difference to eager's step of the same round (the host's load drifts less
+                  # within a round than across the run): the median of those
+                  paired_minus_eager_ms={c: statistics.median(a - b for a, b in zip(times[c], times["eager"]))
+                                         for c in compilers} if "eager" in times else None,
                   gc_per_generation={c: {g: [n, round(ms, 3)] for g, (n, ms) in v.items()} for c, v in collections.items()},
                   gc_objects=len(gc.get_objects()), prof_steps=args.prof_steps, profiles={})
     print(f"per-step ms (median [q1 q3] over {args.steps} round-robin steps):")
     for c in med:
-        print(f"  {c:16} {med[c]:8.3f} {q[c]}" + (f"  {med[c] - med['eager']:+.3f} vs eager" if "eager" in med else "")
+        print(f"  {c:16} {med[c]:8.3f} {q[c]} min {min(times[c]):8.3f}"
+              + (f"  {report['paired_minus_eager_ms'][c]:+.3f} vs eager (paired)" if "eager" in med else "")
               + (f"   host {host_med[c]:8.3f}" if device.type == "cuda" else "")
               + "   gc (count, ms) gen0/1/2 over the steps: " + " ".join(f"{n}/{ms:.1f}" for n, ms in collections[c].values()))
     print(f"  ({report['gc_objects']} objects tracked by the garbage collector)")
