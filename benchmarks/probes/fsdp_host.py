@@ -55,6 +55,8 @@ def setup(device) -> int:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     if device.type == "cuda":
         torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = True  # as the harness's worker
+        torch.backends.cudnn.allow_tf32 = True
         dist.init_process_group("nccl", rank=rank, world_size=world, device_id=device)
     else:
         dist.init_process_group("gloo", rank=rank, world_size=world)
