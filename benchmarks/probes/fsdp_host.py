@@ -21,7 +21,6 @@ waiting for the device (synchronised each step), so compare ``ember - eager`` th
 from __future__ import annotations
 
 import argparse
-import contextlib
 import cProfile
 import gc
 import io
