@@ -314,7 +314,7 @@ class OutputGraph:
                     return vt
         if target in _OFFSET_READERS and isinstance(result, int):
             self._guard_storage_offsets(args[0])
-        return self.wrap_result(node, result, mutating=_is_mutating(kind, target))
+        return self.wrap_result(node, result, mutating=_is_mutating(kind, target, node.kwargs))
 
     def _guard_storage_offsets(self, t) -> None:
         """A storage offset read while tracing became a constant, but the tensor guard leaves offsets
@@ -380,8 +380,10 @@ def _is_vt(x) -> bool:
     return isinstance(x, VariableTracker)
 
 
-def _is_mutating(kind: str, target) -> bool:
-    if target is operator.setitem:
+def _is_mutating(kind: str, target, kwargs=None) -> bool:
+    # an out= call writes its out tensors: never dead code, though it may return None
+    # (split_with_sizes_copy) or a tuple of them (torch.max(x, 1, out=(v, i)))
+    if target is operator.setitem or (kwargs and kwargs.get("out") is not None):
         return True
     name = target if isinstance(target, str) else getattr(target, "__name__", "")
     return name.endswith("_") and not name.endswith("__")

@@ -1,0 +1,40 @@
+"""Regressions found by the OpInfo differential sweep (benchmarks/probes/opinfo_sweep.py): each was a
+silent wrong result (or a crash) of ``ember.compile`` on CPU where eager PyTorch is right. The
+default backend runs the native C++ renderer on CPU tensors."""
+import torch
+
+import ember
+
+
+def _check(fn, make):
+    """fn compiled against eager on fresh copies of make()'s arguments: its result and every argument
+    after the call (out= tensors, mutated inputs)."""
+    args_e, args_c = make(), make()
+    want = fn(*args_e)
+    got = ember.compile(fn)(*args_c)
+    torch.testing.assert_close(got, want, equal_nan=True)
+    for c, e in zip(args_c, args_e):
+        torch.testing.assert_close(c, e, equal_nan=True)
+
+
+def test_out_list_returning_none_is_kept():
+    # split_with_sizes_copy(out=[...]) returns None: its call was dropped as dead code and the out
+    # tensors kept their old contents
+    def f(x, o0, o1):
+        torch.split_with_sizes_copy(x, [2, 3], 1, out=[o0, o1])
+    _check(f, lambda: [torch.arange(20.0).view(4, 5), torch.zeros(4, 2), torch.zeros(4, 3)])
+
+
+def test_out_tuple_result_unused_is_kept():
+    # torch.max(x, 1, out=(v, i)) returns its out tensors as a tuple; unused, the call was dead code
+    def f(x, v, i):
+        torch.max(x, 1, out=(v, i))
+        return x + 1
+    _check(f, lambda: [torch.arange(20.0).view(4, 5).flip(1), torch.zeros(4), torch.zeros(4, dtype=torch.long)])
+
+
+def test_out_single_result_unused_is_kept():
+    def f(x, o):
+        torch.sin(x, out=o)
+        return x * 2
+    _check(f, lambda: [torch.arange(6.0), torch.zeros(6)])
