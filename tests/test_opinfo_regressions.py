@@ -38,3 +38,36 @@ def test_out_single_result_unused_is_kept():
         torch.sin(x, out=o)
         return x * 2
     _check(f, lambda: [torch.arange(6.0), torch.zeros(6)])
+
+
+def test_linalg_check_errors_is_a_plain_call():
+    # torch marks aten._linalg_check_errors effectful: functionalization threaded an effect token
+    # through it, which became a graph input no caller passed ("forward() missing 1 required
+    # positional argument: 'tangents_token'") for linalg.inv, solve, cholesky, lu_factor...
+    x = torch.randn(5, 5) + 5 * torch.eye(5)
+    b = torch.randn(5, 3)
+    for fn in (torch.linalg.inv, lambda a: torch.linalg.solve(a, b) * 2,
+               lambda a: torch.linalg.cholesky(a @ a.mT + torch.eye(5))):
+        torch.testing.assert_close(ember.compile(fn)(x), fn(x))
+        xc, xe = x.clone().requires_grad_(), x.clone().requires_grad_()
+        ember.compile(fn)(xc).sum().backward()
+        fn(xe).sum().backward()
+        torch.testing.assert_close(xc.grad, xe.grad)
+
+
+def test_linalg_check_errors_still_raises():
+    # the check is kept: a singular matrix raises, as in eager, instead of returning inf
+    import pytest
+    f = ember.compile(torch.linalg.inv)
+    f(torch.eye(4))
+    with pytest.raises(torch.linalg.LinAlgError):
+        f(torch.zeros(4, 4))
+
+
+def test_out_write_lost_in_tracing_runs_eagerly():
+    # linalg.matrix_rank(x, out=o)'s composite out= overload traces to the functional op and drops
+    # the write into o: compiled, o kept its old value. Such a graph now runs eagerly (aot analysis).
+    def f(x, o):
+        torch.linalg.matrix_rank(x, out=o)
+        return x * 2
+    _check(f, lambda: [torch.eye(5)[:, [0, 1, 2, 3, 3]], torch.zeros((), dtype=torch.long)])
