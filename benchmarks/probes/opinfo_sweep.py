@@ -188,7 +188,7 @@ def _check_close(a, e, dtype_tol):
 
 
 def _noise(a, e, r64):
-    """True if a is no farther from the float64 reference than eager (times 2, plus a little)."""
+    """True if a is no farther from the float64 reference than eager (times 3, plus a little)."""
     import torch
     if not (isinstance(a, torch.Tensor) and a.dtype.is_floating_point and isinstance(r64, torch.Tensor)):
         return False
@@ -199,8 +199,12 @@ def _noise(a, e, r64):
     ee = (e.detach().double() - r).abs().nan_to_num(0)
     if ((a.isnan() != e.isnan()) | (a.isinf() & (a != e))).any():
         return False
+    if not a.numel():
+        return True
+    # eager's own error (rounding order differs; x3 as inductor's fp64 comparison allows), plus the
+    # dtype's epsilon-ish scaled by the tensor's largest value (a long sum's error grows with it)
     small = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 1e-3}.get(a.dtype, 1e-7)
-    return bool(ea.max() <= 2 * ee.max() + small) if a.numel() else True
+    return bool(ea.max() <= 3 * ee.max() + small * (1 + r.abs().nan_to_num(0).max()))
 
 
 class Runner:
@@ -311,6 +315,7 @@ class Runner:
             return ("skip", "random or uninitialized values")
 
         grads = None
+        used_cots = []
         if grad:
             proc = sample.output_process_fn_grad
             eo = [t for t in _flat(proc(want)) if isinstance(t, torch.Tensor) and t.requires_grad]
@@ -321,6 +326,7 @@ class Runner:
             if eo and len(co) == len(eo):
                 torch.manual_seed(1)
                 cots = [torch.randn_like(t) for t in eo]
+                used_cots[:] = cots
                 try:
                     ge = torch.autograd.grad(eo, leaves_e, cots, allow_unused=True)
                 except Exception:
@@ -331,7 +337,7 @@ class Runner:
                     try:
                         gc = torch.autograd.grad(co, leaves_c, cots, allow_unused=True)
                     except Exception as err:
-                        return ("error", f"backward: {type(err).__name__}: {str(err).splitlines()[0][:300]}")
+                        return ("error", f"backward: {type(err).__name__}: {(str(err).splitlines() or [''])[0][:300]}")
                     grads = (list(gc), list(ge))
 
         def r64():
@@ -346,8 +352,8 @@ class Runner:
                 if grads is not None:
                     proc = sample.output_process_fn_grad
                     ro = [t for t in _flat(proc(r)) if isinstance(t, torch.Tensor) and t.requires_grad]
-                    torch.manual_seed(1)
-                    cots = [torch.randn_like(t).to(t.dtype) for t in ro]
+                    # eager's cotangents, upcast (a float64 draw would be other numbers)
+                    cots = [c.to(t.dtype) for c, t in zip(used_cots, ro)]
                     leaves = [t for t in up if t.requires_grad]
                     res.append(list(torch.autograd.grad(ro, leaves, cots, allow_unused=True)))
                 return res
@@ -452,6 +458,7 @@ def select_ops(args):
 def worker(args):
     sys.modules.setdefault("opinfo_sweep", sys.modules[__name__])  # one Timeout class for the extra suites
     signal.signal(signal.SIGALRM, _alarm)
+    _stub_expecttest()
     done = set(args.skip_ops.split(",")) if args.skip_ops else set()
     with open(args.jsonl, "a") as f:
         def emit(rec):

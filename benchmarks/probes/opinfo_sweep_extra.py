@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import copy
+import time
 
 import torch
 import torch.nn.functional as F
@@ -188,7 +189,7 @@ def run_module_input(runner, mi, minput, dtype, training):
         try:
             gc = torch.autograd.grad(co, leaves_c, cots, allow_unused=True)
         except Exception as err:
-            return ("error", f"backward: {type(err).__name__}: {str(err).splitlines()[0][:300]}")
+            return ("error", f"backward: {type(err).__name__}: {(str(err).splitlines() or [''])[0][:300]}")
         grads = (list(gc), list(ge))
     ins_c = [a for a in args_c if isinstance(a, torch.Tensor)] + list(m_c.buffers())
     ins_e = [a for a in args_e if isinstance(a, torch.Tensor)] + list(m_e.buffers())
@@ -205,6 +206,9 @@ def run_modules(runner, emit, pat=None):
             continue
         if mi.name in runner.done:
             continue
+        if time.time() > runner.args.t_end:
+            emit({"op": mi.name, "deadline": True})
+            break
         emit({"op": mi.name, "op_begin": True})
         for dname in runner.args.dtypes:
             dtype = getattr(torch, dname)
