@@ -91,12 +91,12 @@ PATTERNS = {
 SHAPES = [(16, 16), (64, 64), (1, 16), (16, 1), (48, 16), (16, 48), (33, 33), (128, 8), (8, 128)]
 
 
-def _make(spec, dtype):
+def _make(spec, dtype, device):
     if spec[0] == "target":
-        return torch.randint(0, spec[2], (spec[1],))
+        return torch.randint(0, spec[2], (spec[1],)).to(device)
     if spec[0] == "const":
-        return torch.randn(spec[1:]).to(dtype)
-    return torch.randn(spec).to(dtype).requires_grad_(True)
+        return torch.randn(spec[1:]).to(device, dtype)
+    return torch.randn(spec).to(device, dtype).requires_grad_(True)
 
 
 class Sample:
@@ -134,7 +134,7 @@ def run_patterns(runner, emit, names=None):
                 continue
             for i, (R, H) in enumerate(SHAPES):
                 torch.manual_seed(i)
-                sample = Sample([_make(s, dtype) for s in build(R, H)])
+                sample = Sample([_make(s, dtype, runner.args.device) for s in build(R, H)])
                 for mode in ("train", "infer"):
                     if mode == "infer":
                         sample = Sample([t.detach() for t in [sample.input, *sample.args]])
@@ -212,13 +212,13 @@ def run_modules(runner, emit, pat=None):
         emit({"op": mi.name, "op_begin": True})
         for dname in runner.args.dtypes:
             dtype = getattr(torch, dname)
-            if not dtype.is_floating_point or dtype not in mi.supported_dtypes("cpu"):
+            if not dtype.is_floating_point or dtype not in mi.supported_dtypes(runner.args.device):
                 continue
             for training in (True, False):
                 mode = "train" if training else "infer"
                 try:
                     torch.manual_seed(0)
-                    inputs = mi.module_inputs_func(mi, device="cpu", dtype=dtype, requires_grad=training,
+                    inputs = mi.module_inputs_func(mi, device=runner.args.device, dtype=dtype, requires_grad=training,
                                                    training=training)
                 except Exception as err:
                     emit({"op": mi.name, "dtype": dname, "mode": mode, "i": -1, "status": "skip",
