@@ -71,3 +71,23 @@ def test_out_write_lost_in_tracing_runs_eagerly():
         torch.linalg.matrix_rank(x, out=o)
         return x * 2
     _check(f, lambda: [torch.eye(5)[:, [0, 1, 2, 3, 3]], torch.zeros((), dtype=torch.long)])
+
+
+def test_sparse_input_is_a_graph_break():
+    # a sparse CSR input raised "Sparse CSR tensors do not have strides" while building its guard
+    a, b = torch.randn(4, 4).to_sparse_csr(), torch.randn(4, 3)
+    f = lambda a, b: torch.sparse.mm(a, b) * 2  # noqa: E731
+    torch.testing.assert_close(ember.compile(f)(a, b), f(a, b))
+
+
+def test_sparse_result_is_a_graph_break():
+    # to_sparse inside a graph: its backward raised "unsupported memory format option Contiguous"
+    f = lambda x: (x * 2).to_sparse()  # noqa: E731
+    xc, xe = torch.randn(5, 5, requires_grad=True), None
+    xe = xc.detach().clone().requires_grad_()
+    yc, ye = ember.compile(f)(xc), f(xe)
+    assert yc.layout == torch.sparse_coo
+    torch.testing.assert_close(yc.to_dense(), ye.to_dense())
+    yc.to_dense().pow(2).sum().backward()
+    ye.to_dense().pow(2).sum().backward()
+    torch.testing.assert_close(xc.grad, xe.grad)

@@ -304,6 +304,11 @@ class OutputGraph:
         except Exception as exc:
             self.graph.erase_node(node)
             raise _fake_error(kind, target, exc) from exc
+        if any(isinstance(r, torch.Tensor) and r.layout != torch.strided for r in pytree.tree_leaves(result)):
+            # a sparse (or mkldnn) result: the autograd layer and the backends handle strided tensors only
+            self.graph.erase_node(node)
+            name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+            raise Unsupported(f"{name} returns a non-strided tensor ({_layouts(result)}); ember compiles dense tensors only")
         if isinstance(result, FakeTensor):
             for vt in pytree.tree_leaves((args, kwargs), is_leaf=_is_vt):
                 if getattr(vt, "fake", None) is result:
@@ -374,6 +379,10 @@ def is_random_target(target) -> bool:
 
 # calls whose answer is a tensor's storage offset (which the tensor guard does not check)
 _OFFSET_READERS = ("storage_offset", torch.Tensor.storage_offset)
+
+
+def _layouts(result) -> str:
+    return ", ".join(sorted({str(r.layout) for r in pytree.tree_leaves(result) if isinstance(r, torch.Tensor)}))
 
 
 def _is_vt(x) -> bool:
