@@ -91,3 +91,22 @@ def test_sparse_result_is_a_graph_break():
     yc.to_dense().pow(2).sum().backward()
     ye.to_dense().pow(2).sum().backward()
     torch.testing.assert_close(xc.grad, xe.grad)
+
+
+def test_batch_norm_with_update_bf16_running_stats():
+    # aten._batch_norm_with_update(_functional) stayed whole; its fake result says float32 running
+    # statistics where the CPU kernel returns bf16 ones, which the compiled graph then read as float32:
+    # running_mean/var became garbage (1e22). Now decomposed, as native_batch_norm is.
+    torch.manual_seed(0)
+    bf = torch.bfloat16
+    make = lambda: [torch.randn(5, 5, 5).to(bf), torch.randn(5).to(bf), torch.randn(5).to(bf),  # noqa: E731
+                    torch.randn(5).to(bf), (torch.rand(5) + 0.5).to(bf)]
+    f = lambda x, w, b, rm, rv: torch.ops.aten._batch_norm_with_update(x, w, b, rm, rv, 0.1, 1e-5)[0]  # noqa: E731
+    a, c = make(), make()
+    for t, u in zip(a, c):
+        u.copy_(t)
+    want, got = f(*a), ember.compile(f)(*c)
+    tol = dict(atol=1.6e-2, rtol=1.6e-2)  # one bf16 rounding: the compiled kernel rounds once, eager per op
+    torch.testing.assert_close(got, want, **tol)
+    torch.testing.assert_close(c[3], a[3], **tol)
+    torch.testing.assert_close(c[4], a[4], **tol)
