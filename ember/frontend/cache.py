@@ -27,7 +27,7 @@ from ember.diagnostics import logging as elog
 from ember.diagnostics.userframe import warn_user
 from ember.locks import COMPILE_LOCK
 from ember.frontend.codegen import MISS
-from ember.frontend.convert import CacheEntry, RootSpec, compile_entry
+from ember.frontend.convert import CacheEntry, RootSpec, compile_entry, no_full_collections
 from ember.frontend.dynamic import FrameShapeState
 from ember.frontend import persist
 from ember.frontend import stance as _stance
@@ -230,7 +230,14 @@ class FrameCache:
     def _compile_locked(self, args, kwargs, backend, forced, entries):
         """Compile and publish an entry for this call (the caller holds ``self._lock``); None: run
         this call eagerly (a frame that cannot be traced, or the recompile limit), counted. An entry
-        whose ``failure`` is set: its backend raised (published among ``failed``, not ``entries``)."""
+        whose ``failure`` is set: its backend raised (published among ``failed``, not ``entries``).
+        The compile and the cache store after it run in one window without full collections
+        (``convert.no_full_collections``: the store allocates too, and met the full collection the
+        compile's objects had made due)."""
+        with no_full_collections():
+            return self._compile_locked_inner(args, kwargs, backend, forced, entries)
+
+    def _compile_locked_inner(self, args, kwargs, backend, forced, entries):
         if self.fallback_reason is not None:
             counters.eager_fallback("frame", f"{self.root.name}: {self.fallback_reason}")
             return None
