@@ -1,0 +1,103 @@
+"""trace_joint_analyzed (ember/aot/trace.py): a training graph whose outputs the frontend saw as fresh
+tensors is analyzed inside its joint trace. Where the guess holds, the joint graph, metadata and
+results are those of the analysis-first path; where it does not (a mutated buffer, an output that
+aliases an input, an output the frontend saw without grad), the analysis-first path runs instead."""
+import copy
+
+import pytest
+import torch
+
+import ember
+from ember.aot import trace as aot_trace
+from ember.config import config
+
+from aot_helpers import Recorder, assert_same_buffers, assert_same_grads, close
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.norm = torch.nn.LayerNorm(8)
+
+    def forward(self, x):
+        return self.norm(torch.relu(self.lin(x)) + x).transpose(0, 1).sum(0)
+
+
+class WithBatchNorm(torch.nn.Module):  # mutates its running statistics (inputs of the graph)
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.bn = torch.nn.BatchNorm1d(8)
+
+    def forward(self, x):
+        return self.bn(self.lin(x)).relu()
+
+
+def _run(model, x, analyzed: bool):
+    before = dict(aot_trace.JOINT_ANALYZED)
+    old = config.aot_joint_analyzed, config.aot_cache, config.frontend_cache
+    config.aot_joint_analyzed, config.aot_cache, config.frontend_cache = analyzed, False, False  # (traced here)
+    try:
+        rec = Recorder()
+        twin = copy.deepcopy(model)
+        compiled = ember.compile(twin, backend=rec)
+        out = compiled(x)
+        out.sum().backward() if out.dim() else out.backward()
+    finally:
+        config.aot_joint_analyzed, config.aot_cache, config.frontend_cache = old
+    delta = {k: v - before.get(k, 0) for k, v in aot_trace.JOINT_ANALYZED.items() if v != before.get(k, 0)}
+    return twin, out, rec, delta
+
+
+def _code(rec):
+    return [g.code for g in rec.fw_graphs] + [g.code for g in rec.bw_graphs]
+
+
+def _eager(model, x):
+    ref = copy.deepcopy(model)
+    out = ref(x)
+    out.sum().backward() if out.dim() else out.backward()
+    return ref, out
+
+
+@pytest.mark.parametrize("make", [Block, WithBatchNorm])
+def test_same_graphs_and_results_as_analysis_first(make):
+    torch.manual_seed(0)
+    model, x = make(), torch.randn(4, 8)
+    ref, ref_out = _eager(model, x)
+    fast, out, rec, delta = _run(model, x, analyzed=True)
+    slow, out2, rec2, delta2 = _run(model, x, analyzed=False)
+    assert rec.kinds() == rec2.kinds() == ["training"]
+    assert _code(rec) == _code(rec2)
+    assert rec.variants[0].meta.describe() == rec2.variants[0].meta.describe()
+    for o, m in ((out, fast), (out2, slow)):
+        close(o, ref_out, "output")
+        assert_same_grads(ref, m)
+        assert_same_buffers(ref, m)
+    assert delta2 == {}
+    if make is Block:
+        assert delta == {"hits": 1}
+    else:  # the running statistics are mutated: the guess fails inside the trace, analysis first
+        assert delta == {"misses": 1} and rec.variants[0].meta.mutated
+
+
+def test_output_aliasing_an_input_goes_analysis_first():
+    w = torch.nn.Parameter(torch.randn(3, 4))
+
+    def f(x):
+        return x.view(12), (x * w).sum()
+    x = torch.randn(3, 4, requires_grad=True)
+    before = aot_trace.JOINT_ANALYZED["hits"]
+    rec = Recorder()
+    view, loss = ember.compile(f, backend=rec)(x)
+    loss.backward()
+    assert aot_trace.JOINT_ANALYZED["hits"] == before  # (no guess: an output is an input's view)
+    assert view._base is x
+    close(w.grad, x.detach())
+    close(x.grad, w.detach())
+
+
+def test_guess_needs_example_values_of_fresh_outputs():
+    gm = torch.fx.symbolic_trace(lambda x: x + 1)  # (no frontend example values)
+    assert aot_trace.guess_plain_outputs(gm, [torch.randn(2)]) is None
