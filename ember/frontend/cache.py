@@ -230,14 +230,7 @@ class FrameCache:
     def _compile_locked(self, args, kwargs, backend, forced, entries):
         """Compile and publish an entry for this call (the caller holds ``self._lock``); None: run
         this call eagerly (a frame that cannot be traced, or the recompile limit), counted. An entry
-        whose ``failure`` is set: its backend raised (published among ``failed``, not ``entries``).
-        The compile and the cache store after it run in one window without full collections
-        (``convert.no_full_collections``: the store allocates too, and met the full collection the
-        compile's objects had made due)."""
-        with no_full_collections():
-            return self._compile_locked_inner(args, kwargs, backend, forced, entries)
-
-    def _compile_locked_inner(self, args, kwargs, backend, forced, entries):
+        whose ``failure`` is set: its backend raised (published among ``failed``, not ``entries``)."""
         if self.fallback_reason is not None:
             counters.eager_fallback("frame", f"{self.root.name}: {self.fallback_reason}")
             return None
@@ -266,6 +259,13 @@ class FrameCache:
             if loaded is not None:
                 self._publish(loaded, forced)
                 return loaded
+        # the compile and the cache store after it in one window without full collections
+        # (``convert.no_full_collections``): the store allocates too, and met the full collection
+        # the compile's objects had made due. (Not around a load: a warm start frees little.)
+        with no_full_collections():
+            return self._compile_new(args, kwargs, backend, forced, entries, failed, key)
+
+    def _compile_new(self, args, kwargs, backend, forced, entries, failed, key):
         try:
             with COMPILE_LOCK, _rng_untouched():
                 entry = compile_entry(self.root, args, kwargs, backend, self.guard_filter_fn,
