@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import operator
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +23,7 @@ from ember.aot.analysis import GraphMeta, base_of, fake_input, is_symint, meta_o
 from ember.aot.functional import from_fun, functionalize, to_fun, to_fun_leaf
 from ember.aot.lazy_code import as_text_code
 from ember.aot.ops import TraceRewrites
+from ember.config import config
 
 
 @dataclass
@@ -244,7 +246,7 @@ def guess_plain_outputs(gm: fx.GraphModule, args: list):
     return (rgs, specs) if any(rgs) else None
 
 
-def trace_joint_analyzed(gm, args: list, fake_mode, decompositions: dict, guess):
+def trace_joint_analyzed(gm, args: list, fake_mode, decompositions: dict, guess, functional: bool | None = None):
     """``analysis.collect`` and ``trace_joint`` in one functionalized run, for the usual training graph
     (no input mutated, every output a fresh tensor). The tangents are inputs of the joint graph, so
     their shapes must be known before tracing: ``guess`` (``guess_plain_outputs``) gives them from
@@ -253,15 +255,29 @@ def trace_joint_analyzed(gm, args: list, fake_mode, decompositions: dict, guess)
     another shape or requires_grad), the trace stops there and None sends the caller to the
     analysis-first path. Otherwise the graph is the one ``trace_joint(collect(...))`` gives, without
     running the captured graph a second time (a 24-layer Llama's analysis run took ~0.6 s of its
-    ~8 s cold training compile on CPU). Returns (meta, JointGraph) or None."""
+    ~8 s cold training compile on CPU). Returns (meta, JointGraph) or None.
+
+    ``functional`` False (None: ``config.aot_joint_unfunctionalized`` and ``may_skip_functionalization``
+    decide): traced without the functionalization layer, which rewrites mutations only and cost
+    ~27% of a 24-layer Llama's joint trace. The graph is kept only if it is functional anyway (every
+    node an ATen op whose schema mutates nothing; checked on the forward before the backward is
+    traced, then on the whole graph): then it is the graph the functionalized trace records. Else the
+    functionalized trace runs."""
+    if functional is None:
+        functional = not (config.aot_joint_unfunctionalized and may_skip_functionalization(gm))
     rgs, specs = guess
     diff = [k for k, rg in enumerate(rgs) if rg]
     found: list = []
     grad_pos: list[int] = []
+    if functional:
+        wrap, wrap_leaf, unwrap, context = to_fun, to_fun_leaf, from_fun, functionalize
+    else:
+        wrap = wrap_leaf = unwrap = _same
+        context = contextlib.nullcontext
 
     def joint(primals, tangents):
-        with functionalize():
-            f_prims = [to_fun_leaf(p) for p in primals]
+        with context():
+            f_prims = [wrap_leaf(p) for p in primals]
             with TraceRewrites():
                 outs = gm(*f_prims)
             meta = meta_of(fakes, f_prims, outs, args, True)
@@ -269,14 +285,16 @@ def trace_joint_analyzed(gm, args: list, fake_mode, decompositions: dict, guess)
             if (meta.unsupported is not None or meta.mutated or meta.base_reps
                     or meta.traced_requires_grad != rgs or meta.traced_specs != specs):
                 raise NotAsGuessed
+            if not functional and not _functional_so_far():
+                raise NotAsGuessed  # (the forward mutated something: before the backward is traced)
             flat = list(outs) if isinstance(outs, (tuple, list)) else [outs]
             traced = [flat[j] for j in meta.plain]
             wrt = [k for k, p in enumerate(f_prims) if p.requires_grad]
             with torch._C._DisableAutocast():  # (as trace_joint: eager's backward runs outside autocast)
                 grads = torch.autograd.grad([traced[k] for k in diff], [f_prims[k] for k in wrt],
-                                            [to_fun(t) for t in tangents], allow_unused=True)
+                                            [wrap(t) for t in tangents], allow_unused=True)
             grad_pos[:] = [k for k, g in zip(wrt, grads) if g is not None]
-            return [from_fun(o) for o in traced] + [from_fun(g) for g in grads if g is not None]
+            return [unwrap(o) for o in traced] + [unwrap(g) for g in grads if g is not None]
 
     with _trace_state(True), fake_mode:
         fakes = [fake_input(a.detach(), fake_mode) for a in args]
@@ -285,15 +303,70 @@ def trace_joint_analyzed(gm, args: list, fake_mode, decompositions: dict, guess)
         try:
             traced = _trace(joint, decompositions, fakes, tangents)
         except Exception:  # noqa: BLE001 - NotAsGuessed, or what the analysis-first path will meet and report
-            JOINT_ANALYZED["misses"] += 1
-            return None
-    meta = found[-1]
-    if meta.graph_inputs != list(range(len(args))):
-        JOINT_ANALYZED["misses"] += 1
+            traced = None
+    if traced is not None and not functional and not all(map(_functional_node, traced.graph.nodes)):
+        traced = None  # (the backward mutated something)
+    if traced is None or found[-1].graph_inputs != list(range(len(args))):
+        JOINT_ANALYZED["misses" if functional else "unfunctionalized misses"] += 1
+        if not functional:  # the functionalized trace of the same guess
+            return trace_joint_analyzed(gm, args, fake_mode, decompositions, guess, functional=True)
         return None
-    JOINT_ANALYZED["hits"] += 1
+    meta = found[-1]
+    JOINT_ANALYZED["hits" if functional else "unfunctionalized hits"] += 1
     joint_gm = _finish(traced, "joint")
     for node in joint_gm.graph.nodes:
         if node.op == "placeholder" and node.name.startswith("primals"):
             node.meta["ember_mutated_input"] = False  # (read by the partitioner; nothing is mutated)
     return meta, JointGraph(joint_gm, meta.num_traced_outputs, grad_pos, fakes)
+
+
+def _same(value):
+    return value
+
+
+def _functional_node(node) -> bool:
+    """A node a functionalized trace would record as it is: an input, an output, a tuple element, or
+    an ATen/prims op whose schema mutates no argument (effectful ops, other namespaces and
+    higher-order ops are not trusted)."""
+    if node.op != "call_function":
+        return node.op in ("placeholder", "output", "get_attr")
+    t = node.target
+    if t is operator.getitem:
+        return True
+    if not isinstance(t, torch._ops.OpOverload) or t.namespace not in ("aten", "prims"):
+        return False
+    if t._schema.is_mutable:
+        return False
+    from torch._higher_order_ops.effects import has_effects
+    return not has_effects(t)  # (functionalization threads effect tokens through these)
+
+
+def _functional_so_far() -> bool:
+    """Are the nodes the running make_fx trace has recorded so far all functional?"""
+    mode = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.PROXY)
+    tracer = getattr(mode, "tracer", None)
+    return tracer is not None and all(map(_functional_node, tracer.graph.nodes))
+
+
+# torch-level callables whose calls mutate their inputs (in-place methods and functions end in "_"
+# and are caught by name), or whose ATen decompositions fill a fresh tensor in place (dropout's
+# bernoulli_); a graph calling one is traced functionalized from the start
+_F = torch.nn.functional
+_MUTATING = {_F.batch_norm, torch.batch_norm, _F.instance_norm, torch.instance_norm, operator.setitem,
+             operator.iadd, operator.isub, operator.imul, operator.itruediv, _F.dropout, _F.dropout1d, _F.dropout2d,
+             _F.dropout3d, _F.alpha_dropout, _F.feature_alpha_dropout, torch.dropout, torch.bernoulli}
+
+
+def may_skip_functionalization(gm: fx.GraphModule) -> bool:
+    """Does nothing in the captured graph say it mutates (in-place calls, ``inplace=True``, ``out=``,
+    batch norm's running statistics, item assignment)? Only a guess: the traced graph is checked."""
+    for n in gm.graph.nodes:
+        if n.op not in ("call_function", "call_method"):
+            continue
+        t = n.target
+        name = t if isinstance(t, str) else getattr(t, "__name__", "")
+        if t in _MUTATING or (name.endswith("_") and not name.endswith("__")):
+            return False
+        if n.kwargs.get("inplace") is True or "out" in n.kwargs:
+            return False
+    return True
