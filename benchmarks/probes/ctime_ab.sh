@@ -9,10 +9,10 @@ MODE=${MODE:---triton --train}
 BASE=${BASE:-/work/main}
 NEW=${NEW:-$PWD}
 PROBE=$NEW/benchmarks/probes/llama_cold.py
-for r in $(seq "$ROUNDS"); do
+for r in $(seq "$ROUNDS"); do  # (one lock per pair: each locked command stays short)
   for side in base new; do
     tree=$BASE; [ "$side" = new ] && tree=$NEW
-    line=$(cd "$tree" && PYTHONPATH=$tree python "$PROBE" $MODE 2>/dev/null | grep -E "first call|gc during" | tr '\n' ' ')
+    line=$(cd "$tree" && PYTHONPATH=$tree ${LOCK:-flock /tmp/ember-cpu-bench.lock} python "$PROBE" $MODE 2>/dev/null | grep -E "first call|gc during" | tr '\n' ' ')
     echo "$side $line" | sed -E 's/\{.graphs.*\}; //'
   done
 done

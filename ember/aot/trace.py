@@ -124,19 +124,25 @@ class NotPlainInference(Exception):
     """``trace_forward_analyzed`` found what the analysis-first path must handle."""
 
 
-def trace_forward_analyzed(gm, args: list, fake_mode, decompositions: dict, templates: list | None = None):
+def trace_forward_analyzed(gm, args: list, fake_mode, decompositions: dict, templates: list | None = None,
+                           functional: bool | None = None):
     """``analysis.collect`` and ``trace_forward`` in one functionalized run: the metadata is read
     inside the trace, from the same wrappers, and decides what the traced function returns, so the
     graph is the one ``trace_forward(collect(...))`` gives without running the captured graph a
     second time (a 24-layer Llama's analysis run took ~0.5 s of its ~3.5 s cold compile on CPU).
     Returns (meta, graph), or None where the graph needs the analysis-first path: an output needs a
-    gradient (a joint trace), or the metadata says it must run eagerly (``meta.unsupported``)."""
+    gradient (a joint trace), or the metadata says it must run eagerly (``meta.unsupported``).
+    ``functional``: as for ``trace_joint_analyzed`` (a graph showing no mutation is traced without
+    the functionalization layer and kept where it records no mutating op)."""
+    if functional is None:
+        functional = not (config.aot_joint_unfunctionalized and templates is None and may_skip_functionalization(gm))
     grad_enabled = torch.is_grad_enabled()
     found: list = []
+    wrap, unwrap, context = (to_fun, from_fun, functionalize) if functional else (_same, _same, contextlib.nullcontext)
 
     def forward(primals):
-        with functionalize():
-            f_prims = [to_fun(p) for p in primals]
+        with context():
+            f_prims = [wrap(p) for p in primals]
             f_args = list(args)
             for i, t in zip(tensor_pos, f_prims):
                 f_args[i] = t
@@ -149,7 +155,7 @@ def trace_forward_analyzed(gm, args: list, fake_mode, decompositions: dict, temp
             flat = list(outs) if isinstance(outs, (tuple, list)) else [outs]
             traced = ([f_args[i] for i in meta.mutated] + [flat[j] for j in meta.plain]
                       + [base_of(flat[j]) for j in meta.base_reps])
-            return [from_fun(o) for o in traced]
+            return [unwrap(o) for o in traced]
 
     with _trace_state(grad_enabled), fake_mode, symbolic_dispatch(templates):
         # the inputs trace_forward traces with (detached fakes, as _fake_primals makes them)
@@ -164,11 +170,28 @@ def trace_forward_analyzed(gm, args: list, fake_mode, decompositions: dict, temp
         try:
             traced = _trace(forward, decompositions, [fakes[i] for i in tensor_pos])
         except NotPlainInference:
-            return None
+            traced = None
+        except Exception:  # noqa: BLE001 - unfunctionalized: what the functionalized trace meets and reports
+            if functional:
+                raise
+            traced = None
+    if not functional and traced is None and found and found[-1].unsupported is None \
+            and any(found[-1].traced_requires_grad):
+        return None  # (an output needs a gradient: the joint path, whatever functionalization would say)
+    if not functional and (traced is None or found[-1].mutated or not all(map(_functional_node, traced.graph.nodes))):
+        FORWARD_UNFUNCTIONALIZED["misses"] += 1  # the functionalized trace decides
+        return trace_forward_analyzed(gm, args, fake_mode, decompositions, templates, functional=True)
+    if traced is None:
+        return None
     meta = found[-1]
     if meta.graph_inputs != tensor_pos:  # (the traced graph takes exactly the inputs the variant passes)
         return None
+    if not functional:
+        FORWARD_UNFUNCTIONALIZED["hits"] += 1
     return meta, _finish(traced, "forward")
+
+
+FORWARD_UNFUNCTIONALIZED: collections.Counter = collections.Counter()  # (as JOINT_ANALYZED, for inference traces)
 
 
 def trace_joint(gm, meta: GraphMeta, args: list, fake_mode, decompositions: dict,
@@ -353,8 +376,16 @@ def _functional_so_far() -> bool:
 # bernoulli_); a graph calling one is traced functionalized from the start
 _F = torch.nn.functional
 _MUTATING = {_F.batch_norm, torch.batch_norm, _F.instance_norm, torch.instance_norm, operator.setitem,
-             operator.iadd, operator.isub, operator.imul, operator.itruediv, _F.dropout, _F.dropout1d, _F.dropout2d,
-             _F.dropout3d, _F.alpha_dropout, _F.feature_alpha_dropout, torch.dropout, torch.bernoulli}
+             operator.iadd, operator.isub, operator.imul, operator.itruediv, torch.bernoulli}
+# dropouts: (input, p, training, ...) in every spelling; one with training=False or p=0 is the identity
+_DROPOUTS = {_F.dropout, _F.dropout1d, _F.dropout2d, _F.dropout3d, _F.alpha_dropout, _F.feature_alpha_dropout,
+             torch.dropout}
+
+
+def _dropout_draws(n) -> bool:
+    p = n.args[1] if len(n.args) > 1 else n.kwargs.get("p", 0.5)
+    training = n.args[2] if len(n.args) > 2 else n.kwargs.get("training", n.kwargs.get("train", True))
+    return not (training is False or (type(p) in (int, float) and p == 0))
 
 
 def may_skip_functionalization(gm: fx.GraphModule) -> bool:
@@ -366,6 +397,8 @@ def may_skip_functionalization(gm: fx.GraphModule) -> bool:
         t = n.target
         name = t if isinstance(t, str) else getattr(t, "__name__", "")
         if t in _MUTATING or (name.endswith("_") and not name.endswith("__")):
+            return False
+        if t in _DROPOUTS and _dropout_draws(n):
             return False
         if n.kwargs.get("inplace") is True or "out" in n.kwargs:
             return False

@@ -150,3 +150,57 @@ def test_functional_node_table():
            g.call_function(aten._print.default, ("hi",)), g.call_function(torch.sin, (x,))]
     assert aot_trace._functional_node(x) and aot_trace._functional_node(ok)
     assert not any(map(aot_trace._functional_node, bad))
+
+
+def test_may_skip_functionalization_reads_the_captured_graph():
+    F = torch.nn.functional
+
+    def graph(fn):
+        return torch.fx.symbolic_trace(fn)
+    may = aot_trace.may_skip_functionalization
+    assert may(graph(lambda x: torch.relu(x) * 2))
+    assert may(graph(lambda x: F.dropout(x, 0.1, False)))  # (eval-mode dropout: the identity)
+    assert may(graph(lambda x: F.dropout(x, p=0.0, training=True)))
+    assert not may(graph(lambda x: F.dropout(x, 0.1, True)))
+    assert not may(graph(lambda x: F.dropout(x, 0.1)))
+    assert not may(graph(lambda x: x.add_(1)))
+    assert not may(graph(lambda x: F.relu(x, inplace=True)))
+    assert not may(graph(lambda x, y: torch.add(x, 1, out=y)))
+
+
+@pytest.mark.parametrize("make", [Block, Tied])
+def test_inference_trace_unfunctionalized_gives_the_functionalized_graph(make):
+    torch.manual_seed(0)
+    model, x = make().eval(), torch.randn(4, 8)
+    graphs = []
+    for unf in (True, False):
+        old = config.aot_joint_unfunctionalized, config.aot_cache, config.frontend_cache
+        config.aot_joint_unfunctionalized, config.aot_cache, config.frontend_cache = unf, False, False
+        before = aot_trace.FORWARD_UNFUNCTIONALIZED["hits"]
+        try:
+            rec = Recorder(inference_compiler=Recorder._keep(graphs))
+            with torch.no_grad():
+                out = ember.compile(copy.deepcopy(model), backend=rec)(x)
+        finally:
+            config.aot_joint_unfunctionalized, config.aot_cache, config.frontend_cache = old
+        assert aot_trace.FORWARD_UNFUNCTIONALIZED["hits"] == before + unf
+        with torch.no_grad():
+            close(out, model(x), "output")
+    assert len(graphs) == 2 and graphs[0].code == graphs[1].code
+
+
+def test_inference_mutation_goes_functionalized():
+    from torch._subclasses import FakeTensorMode
+    from ember.aot.ops import default_decompositions
+
+    def f(x):
+        h = x * 2
+        h.mul_(3)  # (hidden from may_skip_functionalization: called with functional=False below)
+        return (h.cos(),)
+    gm = torch.fx.symbolic_trace(f)
+    before = dict(aot_trace.FORWARD_UNFUNCTIONALIZED)
+    with torch.no_grad():
+        got = [aot_trace.trace_forward_analyzed(gm, [torch.randn(3)], FakeTensorMode(allow_non_fake_inputs=True),
+                                                default_decompositions(), functional=fn) for fn in (False, True)]
+    assert aot_trace.FORWARD_UNFUNCTIONALIZED["misses"] == before.get("misses", 0) + 1
+    assert got[0][1].code == got[1][1].code and "aten.mul_" not in got[0][1].code
