@@ -154,6 +154,7 @@ PHASES = (
     ("aot: analysis.collect", "ember.aot.analysis", "collect"),
     ("aot: trace_forward_analyzed", "ember.aot.pipeline", "trace_forward_analyzed"),
     ("aot: trace_joint", "ember.aot.pipeline", "trace_joint"),
+    ("aot: trace_joint_analyzed", "ember.aot.pipeline", "trace_joint_analyzed"),
     ("aot: cache load", "ember.aot.cache", "load"),
     ("aot: cache store", "ember.aot.cache", "store"),
     ("native: compile_aten_graph", "ember.native.backend", "compile_aten_graph"),

@@ -29,6 +29,7 @@ PHASES = (
     ("aot: analysis.collect", "ember.aot.analysis", "collect"),
     ("aot: trace_forward", "ember.aot.pipeline", "trace_forward"),
     ("aot: trace_joint", "ember.aot.pipeline", "trace_joint"),
+    ("aot: trace_joint_analyzed", "ember.aot.pipeline", "trace_joint_analyzed"),
     ("aot: partition", "ember.aot.partition", "partition"),
     ("native: compile_aten_graph", "ember.native.backend", "compile_aten_graph"),
     ("native: graph_key", "ember.native.cache", "graph_key"),
@@ -177,8 +178,14 @@ def main():
     step()
     again = time.perf_counter() - t1
     from ember.native.backend import COUNTERS
+    try:
+        from ember.aot.trace import JOINT_ANALYZED  # (absent before session 39: the probe runs on older trees too)
+        from ember.aot.trace import FORWARD_UNFUNCTIONALIZED
+    except ImportError:
+        JOINT_ANALYZED = FORWARD_UNFUNCTIONALIZED = {}
     print(f"llama {'train' if a.train else 'infer'} {a.layers} layers {'triton' if a.triton else 'cpp'}: first call "
-          f"{first:.3f} s wall {cpu:.3f} s cpu (main thread); second call {again:.3f} s; {COUNTERS}")
+          f"{first:.3f} s wall {cpu:.3f} s cpu (main thread); second call {again:.3f} s; {COUNTERS}; "
+          f"joint analyzed in the trace {dict(JOINT_ANALYZED)}, forward unfunctionalized {dict(FORWARD_UNFUNCTIONALIZED)}")
     print("  gc during the first call: " + ", ".join(f"gen{g} x{gc_n[g]} {gc_s[g]:.3f} s" for g in sorted(gc_n)))
     for label, _, _ in PHASES:
         if label in T:

@@ -21,9 +21,10 @@ aten = torch.ops.aten
 @functools.lru_cache(maxsize=1)
 def core_aten_table() -> dict:
     """``torch._decomp.core_aten_decompositions()`` as a dict, built once per process (0.25 s: it
-    enumerates every CompositeImplicitAutograd op); the native backend's table starts from it too."""
+    enumerates every CompositeImplicitAutograd op); the native backend's table starts from it too.
+    Its transposes take ``FAST_VIEW_DECOMPOSITIONS`` (the same graph, fewer dispatches)."""
     from torch._decomp import core_aten_decompositions
-    return dict(core_aten_decompositions())
+    return {**core_aten_decompositions(), **FAST_VIEW_DECOMPOSITIONS}
 
 
 @functools.lru_cache(maxsize=1)
@@ -33,6 +34,32 @@ def _core_table() -> dict:
     # decomposition into rand + compare would draw a different random stream for the same seed.
     # (This drops sdpa and the fused RNNs too: they are tagged seeded for their dropout argument.)
     return {op: fn for op, fn in table.items() if not is_random_op(op)}
+
+
+# Decompositions that give the graph torch's references give (``torch._refs.transpose`` / ``t``: an
+# ``aten.permute`` node, or ``aten.alias`` where nothing moves) in one dispatch. The references run
+# through their Python wrappers, and ``t`` calls ``torch.transpose``, which dispatches again and is
+# decomposed in turn before its ``torch.permute`` dispatches a third time, each pass through the
+# tracer's torch-function and dispatch modes: ~1,900 transposes of a 24-layer Llama's joint trace
+# took ~12% of it. (``tests/aot/test_view_decompositions.py`` compares the graphs.)
+
+def _transpose(a, dim0: int, dim1: int):
+    from torch._prims_common import canonicalize_dims
+    d0, d1 = canonicalize_dims(a.dim(), (dim0, dim1))
+    if a.dim() <= 1 or dim0 == dim1:  # (as the reference: the dims as given, not canonicalized)
+        return aten.alias.default(a)
+    perm = list(range(a.dim()))
+    perm[d0], perm[d1] = d1, d0
+    return aten.permute.default(a, perm)
+
+
+def _t(a):
+    if a.dim() > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {a.dim()}D")
+    return aten.alias.default(a) if a.dim() < 2 else aten.permute.default(a, [1, 0])
+
+
+FAST_VIEW_DECOMPOSITIONS = {aten.transpose.int: _transpose, aten.t.default: _t}
 
 
 def default_decompositions() -> dict:

@@ -22,7 +22,8 @@ from torch._subclasses import FakeTensorMode
 from ember.aot import analysis, deferred, mask_simplify
 from ember.aot import cache as aot_cache
 from ember.aot.runtime import EagerVariant, InferenceVariant, TrainingVariant
-from ember.aot.trace import JointGraph, trace_forward, trace_forward_analyzed, trace_joint
+from ember.aot.trace import (JointGraph, guess_plain_outputs, trace_forward, trace_forward_analyzed, trace_joint,
+                             trace_joint_analyzed)
 from ember.config import config
 from ember.diagnostics import counters
 from ember.diagnostics.userframe import warn_user
@@ -181,7 +182,14 @@ def _trace_parts(gm, args, opts, name, symbolic) -> dict:
         if analyzed is not None:
             meta, graph = analyzed
             return dict(kind="inference", meta=meta, graph=graph)
-    meta = analysis.collect(gm, args, fake_mode, templates)
+    joint = None
+    guess = guess_plain_outputs(gm, args) if templates is None and config.aot_joint_analyzed else None
+    if guess is not None:  # the usual training graph: analysis and joint trace in one run
+        analyzed = trace_joint_analyzed(gm, args, fake_mode, opts.decompositions, guess)
+        if analyzed is not None:
+            meta, joint = analyzed
+    if joint is None:
+        meta = analysis.collect(gm, args, fake_mode, templates)
     wants_grads = torch.is_grad_enabled() and any(args[i].requires_grad for i in meta.tensor_indices)
     needs_autograd = any(meta.traced_requires_grad)
     if meta.unsupported is None and needs_autograd and not wants_grads:
@@ -189,7 +197,8 @@ def _trace_parts(gm, args, opts, name, symbolic) -> dict:
     if meta.unsupported is not None:
         return dict(kind="eager", meta=meta)
     if needs_autograd:
-        joint = trace_joint(gm, meta, args, fake_mode, opts.decompositions, templates)
+        if joint is None:
+            joint = trace_joint(gm, meta, args, fake_mode, opts.decompositions, templates)
         if elog.enabled(ARTIFACT):
             elog.artifact(ARTIFACT, _banner(name, "joint graph", meta) + _readable(joint.gm))
         fw, bw = opts.partition_fn(joint.gm, joint.primal_vals, num_fwd_outputs=joint.num_fw_outputs)

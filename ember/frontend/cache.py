@@ -27,7 +27,7 @@ from ember.diagnostics import logging as elog
 from ember.diagnostics.userframe import warn_user
 from ember.locks import COMPILE_LOCK
 from ember.frontend.codegen import MISS
-from ember.frontend.convert import CacheEntry, RootSpec, compile_entry
+from ember.frontend.convert import CacheEntry, RootSpec, compile_entry, no_full_collections
 from ember.frontend.dynamic import FrameShapeState
 from ember.frontend import persist
 from ember.frontend import stance as _stance
@@ -259,6 +259,13 @@ class FrameCache:
             if loaded is not None:
                 self._publish(loaded, forced)
                 return loaded
+        # the compile and the cache store after it in one window without full collections
+        # (``convert.no_full_collections``): the store allocates too, and met the full collection
+        # the compile's objects had made due. (Not around a load: a warm start frees little.)
+        with no_full_collections():
+            return self._compile_new(args, kwargs, backend, forced, entries, failed, key)
+
+    def _compile_new(self, args, kwargs, backend, forced, entries, failed, key):
         try:
             with COMPILE_LOCK, _rng_untouched():
                 entry = compile_entry(self.root, args, kwargs, backend, self.guard_filter_fn,

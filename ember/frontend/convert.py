@@ -119,24 +119,35 @@ def compile_entry(root: RootSpec, args: tuple, kwargs: dict, backend: Callable,
     break, and the entry ends by calling the break function (see breaks.py / resume.py).
     ``structural``: arguments whose modules are guarded by structure, not identity (a forward that
     identical modules share: OutputGraph.module_by_structure)."""
-    with _no_full_collections():
+    with no_full_collections():
         return _compile_entry(root, args, kwargs, backend, guard_filter_fn, ctx, shapes, structural)
 
 
-_GC_STATE = {"depth": 0, "thresholds": None}
+_GC_STATE = {"depth": 0, "thresholds": None, "frozen": False}
 _GC_LOCK = threading.Lock()
 _NO_FULL_COLLECTIONS = 1 << 30  # a third threshold no compile reaches
 
 
 @contextlib.contextmanager
-def _no_full_collections():
+def no_full_collections():
     """No full collection of Python's cyclic collector (generation 2) during the outermost compile:
     its third threshold is raised until the compile ends, then restored. A compile allocates millions
     of objects (fx nodes, fake tensors, sympy expressions), which triggered full collections, and each
     walks every object of the process (torch, transformers, the model): 4 of them took ~2 s of a
     24-layer Llama training step's cold compile on a loaded 2-core machine. The young generations
-    are still collected as usual (garbage cycles die young); what survives them waits for the next
-    full collection after the compile. Left alone where the program disabled the collector."""
+    are still collected as usual (garbage cycles die young).
+
+    What survives them (the compile's long-lived garbage: traced graphs, fake tensors) made the
+    next full collection come right after the compile, walking the whole process again (~0.4 s,
+    issue 29's "full gc" of the cold rows). So the objects that existed before the outermost compile
+    are frozen (``gc.freeze``: moved to the permanent generation, which no collection walks) while it
+    runs; at its end one full collection walks only what the compile made (about half of a 24-layer
+    Llama's process), frees its garbage and resets the collector's count of long-lived objects, then
+    the frozen objects are unfrozen (they rejoin the oldest generation as they were). Nothing is
+    frozen past the compile, so no garbage of the program escapes collection. Left alone where the
+    program disabled the collector; a program that froze objects itself keeps only the raised
+    threshold (unfreezing would thaw its objects too). ``compile_entry`` and the frontend cache's
+    miss (compile, then the cache store) both open it; nested openings do nothing."""
     with _GC_LOCK:
         outer = _GC_STATE["depth"] == 0
         _GC_STATE["depth"] += 1
@@ -144,16 +155,27 @@ def _no_full_collections():
             t = gc.get_threshold()
             _GC_STATE["thresholds"] = t
             gc.set_threshold(t[0], t[1], _NO_FULL_COLLECTIONS)
+            if config.compile_gc_freeze and gc.get_freeze_count() == 0:
+                gc.freeze()
+                _GC_STATE["frozen"] = True
     try:
         yield
     finally:
         with _GC_LOCK:
             _GC_STATE["depth"] -= 1
             t = _GC_STATE["thresholds"]
-            if _GC_STATE["depth"] == 0 and t is not None:
-                _GC_STATE["thresholds"] = None
-                if gc.get_threshold()[2] == _NO_FULL_COLLECTIONS:  # (unless the program set its own meanwhile)
-                    gc.set_threshold(*t)
+            if _GC_STATE["depth"] == 0:
+                frozen, _GC_STATE["frozen"] = _GC_STATE["frozen"], False
+                if frozen:
+                    try:
+                        if gc.isenabled():
+                            gc.collect()  # (the compile's objects only: the rest is frozen)
+                    finally:
+                        gc.unfreeze()
+                if t is not None:
+                    _GC_STATE["thresholds"] = None
+                    if gc.get_threshold()[2] == _NO_FULL_COLLECTIONS:  # (unless the program set its own meanwhile)
+                        gc.set_threshold(*t)
 
 
 def _compile_entry(root, args, kwargs, backend, guard_filter_fn, ctx, shapes, structural) -> CacheEntry:

@@ -65,3 +65,63 @@ def test_roundtrips_without_eval():
     class Color(enum.IntEnum):
         RED = 1
     assert not _roundtrips(Color.RED)  # an int subclass: its repr (<Color.RED: 1>) does not read back
+
+
+def test_objects_from_before_are_frozen_during_the_compile_only():
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(gc.get_freeze_count())
+        return gm.forward
+    assert gc.get_freeze_count() == 0
+    ember.compile(lambda x: torch.sin(x) + 1, backend=backend)(torch.randn(3))
+    assert seen and seen[0] > 0  # the process's objects sat in the permanent generation
+    assert gc.get_freeze_count() == 0  # ... and none stays there
+
+
+def test_a_program_that_froze_objects_keeps_them_frozen():
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(gc.get_freeze_count())
+        return gm.forward
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        ember.compile(lambda x: torch.sin(x) * 5, backend=backend)(torch.randn(3))
+        assert seen == [frozen] and gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+
+
+def test_freeze_off_by_config():
+    from ember.config import config
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append((gc.get_freeze_count(), gc.get_threshold()[2]))
+        return gm.forward
+    old, config.compile_gc_freeze = config.compile_gc_freeze, False
+    try:
+        ember.compile(lambda x: torch.sin(x) - 2, backend=backend)(torch.randn(3))
+    finally:
+        config.compile_gc_freeze = old
+    assert seen == [(0, convert._NO_FULL_COLLECTIONS)]
+
+
+def test_compile_garbage_is_collected_at_the_end():
+    import weakref
+
+    class Junk:
+        pass
+    refs = []
+
+    def backend(gm, example_inputs):
+        a, b = Junk(), Junk()
+        a.other, b.other = b, a  # a cycle only the collector frees
+        refs.append(weakref.ref(a))
+        for _ in range(3):  # (promoted out of the young generations)
+            gc.collect(1)
+        return gm.forward
+    ember.compile(lambda x: torch.cos(x) - 4, backend=backend)(torch.randn(3))
+    assert refs and refs[0]() is None

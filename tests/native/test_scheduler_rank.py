@@ -66,3 +66,29 @@ def test_bounded_reachability_fuses_as_the_unbounded_search(monkeypatch):
     new, merges = _kernels(monkeypatch, reference=False)
     assert merges >= 10  # the graph exercises fusion
     assert new == ref
+
+
+def _steps(monkeypatch, memo: bool):
+    args = (torch.randn(4, 16), torch.randn(16, 16), torch.randn(16))
+    g, _ = lowering.lower(make_fx(_model)(*args), list(args))
+    asked = []
+    inner = scheduler.Scheduler._can_merge
+
+    def counted(self, a, b):
+        asked.append(1)
+        return inner(self, a, b)
+    monkeypatch.setattr(scheduler.Scheduler, "_can_merge", counted)
+    if not memo:
+        monkeypatch.setattr(scheduler.Scheduler, "can_merge", counted)
+    sched = scheduler.schedule(g, NativeOptions())
+    monkeypatch.undo()
+    return [[n.name for n in s.nodes] if isinstance(s, scheduler.Kernel) else s.name for s in sched.steps], len(asked)
+
+
+def test_remembered_refusals_fuse_as_asking_again(monkeypatch):
+    """``can_merge`` remembers a refused pair until either group grows: the same kernels as checking
+    every candidate anew, with fewer checks."""
+    ref, asked_ref = _steps(monkeypatch, memo=False)
+    new, asked = _steps(monkeypatch, memo=True)
+    assert new == ref
+    assert asked < asked_ref
