@@ -86,7 +86,7 @@ def _patchify(gm, opts, on_cpu) -> int:
 
 
 def _pad_mm(gm, opts, on_cpu) -> int:
-    return pad_mm.pad_matmuls(gm, opts.pad_mm_min_flops, on_cpu=on_cpu)
+    return pad_mm.pad_matmuls(gm, opts.pad_mm_min_flops, on_cpu=on_cpu, rows=opts.pad_mm_rows)
 
 
 def _fuse_activations(gm, opts, on_cpu) -> int:
