@@ -6,13 +6,16 @@ ember's reduce-overhead mode, with session 39's changes against the code before 
   (``triton_poi_fused_constant_pad_nd_permute_*``, ~0.05 ms in session 38's profile);
 - ``REALIZE_FULL_READS`` (ember/native/lowering.py): the residual stream is stored once it reads
   three full-size buffers, so each LayerNorm kernel reads the last stored stream and one branch
-  output instead of up to five buffers (the ``add_..._var_mean_...`` kernels).
+  output instead of up to five buffers (the ``add_..._var_mean_...`` kernels);
+- and, as a third variant ``after+flash``, native option ``sdpa_flash`` (ember/native/sdpa.py, off by
+  default): the attention as FlashAttention-2 instead of cuDNN's, which zeroes its philox seed and
+  offset every call (24 of the 25 ``Memset`` nodes per call).
 
-    python benchmarks/probes/gpt2_infer_ab.py                  # both variants, then the SDPA check
+    python benchmarks/probes/gpt2_infer_ab.py                  # the three variants, SDPA, K/V copy
     python benchmarks/probes/gpt2_infer_ab.py --out /tmp/gpt2_ab.json --loops 7
 
-Both variants are compiled with the on-disk graph cache off (the "before" one is the same graph
-compiled under the old settings). Then, alternating A, B, A, B (``--loops`` rounds): ms per call
+The variants are compiled with the on-disk graph cache off (``before`` is the same graph compiled
+under the old settings). Then, in turn (``--loops`` rounds): ms per call
 from CUDA events around ``--calls`` calls (gpu_suite's measure); for each variant one profiled run
 of 3 calls (device time and kernels per call, the top kernels, and the kernel sequence of one call,
 to show where each ``Memset`` comes from); the logits' largest difference from eager's. Last, the
@@ -23,7 +26,9 @@ cache copy as a Triton kernel with other block sizes (``kv_copy``: data for the 
 What proves the gain: ``after`` has no ``constant_pad_nd`` kernel, one kernel fewer per call, LayerNorm
 kernel time lower than ``before``'s, device time per call lower by about the sum, and ms per call
 lower by at least as much (reduce-overhead replays the whole graph: fewer kernels, fewer gaps);
-``max_abs_err`` the same size for both (bf16 rounding: ~0.04 in session 38's gpu_suite).
+``max_abs_err`` the same size for both (bf16 rounding: ~0.04 in session 38's gpu_suite). ``after+flash``
+has no memsets (but one attention kernel of another speed): if its ms per call is lower than
+``after``'s, ``sdpa_flash`` is worth turning on by default.
 """
 from __future__ import annotations
 
@@ -38,23 +43,32 @@ sys.path.insert(0, os.path.dirname(HERE))  # benchmarks/ (gpu_suite)
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository (ember)
 
 
-def build(before: bool, ids, model):
+# variant -> (old code's settings, NativeOptions overrides)
+VARIANTS = {
+    "before": (True, (("pad_mm_rows", False),)),
+    "after": (False, ()),
+    "after+flash": (False, (("sdpa_flash", True),)),
+}
+
+
+def build(variant: str, ids, model):
     """gpu_suite's inference step on ``model`` compiled as reduce-overhead does (on-disk graph cache
-    off), with the old settings when ``before``; called 4 times (compile, warm-up, recording of the
-    CUDA graph, a replay). The realize rule is a class constant: set only while this graph compiles."""
+    off) with the variant's settings; called 4 times (compile, warm-up, recording of the CUDA graph,
+    a replay). The realize rule is a class constant: set only while this graph compiles."""
     import torch
 
     import ember
     from ember.backends.ember_backend import _native_backend
     from ember.native import lowering
-    backend = _native_backend(cudagraphs=True, overrides=(("cache", False), ("pad_mm_rows", not before)))
+    old, overrides = VARIANTS[variant]
+    backend = _native_backend(cudagraphs=True, overrides=(("cache", False), *overrides))
     cm = ember.compile(model, backend=backend)
 
     def step(x):
         with torch.no_grad():
             return cm(x).logits
     saved = lowering.GraphLowering.REALIZE_FULL_READS
-    lowering.GraphLowering.REALIZE_FULL_READS = 10 ** 9 if before else saved
+    lowering.GraphLowering.REALIZE_FULL_READS = 10 ** 9 if old else saved
     try:
         for _ in range(4):
             step(ids)
@@ -203,7 +217,6 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import torch
 
-    import gpu_suite as gs
     if not torch.cuda.is_available():
         raise SystemExit("gpt2_infer_ab needs a CUDA device")
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -216,7 +229,7 @@ def main(argv=None) -> int:
     ids = torch.randint(0, cfg.vocab_size, (8, 512), device="cuda")
     with torch.no_grad():
         ref = model(ids).logits.float()
-    steps = {name: build(name == "before", ids, model) for name in ("before", "after")}
+    steps = {name: build(name, ids, model) for name in VARIANTS}
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "variants": {}}
     ms = {name: [] for name in steps}
     for _ in range(args.loops):
@@ -227,10 +240,10 @@ def main(argv=None) -> int:
         res["variants"][name] = {"ms_per_call": round(statistics.median(ms[name]), 4),
                                  "ms_loops": [round(x, 4) for x in ms[name]], "max_abs_err": err,
                                  **profile(step, ids)}
-    a, b = res["variants"]["before"], res["variants"]["after"]
-    res["summary"] = {k: f"before {a[k]} -> after {b[k]}" for k in
-                      ("ms_per_call", "device_ms_per_call", "kernels_per_call", "layernorm_kernels_ms",
-                       "pad_kernels", "max_abs_err")}
+    keys = ("ms_per_call", "device_ms_per_call", "kernels_per_call", "layernorm_kernels_ms", "pad_kernels",
+            "max_abs_err")
+    v = res["variants"]
+    res["summary"] = {k: " -> ".join(f"{name} {v[name][k]}" for name in VARIANTS) for k in keys}
     res["sdpa_backends"] = sdpa_backends()
     res["kv_copy"] = kv_copy_sweep()
     text = json.dumps(res, indent=1)
