@@ -167,3 +167,24 @@ def test_backward_expects_the_padded_layout_the_forward_saves():
     torch.testing.assert_close(gw, rw)
     assert (8, 1) in bw_examples[0], bw_examples  # y, saved with its padded rows
     assert backend.COUNTERS["layout_fallbacks"] == before  # the backward ran its compiled kernels
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpt2_logits_on_the_gpu_run_one_gemm():
+    # GPT-2 124M's logits at 8x512 (bf16, the tied embedding read transposed): cuBLAS writes the padded
+    # rows itself (ember_native::mm_rows): one kernel per call, no pad or copy kernel, equal to eager
+    from torch.profiler import ProfilerActivity, profile
+    h = torch.randn(8, 512, 768, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(50257, 768, device="cuda", dtype=torch.bfloat16) * 0.02
+    compiled = run_case(lambda h, w: torch.nn.functional.linear(h, w), [h, w], check_strides=False)
+    assert compiled.ember_native["report"]["extern_ops"] == ["ember_native.mm_rows.default"]
+    assert compiled.ember_native["report"]["kernels"] == 0
+    compiled(h, w)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        out = compiled(h, w)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type.name == "CUDA"]
+    assert len(names) == 1, names
+    assert out.stride() == (512 * 50264, 50264, 1)
