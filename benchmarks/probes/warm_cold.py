@@ -6,8 +6,9 @@ why (ember issue 28: "warm-process steady time within 3% of the compiling proces
         --rounds 2 --out benchmarks/results/warm_cold-h100.json
 
 Per workload (gpu_suite's ``make``: the same models, inputs and compile call; ``--quick`` shapes on a
-CPU), ``--rounds`` rounds of: one cold process (fresh EMBER_CACHE_DIR and TRITON_CACHE_DIR) then one
-warm process on its caches, one process at a time. Each process compiles, calls the step 5 times (as
+CPU), ``--rounds`` rounds of: one cold process (fresh EMBER_CACHE_DIR and TRITON_CACHE_DIR) then
+``--warm`` warm processes on its caches, one process at a time (a spread between two warm processes
+of the same caches is the machine's, not the cache's). Each process compiles, calls the step 5 times (as
 gpu_suite does before timing) and reports:
 
 - ``loops``: ``--loops`` loops of ``--calls`` calls, host us per call (perf_counter around the loop;
@@ -15,6 +16,10 @@ gpu_suite does before timing) and reports:
   a ``calib`` loop: a fixed piece of pure Python (``_calibration``), whose time says how fast this
   process's CPU is at that moment (core, frequency, neighbours). ``norm`` = host us / calib us: a
   difference between processes that ``norm`` does not show is the machine, not ember's call path;
+- ``thread_cpu_frac`` / ``process_cpu_frac``: the main thread's and the whole process's CPU time over
+  a loop's wall time (median): below 1, the main thread was preempted or blocked (a driver call that
+  waits, the GIL held by another thread); the process above the thread, another thread of it ran;
+  ``cpus``: the CPU the process was on after each loop (``gpu_local_cpus``: the GPU's NUMA node);
 - ``gc``: collections per generation (and ms) during those loops (``gc.callbacks``), objects tracked;
 - ``threads_first`` / ``threads_steady``: live threads (names) right after the first call and after the
   5 warm-up calls; ``children``: child processes (the build workers);
@@ -83,6 +88,19 @@ def _children() -> int:
             except (OSError, IndexError, ValueError):
                 pass
     return n
+
+
+def _gpu_local_cpus() -> str | None:
+    """The CPUs next to the GPU (its PCI device's local_cpulist): a process on another NUMA node
+    pays more per launch."""
+    try:
+        import torch
+        p = torch.cuda.get_device_properties(torch.cuda.current_device())
+        bus = f"{p.pci_domain_id:04x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0"
+        with open(f"/sys/bus/pci/devices/{bus}/local_cpulist") as f:
+            return f.read().strip()
+    except Exception:  # noqa: BLE001 - informative only
+        return None
 
 
 def _chain(obj, depth: int = 0, seen=None) -> list:
@@ -168,6 +186,8 @@ def child(args) -> dict:
     sync()
     rec.update(threads_steady=_threads(), children=_children(), cpu=_cpu())
 
+    cpu_use = []  # per loop: (main thread's CPU time, the process's) / wall time
+
     def loop(n=args.calls, each_sync=False):
         if each_sync:  # the call alone, on an idle device
             total = 0.0
@@ -179,26 +199,36 @@ def child(args) -> dict:
             sync()
             return round(total / n * 1e6, 3)
         sync()
-        t = time.perf_counter()
+        t, th, pr = time.perf_counter(), time.thread_time(), time.process_time()
         for _ in range(n):
             step(*inputs)
         host = time.perf_counter() - t
+        # (< 1: the main thread did not run all the time: preempted, or blocked in a driver call or
+        # on the GIL; process > thread: another thread of this process used a CPU meanwhile)
+        cpu_use.append((round((time.thread_time() - th) / host, 3), round((time.process_time() - pr) / host, 3)))
         sync()
         return round(host / n * 1e6, 3)
 
     g = _GC()
     gc.callbacks.append(g)
     g.on = True
-    loops, calib = [], []
+    loops, calib, cpus = [], [], []
+    since_first = time.perf_counter() - t0 - first_s
     for _ in range(args.loops):
         calib.append(round(_calibration(), 4))
         loops.append(loop())
+        cpus.append(_cpu())
     g.on = False
     host = statistics.median(loops)
     cal = statistics.median(calib)
     rec.update(loops=loops, calib=calib, host_us=host, calib_us=cal, norm=round(host / cal, 2),
+               loops_start_s_after_first=round(since_first, 3), cpus=cpus,
+               thread_cpu_frac=statistics.median(c[0] for c in cpu_use),
+               process_cpu_frac=statistics.median(c[1] for c in cpu_use),
                gc=dict(collections=g.n, ms=g.ms, tracked=len(gc.get_objects()), counts=gc.get_count()),
-               threads_after_loops=_threads())
+               threads_after_loops=_threads(), affinity=len(os.sched_getaffinity(0)), nice=os.nice(0))
+    if cuda:
+        rec["gpu_local_cpus"] = _gpu_local_cpus()
 
     # paired A/B, interleaved: gc.freeze() (everything alive now out of every later collection) or not
     ab = {"plain": [], "frozen": []}
@@ -269,6 +299,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="cold+warm pairs per workload, each on fresh caches")
     p.add_argument("--calls", type=int, default=None, help="calls per loop (default 200 on cuda, 100 on cpu)")
     p.add_argument("--loops", type=int, default=5)
+    p.add_argument("--warm", type=int, default=1, help="warm processes after each cold one")
     p.add_argument("--quick", action="store_true", help="gpu_suite's tiny shapes (default on a CPU)")
     p.add_argument("--pin", type=int, default=None, help="run every process on this CPU (os.sched_setaffinity)")
     p.add_argument("--out", default=None)
@@ -293,11 +324,11 @@ def main(argv=None) -> int:
             for r in range(args.rounds):
                 tmp = os.path.join(base, f"{wl}-{r}")
                 e = dict(env, EMBER_CACHE_DIR=os.path.join(tmp, "ember"), TRITON_CACHE_DIR=os.path.join(tmp, "triton"))
-                cold, warm = _run("cold", wl, e, args), _run("warm", wl, e, args)
-                results += [dict(cold, round=r), dict(warm, round=r)]
-                if cold["status"] == warm["status"] == "ok":
-                    pairs.append((cold, warm))
-                for x in (cold, warm):
+                cold = _run("cold", wl, e, args)
+                warms = [_run("warm" if k == 0 else f"warm{k + 1}", wl, e, args) for k in range(args.warm)]
+                results += [dict(x, round=r) for x in [cold] + warms]
+                pairs += [(cold, w) for w in warms if cold["status"] == w["status"] == "ok"]
+                for x in [cold] + warms:
                     if x["status"] != "ok":
                         print(f"{wl} {x['kind']} round {r}: FAILED rc={x.get('rc')}\n{x.get('stderr', '')[-1500:]}", flush=True)
                         continue
@@ -308,6 +339,9 @@ def main(argv=None) -> int:
                              if 'idle_gpu' in x else "")
                           + (f", pool closed {x['pool_closed']['before']} -> {x['pool_closed']['after']}" if 'pool_closed' in x else ""),
                           flush=True)
+                    print(f"{'':15s}      cpu use thread {x['thread_cpu_frac']} process {x['process_cpu_frac']}, cpus {x['cpus']}"
+                          f"{' (gpu local ' + str(x.get('gpu_local_cpus')) + ')' if 'gpu_local_cpus' in x else ''}, "
+                          f"loops start {x['loops_start_s_after_first']} s after the first call, first call {x['first_s']} s")
                     print(f"{'':15s}      threads first {x['threads_first']}, steady {x['threads_steady']}, children {x['children']}, cpu {x['cpu']}")
                     print(f"{'':15s}      decisions {[(d[0], d[1], d[2][:60]) for d in x['decisions']]} reused {len(x['reused'])}")
                     print(f"{'':15s}      chain " + " | ".join(" / ".join(c) for c in x["chain"]))
