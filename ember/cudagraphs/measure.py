@@ -16,7 +16,9 @@ How (``Measured``, returned by ``auto.wrap_auto`` in place of the compiled funct
   around it. Before the first timed call the stream is synchronized once, so that call starts on an
   idle GPU: its host time is issue time, not time spent waiting for a full launch queue (a
   device-bound graph's host blocks once the queue is full, and its host time would read as its
-  device time). Each figure's least value over the timed calls is kept: a timer only adds time;
+  device time). Before that, ember's own background work is waited for (``_quiesce``: the prewarm
+  threads, kernel batches on the build workers), which would otherwise take the GIL or a core from
+  the timed calls. Each figure's least value over the timed calls is kept: a timer only adds time;
 - the events are read with ``query()`` at each later call (no synchronization: a host-bound graph's
   events are done by the next call, since its GPU waits). A call finding them not done yet runs as
   compiled; after ``Rule.measure_wait_calls`` such calls the last event is synchronized once;
@@ -111,6 +113,7 @@ class Measured:
     def _timed(self, args):
         api, device = self.api, self.device
         if not self.timed:
+            _quiesce()  # nothing of ember's own runs beside the timed calls (module docstring)
             api.synchronize(device)  # the first timed call starts on an idle GPU (module docstring)
         start, end = api.new_event(), api.new_event()
         api.record(start, device)
@@ -151,6 +154,18 @@ class Measured:
     def __repr__(self) -> str:
         state = f"decided: {self.decision}" if self.decision else f"measuring ({len(self.timed)} call(s) timed)"
         return f"<ember cudagraphs measured {self.name} ({state})>"
+
+
+def _quiesce() -> None:
+    """Wait for what ember itself still runs in the background: the prewarm threads (Triton's cache
+    key, its driver, cuBLAS: a warm start whose kernels all come from the cache never waits for them
+    otherwise, so they may still run at its second call) and the kernel batches handed to the build
+    workers. Each would take the GIL or a core from the timed calls, which would read as host time."""
+    from ember.native import build_pool, runtime
+    for t in (runtime._PREWARM, runtime._CUDA_PREWARM):
+        if hasattr(t, "join"):
+            t.join()
+    build_pool.wait()
 
 
 def record(name: str, replay: bool, why: str, samples: list, info) -> None:

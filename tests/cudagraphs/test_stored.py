@@ -174,3 +174,40 @@ def test_a_native_graph_carries_its_cache_key(tmp_path):
     assert os.path.exists(os.path.join(tmp_path, "native", "graphs", info["key"][:2], f"{info['key']}.json"))
     off = compile_aten_graph(gm, [x], force_triton=True, options={"cache": False, "cache_dir": str(tmp_path)})
     assert "key" not in off.ember_native
+
+
+def test_timing_waits_for_embers_background_threads(timed, monkeypatch, tmp_path):
+    """A prewarm thread still running at the second call (a warm start never waits for it otherwise)
+    is waited for before the first timed call: it would take the GIL from the timed calls."""
+    import threading
+    import time
+
+    from ember.native import runtime
+    fake, clock, cache_dir = timed
+    release, done = threading.Event(), []
+
+    def prewarm():
+        release.wait(30)
+        time.sleep(0.3)  # (still working when the second call comes, unless that call waits for it)
+        done.append(1)
+    t = threading.Thread(target=prewarm, daemon=True)
+    t.start()
+    monkeypatch.setattr(runtime, "_PREWARM", t)
+    seen = []
+    x, w = torch.randn(4, 8), torch.nn.Parameter(torch.randn(8, 8))
+
+    def compiler(gm, example_inputs):
+        def run(*args):
+            seen.append(bool(done))
+            if len(seen) == 1:
+                release.set()  # (set by the untimed first call: the thread ends on its own)
+            clock.t += 4000e-6
+            fake.device_clock += 1700.0
+            return gm(*args)
+        run.ember_native = {"report": dict(BIG)}
+        return run
+    compiled = auto.wrap_auto(compiler, api=fake)(make_fx(_small)(x, w), [x, w])
+    with torch.no_grad():
+        for _ in range(2 + N):
+            compiled(x, w)
+    assert seen[0] is False and all(seen[1:1 + N]), seen
