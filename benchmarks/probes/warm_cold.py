@@ -247,7 +247,8 @@ def child(args) -> dict:
 
     from ember.cudagraphs import auto
     rec["decisions"] = [list(d) for d in auto.DECISIONS]
-    rec["reused"] = [list(d) for d in getattr(auto, "REUSED", [])]
+    rec["reused"] = [d[0] for d in auto.DECISIONS if d[2].startswith("reused measured decision")]
+    rec["measured"] = [d[0] for d in auto.DECISIONS if d[2].startswith("measured ")]
     rec["chain"] = _entries_chain()
     try:
         import ember.cudagraphs as cg
@@ -343,7 +344,7 @@ def main(argv=None) -> int:
                           f"{' (gpu local ' + str(x.get('gpu_local_cpus')) + ')' if 'gpu_local_cpus' in x else ''}, "
                           f"loops start {x['loops_start_s_after_first']} s after the first call, first call {x['first_s']} s")
                     print(f"{'':15s}      threads first {x['threads_first']}, steady {x['threads_steady']}, children {x['children']}, cpu {x['cpu']}")
-                    print(f"{'':15s}      decisions {[(d[0], d[1], d[2][:60]) for d in x['decisions']]} reused {len(x['reused'])}")
+                    print(f"{'':15s}      decisions {[(d[0], d[1], d[2][:70]) for d in x['decisions']]}")
                     print(f"{'':15s}      chain " + " | ".join(" / ".join(c) for c in x["chain"]))
             if pairs:
                 raw = [w["host_us"] / c["host_us"] for c, w in pairs]
@@ -351,8 +352,16 @@ def main(argv=None) -> int:
                 summary[wl] = dict(warm_vs_cold=[round(x, 3) for x in raw], warm_vs_cold_norm=[round(x, 3) for x in norm],
                                    same_chain=all(c["chain"] == w["chain"] for c, w in pairs),
                                    same_decisions=all([d[1] for d in c["decisions"]] == [d[1] for d in w["decisions"]]
-                                                      for c, w in pairs))
-                print(f"== {wl}: warm/cold {summary[wl]}", flush=True)
+                                                      for c, w in pairs),
+                                   # every graph the cold process measured, the warm one reused (not measured)
+                                   measured_reused=all(len(w["reused"]) == len(c["measured"]) and not w["measured"]
+                                                       for c, w in pairs),
+                                   ember_threads_steady=sorted({t for c, w in pairs for t in c["threads_steady"] + w["threads_steady"]
+                                                                if t.startswith("ember") and "cpp-build" not in t}))
+                s = summary[wl]
+                s["ok"] = (all(0.97 <= x <= 1.03 for x in s["warm_vs_cold"]) and s["same_chain"] and s["same_decisions"]
+                           and s["measured_reused"])
+                print(f"== {wl}: warm/cold {s}", flush=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     if args.out:

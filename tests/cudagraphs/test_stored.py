@@ -211,3 +211,44 @@ def test_timing_waits_for_embers_background_threads(timed, monkeypatch, tmp_path
         for _ in range(2 + N):
             compiled(x, w)
     assert seen[0] is False and all(seen[1:1 + N]), seen
+
+
+_GPU_SCRIPT = """
+import dataclasses, json, torch, ember
+from ember.cudagraphs import auto
+auto.RULE = dataclasses.replace(auto.RULE, host_us_per_launch=0.0)  # the estimate says device-bound: measured
+torch.manual_seed(0)
+m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.LayerNorm(64), torch.nn.Linear(64, 64),
+                        torch.nn.GELU(), torch.nn.Linear(64, 64)).cuda().eval()
+x = torch.randn(8, 64, device="cuda")
+cm = ember.compile(m)
+with torch.no_grad():
+    ref = m(x)
+    for _ in range(12):
+        out = cm(x)
+    torch.testing.assert_close(out, ref, rtol=1e-3, atol=1e-3)
+print("DECISIONS " + json.dumps(auto.DECISIONS))
+"""
+
+
+@pytest.mark.gpu
+def test_a_warm_process_reuses_the_compiling_process_decision_on_gpu(tmp_path):
+    """Two real processes on one cache directory: the compiling one measures, the warm one logs
+    "reused measured decision" and takes the same decision."""
+    import json
+    import subprocess
+    import sys
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, EMBER_CACHE_DIR=str(tmp_path / "ember"), TRITON_CACHE_DIR=str(tmp_path / "triton"),
+               PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    got = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", _GPU_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        got.append(json.loads([ln for ln in r.stdout.splitlines() if ln.startswith("DECISIONS ")][-1][10:]))
+    cold, warm = got
+    assert cold and all(d[2].startswith("measured ") for d in cold), cold
+    assert [d[1] for d in warm] == [d[1] for d in cold], (cold, warm)
+    assert all(d[2].startswith("reused measured decision: measured ") for d in warm), warm
