@@ -11,8 +11,9 @@ CPU), ``--rounds`` rounds of: one cold process (fresh EMBER_CACHE_DIR and TRITON
 of the same caches is the machine's, not the cache's). Each process compiles, calls the step 5 times (as
 gpu_suite does before timing) and reports:
 
-- ``loops``: ``--loops`` loops of ``--calls`` calls, host us per call (perf_counter around the loop;
-  on a GPU, a synchronize before each loop and the wall time to one after it), each loop preceded by
+- ``wall_loops`` / ``loops``: ``--loops`` loops of ``--calls`` calls (gpu_suite's counts by default),
+  us per call to a synchronize after the loop (what gpu_suite's CUDA events see; the ratios use it)
+  and host us per call (perf_counter around the issuing loop alone), each loop preceded by
   a ``calib`` loop: a fixed piece of pure Python (``_calibration``), whose time says how fast this
   process's CPU is at that moment (core, frequency, neighbours). ``norm`` = host us / calib us: a
   difference between processes that ``norm`` does not show is the machine, not ember's call path;
@@ -187,6 +188,7 @@ def child(args) -> dict:
     rec.update(threads_steady=_threads(), children=_children(), cpu=_cpu())
 
     cpu_use = []  # per loop: (main thread's CPU time, the process's) / wall time
+    walls = []  # per loop: us per call to a synchronize after the loop (what gpu_suite's events see)
 
     def loop(n=args.calls, each_sync=False):
         if each_sync:  # the call alone, on an idle device
@@ -207,6 +209,7 @@ def child(args) -> dict:
         # on the GIL; process > thread: another thread of this process used a CPU meanwhile)
         cpu_use.append((round((time.thread_time() - th) / host, 3), round((time.process_time() - pr) / host, 3)))
         sync()
+        walls.append(round((time.perf_counter() - t) / n * 1e6, 3))
         return round(host / n * 1e6, 3)
 
     g = _GC()
@@ -221,7 +224,9 @@ def child(args) -> dict:
     g.on = False
     host = statistics.median(loops)
     cal = statistics.median(calib)
+    wall = statistics.median(walls[:args.loops])
     rec.update(loops=loops, calib=calib, host_us=host, calib_us=cal, norm=round(host / cal, 2),
+               wall_loops=walls[:args.loops], wall_us=wall,
                loops_start_s_after_first=round(since_first, 3), cpus=cpus,
                thread_cpu_frac=statistics.median(c[0] for c in cpu_use),
                process_cpu_frac=statistics.median(c[1] for c in cpu_use),
@@ -279,9 +284,17 @@ def child(args) -> dict:
     return rec
 
 
+def _calls(wl: str, args) -> int:
+    """Calls per loop: ``--calls``, else gpu_suite's (200 for its microsecond rows, 30 for the models;
+    100 on a CPU)."""
+    if args.calls is not None:
+        return args.calls
+    return 100 if not args.device.startswith("cuda") else 200 if wl in ("overhead", "mlp") else 30
+
+
 def _run(kind, wl, env, args) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", kind, "--workloads", wl, "--device", args.device,
-           "--calls", str(args.calls), "--loops", str(args.loops)]
+           "--calls", str(_calls(wl, args)), "--loops", str(args.loops)]
     if args.quick:
         cmd.append("--quick")
     if args.pin is not None:
@@ -298,7 +311,7 @@ def main(argv=None) -> int:
     p.add_argument("--workloads", default="overhead,mlp,tiny_hf")
     p.add_argument("--device", default="cpu")
     p.add_argument("--rounds", type=int, default=2, help="cold+warm pairs per workload, each on fresh caches")
-    p.add_argument("--calls", type=int, default=None, help="calls per loop (default 200 on cuda, 100 on cpu)")
+    p.add_argument("--calls", type=int, default=None, help="calls per loop (default: gpu_suite's, 100 on a CPU)")
     p.add_argument("--loops", type=int, default=5)
     p.add_argument("--warm", type=int, default=1, help="warm processes after each cold one")
     p.add_argument("--quick", action="store_true", help="gpu_suite's tiny shapes (default on a CPU)")
@@ -306,8 +319,6 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None)
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.calls is None:
-        args.calls = 200 if args.device.startswith("cuda") else 100
     if not args.device.startswith("cuda"):
         args.quick = True
     if args.child:
@@ -333,7 +344,7 @@ def main(argv=None) -> int:
                     if x["status"] != "ok":
                         print(f"{wl} {x['kind']} round {r}: FAILED rc={x.get('rc')}\n{x.get('stderr', '')[-1500:]}", flush=True)
                         continue
-                    print(f"{wl:15s} {x['kind']:4s} r{r}: host {x['host_us']:8.2f} us/call (loops {x['loops']}), "
+                    print(f"{wl:15s} {x['kind']:5s} r{r}: wall {x['wall_us']:8.2f} us/call (loops {x['wall_loops']}), host {x['host_us']:8.2f}, "
                           f"calib {x['calib_us']:.4f}, norm {x['norm']}, gc {x['gc']['collections']} "
                           f"{x['gc']['ms']} ms, frozen {x['gc_frozen']['frozen']['median']} vs {x['gc_frozen']['plain']['median']}"
                           + (f", idle-gpu {x['idle_gpu']['idle_gpu']['median']} vs {x['idle_gpu']['back_to_back']['median']}"
@@ -347,7 +358,8 @@ def main(argv=None) -> int:
                     print(f"{'':15s}      decisions {[(d[0], d[1], d[2][:70]) for d in x['decisions']]}")
                     print(f"{'':15s}      chain " + " | ".join(" / ".join(c) for c in x["chain"]))
             if pairs:
-                raw = [w["host_us"] / c["host_us"] for c, w in pairs]
+                # wall time (to a synchronize after each loop): a device-bound row's host only issues
+                raw = [w["wall_us"] / c["wall_us"] for c, w in pairs]
                 norm = [w["norm"] / c["norm"] for c, w in pairs]
                 summary[wl] = dict(warm_vs_cold=[round(x, 3) for x in raw], warm_vs_cold_norm=[round(x, 3) for x in norm],
                                    same_chain=all(c["chain"] == w["chain"] for c, w in pairs),
@@ -368,7 +380,7 @@ def main(argv=None) -> int:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
             json.dump(dict(probe="warm_cold", device=args.device, date=time.strftime("%Y-%m-%d %H:%M:%S"),
-                           calls=args.calls, loops=args.loops, summary=summary, processes=results), f, indent=1, default=str)
+                           calls={wl: _calls(wl, args) for wl in args.workloads.split(",")}, loops=args.loops, summary=summary, processes=results), f, indent=1, default=str)
     return 0
 
 
