@@ -373,6 +373,7 @@ def main(argv=None) -> int:
                 s = summary[wl]
                 s["ok"] = (all(0.97 <= x <= 1.03 for x in s["warm_vs_cold"]) and s["same_chain"] and s["same_decisions"]
                            and s["measured_reused"])
+                s["ok_norm"] = all(0.97 <= x <= 1.03 for x in s["warm_vs_cold_norm"])  # (the path alone, host speed aside)
                 print(f"== {wl}: warm/cold {s}", flush=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
