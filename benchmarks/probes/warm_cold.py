@@ -21,6 +21,9 @@ gpu_suite does before timing) and reports:
   a loop's wall time (median): below 1, the main thread was preempted or blocked (a driver call that
   waits, the GIL held by another thread); the process above the thread, another thread of it ran;
   ``cpus``: the CPU the process was on after each loop (``gpu_local_cpus``: the GPU's NUMA node);
+- ``memory``: RSS, how much of it is on transparent huge pages, the THP setting; ``hashseed``: the
+  process's PYTHONHASHSEED (random per process and recorded, unless ``--hashseed``): a slow process
+  can be rerun as it was;
 - ``gc``: collections per generation (and ms) during those loops (``gc.callbacks``), objects tracked;
 - ``threads_first`` / ``threads_steady``: live threads (names) right after the first call and after the
   5 warm-up calls; ``children``: child processes (the build workers);
@@ -43,6 +46,7 @@ import argparse
 import gc
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -89,6 +93,23 @@ def _children() -> int:
             except (OSError, IndexError, ValueError):
                 pass
     return n
+
+
+def _memory() -> dict:
+    """RSS and how much of it is in transparent huge pages (a heap on 4 KiB pages pays more TLB misses
+    per call), and the system's THP setting."""
+    out = {}
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k in ("Rss", "AnonHugePages"):
+                    out[k] = int(v.split()[0])
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            out["thp"] = f.read().strip()
+    except (OSError, ValueError):
+        pass
+    return out
 
 
 def _gpu_local_cpus() -> str | None:
@@ -231,7 +252,8 @@ def child(args) -> dict:
                thread_cpu_frac=statistics.median(c[0] for c in cpu_use),
                process_cpu_frac=statistics.median(c[1] for c in cpu_use),
                gc=dict(collections=g.n, ms=g.ms, tracked=len(gc.get_objects()), counts=gc.get_count()),
-               threads_after_loops=_threads(), affinity=len(os.sched_getaffinity(0)), nice=os.nice(0))
+               threads_after_loops=_threads(), affinity=len(os.sched_getaffinity(0)), nice=os.nice(0),
+               memory=_memory(), hashseed=os.environ.get("PYTHONHASHSEED"))
     if cuda:
         rec["gpu_local_cpus"] = _gpu_local_cpus()
 
@@ -299,7 +321,10 @@ def _run(kind, wl, env, args) -> dict:
         cmd.append("--quick")
     if args.pin is not None:
         cmd += ["--pin", str(args.pin)]
-    r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    # a recorded hash seed per process (str hashes, so set and dict layouts): a slow process can be
+    # rerun with its seed; --hashseed gives every process the same one
+    seed = str(args.hashseed if args.hashseed is not None else random.randrange(1, 2**32 - 1))
+    r = subprocess.run(cmd, env=dict(env, PYTHONHASHSEED=seed), cwd=ROOT, capture_output=True, text=True, timeout=900)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
     if r.returncode or not lines:
         return dict(kind=kind, workload=wl, status="failed", rc=r.returncode, stderr=r.stderr[-3000:])
@@ -316,6 +341,7 @@ def main(argv=None) -> int:
     p.add_argument("--warm", type=int, default=1, help="warm processes after each cold one")
     p.add_argument("--quick", action="store_true", help="gpu_suite's tiny shapes (default on a CPU)")
     p.add_argument("--pin", type=int, default=None, help="run every process on this CPU (os.sched_setaffinity)")
+    p.add_argument("--hashseed", type=int, default=None, help="PYTHONHASHSEED of every process (default: random, recorded)")
     p.add_argument("--out", default=None)
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -353,7 +379,8 @@ def main(argv=None) -> int:
                           flush=True)
                     print(f"{'':15s}      cpu use thread {x['thread_cpu_frac']} process {x['process_cpu_frac']}, cpus {x['cpus']}"
                           f"{' (gpu local ' + str(x.get('gpu_local_cpus')) + ')' if 'gpu_local_cpus' in x else ''}, "
-                          f"loops start {x['loops_start_s_after_first']} s after the first call, first call {x['first_s']} s")
+                          f"loops start {x['loops_start_s_after_first']} s after the first call, first call {x['first_s']} s, "
+                          f"memory {x['memory']}, hash seed {x['hashseed']}")
                     print(f"{'':15s}      threads first {x['threads_first']}, steady {x['threads_steady']}, children {x['children']}, cpu {x['cpu']}")
                     print(f"{'':15s}      decisions {[(d[0], d[1], d[2][:70]) for d in x['decisions']]}")
                     print(f"{'':15s}      chain " + " | ".join(" / ".join(c) for c in x["chain"]))
