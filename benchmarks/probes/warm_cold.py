@@ -203,6 +203,10 @@ def child(args) -> dict:
     sync()
     first_s = time.perf_counter() - t0
     rec = dict(kind=args.child, workload=args.workload, first_s=round(first_s, 3), threads_first=_threads())
+    if args.collect_first:  # the full collection a compile's heap brings, before the steady calls, not in them
+        t = time.perf_counter()
+        rec["collected"] = gc.collect()
+        rec["collect_ms"] = round((time.perf_counter() - t) * 1e3, 1)
     for _ in range(5):
         step(*inputs)
     sync()
@@ -321,6 +325,8 @@ def _run(kind, wl, env, args) -> dict:
         cmd.append("--quick")
     if args.pin is not None:
         cmd += ["--pin", str(args.pin)]
+    if args.collect_first:
+        cmd.append("--collect-first")
     # a recorded hash seed per process (str hashes, so set and dict layouts): a slow process can be
     # rerun with its seed; --hashseed gives every process the same one
     seed = str(args.hashseed if args.hashseed is not None else random.randrange(1, 2**32 - 1))
@@ -341,6 +347,7 @@ def main(argv=None) -> int:
     p.add_argument("--warm", type=int, default=1, help="warm processes after each cold one")
     p.add_argument("--quick", action="store_true", help="gpu_suite's tiny shapes (default on a CPU)")
     p.add_argument("--pin", type=int, default=None, help="run every process on this CPU (os.sched_setaffinity)")
+    p.add_argument("--collect-first", action="store_true", help="gc.collect() right after the first call, in every process")
     p.add_argument("--hashseed", type=int, default=None, help="PYTHONHASHSEED of every process (default: random, recorded)")
     p.add_argument("--out", default=None)
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)

@@ -3,8 +3,8 @@ starting from the cache takes the decision the compiling process measured instea
 
 Why: a measurement is three calls right after a compile or a cache load, and what else runs then
 differs between the two processes: the compiling one has just made a large heap (its first full
-garbage collection comes in its first steady calls: 263 ms for gpu_suite's overhead row on a CPU,
-``benchmarks/probes/warm_cold.py``), a warm one may still be loading (its Triton prewarm thread,
+garbage collection comes in its first steady calls: 306 ms and 544 ms for gpu_suite's overhead and
+mlp rows on a 2-core CPU, ``benchmarks/results/warm_cold-cpu-s39.json``), a warm one may still be loading (its Triton prewarm thread,
 lazily loaded libraries). Near the threshold the two measured different sides of it: ResNet-50
 inference on the H100 (gpu_suite session 38) ran as compiled in the compiling process (host 1794 us,
 device 3190 us) and replayed in the warm one (host 2997 us, device 3376 us). Two processes running
