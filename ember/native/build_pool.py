@@ -55,7 +55,8 @@ class BuildPool:
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                              bufsize=0, close_fds=True, env=triton_cache.worker_env())
         # (it imports Triton for ~0.3 s before its first build: lowered well before it starts ptxas)
-        build_threads.lower_priority(p.pid)
+        if isinstance(getattr(p, "pid", None), int):  # (never None: that would lower this thread)
+            build_threads.lower_priority(p.pid)
         return p
 
     def alive(self) -> list:
