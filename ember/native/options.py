@@ -47,9 +47,13 @@ class NativeOptions(BackendOptions):
                                        "and dtype (patchify.py)")
     pad_mm: bool = option(True, "pad large matmuls with misaligned sizes for cuBLAS (pad_mm.py)")
     pad_mm_min_flops: int = option(1 << 30, "smallest matmul (FLOPs) pad_mm pads", min=0)
-    pad_mm_rows: bool = option(True, "pad_mm: an mm misaligned only in N, its operands aligned, writes its result "
-                                     "into rows padded apart (ember_native::mm_rows) instead of copying a padded "
-                                     "weight (pad_mm.py)")
+    # off by default: on the H100 cuBLAS runs GPT-2's logits mm (N = 50257, C's rows padded to 50264)
+    # with an sm75 align1 CUTLASS kernel, 3.33 ms where the padded-weight path takes 0.45 ms + a 0.05 ms
+    # pad kernel (GPT-2 inference 5.15 vs 2.35 ms per call: benchmarks/results/gpt2_infer_variants-h100-s39.md)
+    pad_mm_rows: bool = option(False, "pad_mm: an mm misaligned only in N, its operands aligned, writes its "
+                                      "result into rows padded apart (ember_native::mm_rows) instead of copying "
+                                      "a padded weight (pad_mm.py); off: cuBLAS picks a slow unaligned kernel "
+                                      "for it on the H100")
     sdpa_flash: bool = option(False, "CUDA inference attention that dispatched to cuDNN runs as FlashAttention-2 "
                                      "instead (no per-call memsets of cuDNN's philox seed and offset; sdpa.py)")
     small_mm_flops: int = option(1 << 26, "mm/addmm up to this many FLOPs run as one Triton launch "

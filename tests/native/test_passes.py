@@ -55,7 +55,7 @@ def test_lm_head_rows_without_copies():
     def head(h, w):
         logits = torch.nn.functional.linear(h, w)
         return logits, logits.float().logsumexp(-1)
-    compiled = run_case(head, [h, w], options=PAD_ALWAYS, check_strides=False)
+    compiled = run_case(head, [h, w], options=dict(PAD_ALWAYS, pad_mm_rows=True), check_strides=False)
     logits, _ = compiled(h, w)
     assert logits.stride() == (6 * 40, 40, 1)
     assert compiled.ember_native["report"]["extern_ops"] == ["ember_native.mm_rows.default"]
@@ -177,7 +177,8 @@ def test_gpt2_logits_on_the_gpu_run_one_gemm():
     from torch.profiler import ProfilerActivity, profile
     h = torch.randn(8, 512, 768, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(50257, 768, device="cuda", dtype=torch.bfloat16) * 0.02
-    compiled = run_case(lambda h, w: torch.nn.functional.linear(h, w), [h, w], check_strides=False)
+    compiled = run_case(lambda h, w: torch.nn.functional.linear(h, w), [h, w], options={"pad_mm_rows": True},
+                        check_strides=False)
     assert compiled.ember_native["report"]["extern_ops"] == ["ember_native.mm_rows.default"]
     assert compiled.ember_native["report"]["kernels"] == 0
     compiled(h, w)
