@@ -30,6 +30,7 @@ loads ``triton_helpers``, without importing the ``ember`` package).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import stat
@@ -186,6 +187,18 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def hash_sources(h, folder: str, recursive: bool = False) -> None:
+    """Feed hash ``h`` the name and bytes of every ``.py`` file in ``folder`` (and, ``recursive``, below
+    it), in sorted order: a cache's fingerprint of the code that builds its entries, so that editing
+    that code makes every old entry a miss."""
+    walk = sorted(os.walk(folder)) if recursive else [(folder, [], os.listdir(folder))]
+    for d, _, files in walk:
+        for name in sorted(files):
+            if name.endswith(".py"):
+                with open(os.path.join(d, name), "rb") as f:
+                    h.update(name.encode() + f.read())
+
+
 # ---------------------------------------------------------------------------------------- envelope
 
 def pack(kind: str, key: str, payload: bytes) -> bytes:
@@ -224,6 +237,16 @@ def read_entry(path: str, kind: str, key: str) -> bytes | None:
         return None
     except OSError as e:
         warn_once(f"ignoring {kind} entry", path, f"{type(e).__name__}: {e}", "it is rebuilt")
+        return None
+
+
+def read_json(path: str, kind: str, key: str):
+    """The JSON value stored at ``path`` for ``key`` (``read_entry``), or None: missing, not to trust,
+    or not JSON (an envelope that checks out around text that does not parse is a miss too)."""
+    payload = read_entry(path, kind, key)
+    try:
+        return None if payload is None else json.loads(payload)
+    except ValueError:
         return None
 
 

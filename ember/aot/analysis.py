@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
 from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.multiprocessing.reductions import StorageWeakRef
@@ -156,10 +157,10 @@ def collect(gm: fx.GraphModule, args: list, fake_mode, templates: list | None = 
     finally:
         torch.set_grad_enabled(grad_enabled)  # in case the graph raised inside a no_grad region
 
-    return meta_of(fakes, f_args, outs, args, grad_enabled)
+    return meta_of(fakes, f_args, outs, args, grad_enabled, gm)
 
 
-def meta_of(fakes: list, f_args: list, outs, args: list, grad_enabled: bool) -> GraphMeta:
+def meta_of(fakes: list, f_args: list, outs, args: list, grad_enabled: bool, gm=None) -> GraphMeta:
     """The GraphMeta of one functionalized run: ``fakes`` the fake inputs, ``f_args`` their
     functional wrappers after the run, ``outs`` what the graph returned, ``args`` the real inputs."""
     inputs, mutated = [], []
@@ -173,7 +174,7 @@ def meta_of(fakes: list, f_args: list, outs, args: list, grad_enabled: bool) -> 
             mutated.append(i)
     meta = GraphMeta(inputs, [], mutated, [], [], [], grad_enabled,
                      output_is_tuple=isinstance(outs, tuple))
-    meta.unsupported = _unsupported_inputs(meta, args)
+    meta.unsupported = _unsupported_inputs(meta, args) or (gm is not None and _lost_out_write(gm, meta, args))
     _classify_outputs(meta, list(outs) if isinstance(outs, (tuple, list)) else [outs], f_args)
     return meta
 
@@ -193,6 +194,24 @@ def _unsupported_inputs(meta: GraphMeta, args: list) -> str | None:
         if key in storages and (meta.inputs[i].mutation.data or meta.inputs[storages[key]].mutation.data):
             return f"inputs {storages[key]} and {i} share memory and one of them is mutated"
         storages.setdefault(key, i)
+    return None
+
+
+def _lost_out_write(gm: fx.GraphModule, meta: GraphMeta, args: list) -> str | None:
+    """An input passed as out= that the traced ATen ops never write: a few composite out= overloads
+    (linalg.matrix_rank's) trace to their functional op and drop the write into out, which compiled
+    would leave out unwritten, silently. Such a graph runs eagerly."""
+    index = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+    for node in gm.graph.nodes:
+        out = node.kwargs.get("out") if node.op in ("call_function", "call_method") else None
+        if out is None:
+            continue
+        for leaf in pytree.tree_leaves(out):
+            i = index.get(leaf)
+            if (i is not None and i not in meta.mutated and isinstance(args[i], torch.Tensor)
+                    and args[i].numel()):
+                name = getattr(node.target, "__name__", str(node.target))
+                return f"the out= tensor of {name} (input {i}) is not written by the ATen ops it traces to"
     return None
 
 

@@ -70,13 +70,7 @@ class NotCacheable(Exception):
 def ember_fingerprint() -> str:
     """The torch version and the source of every ember module (editing ember invalidates entries)."""
     h = hashlib.sha256(torch.__version__.encode())
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for d, dirs, files in sorted(os.walk(root)):
-        dirs.sort()
-        for name in sorted(files):
-            if name.endswith(".py"):
-                with open(os.path.join(d, name), "rb") as f:
-                    h.update(name.encode() + f.read())
+    diskcache.hash_sources(h, os.path.dirname(os.path.dirname(os.path.abspath(__file__))), recursive=True)
     return h.hexdigest()
 
 

@@ -32,7 +32,18 @@ class _Functionalizer(FunctionalTensorMode):
         if func in _IN_PLACE_RANDOM and not args[0].is_contiguous():
             with self:
                 return _draw_in_memory_order(func, args, kwargs or {})
+        if func in _CHECK_ONLY:
+            # torch registers _linalg_check_errors as effectful, so functionalization would thread an
+            # effect token through it: a token the graph then takes as an extra input that no
+            # caller passes (linalg.inv, solve, cholesky... failed at their first call). It only
+            # reads its input and returns nothing: recorded as a plain call on the unwrapped value
+            # (fx keeps it, as an effectful op), it still raises on a singular matrix, as eager does.
+            return func(*[from_fun(a) for a in args], **(kwargs or {}))
         return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+# ops that only check their inputs (no result, no mutation) though torch marks them effectful
+_CHECK_ONLY = {torch.ops.aten._linalg_check_errors.default}
 
 
 def _draw_in_memory_order(func, args, kwargs):

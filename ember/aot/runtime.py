@@ -207,6 +207,13 @@ class InferenceVariant:
         self._all = not self._boxed and _all_in_order(self._tidx, len(meta.inputs))
         self._ident = meta.output_is_tuple and self._plain is not None and _all_in_order(self._plain, len(self._plain))
         self._single = not meta.output_is_tuple and self._plain is not None
+        hook = getattr(compiled, "on_decided", None)  # (a graph whose first calls are timed: ember.cudagraphs.measure)
+        if hook is not None:
+            hook(self._retarget)
+
+    def _retarget(self, target: Callable) -> None:
+        """From now on, call ``target`` (called as ``compiled`` was) instead of ``compiled``."""
+        self.compiled = target
 
     def __call__(self, *args):
         # No traced output needs a gradient, but the ATen graph has no grad-mode switches of its own:
@@ -263,6 +270,10 @@ class TrainingVariant:
         return finish_outputs(self.meta, self._plain, args, traced)
 
 
+# marks a tensor's slot in ctx.saved_layout (None cannot: a saved value may itself be None, LSTM's)
+_SAVED_TENSOR = object()
+
+
 def _make_function(meta: GraphMeta, joint, compiled_fw: Callable, compiled_bw: Callable):
     """An autograd.Function whose forward/backward are the compiled graphs of one partition."""
     n_fw = joint.num_fw_outputs
@@ -291,7 +302,7 @@ def _make_function(meta: GraphMeta, joint, compiled_fw: Callable, compiled_bw: C
                 ctx.saved_layout = None
                 ctx.save_for_backward(*saved)
             else:  # keep non-tensors (rare: values baked from shapes) beside the tensors autograd checks
-                ctx.saved_layout = [None if isinstance(s, torch.Tensor) else s for s in saved]
+                ctx.saved_layout = [_SAVED_TENSOR if isinstance(s, torch.Tensor) else s for s in saved]
                 ctx.save_for_backward(*[s for s in saved if isinstance(s, torch.Tensor)])
             for k, o in enumerate(fw_outs):
                 # A view returned by a custom Function may not be modified in place later; the eager
@@ -313,7 +324,7 @@ def _make_function(meta: GraphMeta, joint, compiled_fw: Callable, compiled_bw: C
                 args = list(ctx.saved_tensors)
             else:
                 it = iter(ctx.saved_tensors)
-                args = [next(it) if s is None else s for s in ctx.saved_layout]
+                args = [next(it) if s is _SAVED_TENSOR else s for s in ctx.saved_layout]
                 del it
             if hasattr(ctx, "maybe_clear_saved_tensors"):
                 # drop autograd's own references (unless retain_graph): with a boxed backward, each

@@ -148,7 +148,7 @@ def trace_forward_analyzed(gm, args: list, fake_mode, decompositions: dict, temp
                 f_args[i] = t
             with TraceRewrites():
                 outs = gm(*f_args)
-            meta = meta_of(fakes, f_args, outs, args, grad_enabled)
+            meta = meta_of(fakes, f_args, outs, args, grad_enabled, gm)
             found.append(meta)
             if meta.unsupported is not None or any(meta.traced_requires_grad):
                 raise NotPlainInference

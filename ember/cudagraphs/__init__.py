@@ -14,7 +14,8 @@ a replay reads its inputs from, and writes its outputs to, the addresses it was 
 - ``runner``: warm-up, recording per input signature, the checks before each replay, re-recording
   up to a limit, and falling back to the plain compiled function.
 - ``auto``, ``measure``: default mode's choice of which graphs replay (an estimate, and for inference
-  graphs it calls device-bound, a measurement of their first calls).
+  graphs it calls device-bound, a measurement of their first calls); ``stored``: a measured decision
+  kept with the graph's cache entry, which a warm process reuses.
 
 ``stats()`` counts warm-ups, recordings, replays and fallbacks, and lists why graphs were skipped
 or runners disabled; reasons are also logged on the ``ember.cudagraphs`` logger.

@@ -399,16 +399,30 @@ def wrap_auto(compiler, *, api=None, training: bool = False, finish=None):
             info["auto_cudagraphs"] = dict(est, replay=replay, reason=why)
         log.info("ember auto cudagraphs: %s %s: %s", name, "replays as a CUDA graph" if replay else "runs as compiled", why)
         if measuring:
+            from ember.cudagraphs import stored
             from ember.cudagraphs.measure import Measured
             from ember.cudagraphs.runner import Runner
             runner = cudagraphify(fn, gm, example_inputs, name=name, api=cuda, facts=facts)
-            if isinstance(runner, Runner):  # (else it could not be captured after all: logged)
-                return Measured(fn, runner, name=name, api=cuda, device=device, est=est)
-            return fn
+            if not isinstance(runner, Runner):  # (it could not be captured after all: logged)
+                return fn
+            rec = stored.load(fn, cuda, device, RULE)
+            if rec is not None:  # measured by an earlier process on this kind of device and host
+                return _reuse(name, rec, fn, runner, finish)
+            return Measured(fn, runner, name=name, api=cuda, device=device, est=est)
         return cudagraphify(fn, gm, example_inputs, name=name, api=cuda, facts=facts) if replay else finish(fn)
 
     compile_auto.__name__ = f"auto_cudagraphs({getattr(compiler, '__name__', 'compiler')})"
     return compile_auto
+
+
+def _reuse(name: str, rec: dict, fn, runner, finish):
+    """The measured decision ``rec`` an earlier process stored for this graph (``stored``), taken as
+    it was: the runner (replay) or the compiled function, as the measuring process ended up calling."""
+    from ember.cudagraphs.measure import record
+    replay, why = rec["replay"], f"reused measured decision: {rec['why']}"
+    record(name, replay, why, rec.get("samples") or [], getattr(fn, "ember_native", None))
+    log.info("ember auto cudagraphs: %s %s: %s", name, "replays as a CUDA graph" if replay else "runs as compiled", why)
+    return runner if replay else finish(fn)
 
 
 def _decide_deferred(compiler, gm, example_inputs, cuda, pending, training: bool = False, limit: int | None = None):

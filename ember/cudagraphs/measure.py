@@ -16,7 +16,9 @@ How (``Measured``, returned by ``auto.wrap_auto`` in place of the compiled funct
   around it. Before the first timed call the stream is synchronized once, so that call starts on an
   idle GPU: its host time is issue time, not time spent waiting for a full launch queue (a
   device-bound graph's host blocks once the queue is full, and its host time would read as its
-  device time). Each figure's least value over the timed calls is kept: a timer only adds time;
+  device time). Before that, ember's own background work is waited for (``_quiesce``: the prewarm
+  threads, kernel batches on the build workers), which would otherwise take the GIL or a core from
+  the timed calls. Each figure's least value over the timed calls is kept: a timer only adds time;
 - the events are read with ``query()`` at each later call (no synchronization: a host-bound graph's
   events are done by the next call, since its GPU waits). A call finding them not done yet runs as
   compiled; after ``Rule.measure_wait_calls`` such calls the last event is synchronized once;
@@ -29,10 +31,19 @@ How (``Measured``, returned by ``auto.wrap_auto`` in place of the compiled funct
 The decision replaces the graph's entry in ``auto.DECISIONS`` (which said "deciding by timing") and is
 logged on the ``ember.cudagraphs`` logger with the numbers.
 
-A warm-cache process measures too (same rule, same calls), rather than reading a decision stored with
-the cached graph: host time is a property of the host, not of the device kind a cache key could
-name (BERT's step took 2.48 ms on one H100 host and 3.7 ms on another with the same code), and a
-measurement costs three calls and one synchronization per graph.
+The decision is stored with the graph's cache entry (``stored``: keyed by the native graph's cache
+key, the device's name, the host's CPU model and the rule), and a process that loads the graph from
+the cache on that kind of device and host takes it ("reused measured decision" in the log) instead
+of measuring: what runs beside a process's first calls differs between a compiling process and a
+warm one (a full garbage collection of the compile's heap, a warm start's loading threads), and two
+processes measuring the same graph near the threshold took different sides of it (ResNet-50
+inference, H100, session 38). Host time is a property of the host (BERT's step took 2.48 ms on one
+H100 host and 3.7 ms on another with the same code): a cache moved to another CPU model measures
+again. A graph with no cache key (the cache off) is measured in every process.
+
+Once decided, the caller holding this object (``InferenceVariant``, through ``on_decided``) calls the
+runner or the compiled function directly: the steady call path is the one a process reusing a
+stored decision has.
 
 Threads: one thread measures at a time; a call arriving meanwhile runs as compiled, untimed.
 Calls inside another CUDA-graph capture are not timed (no synchronization or event query there).
@@ -42,6 +53,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+
+from ember.cudagraphs import stored
 
 log = logging.getLogger("ember.cudagraphs")
 _now = time.perf_counter  # (the tests' clock replaces it)
@@ -63,9 +76,20 @@ class Measured:
         self.timed: list = []    # (host us, start event, end event)
         self.waited = 0
         self.decision = None     # (replay?, why) once decided
+        self._holders: list = []  # retarget(target) of each caller holding this object (``on_decided``)
 
     def __call__(self, *args):
         return self._target(*args)
+
+    def on_decided(self, retarget) -> None:
+        """``retarget(target)`` is called once decided, with what to call from then on (the runner or
+        the compiled function, called as this object is): a caller holding this object swaps it out,
+        so its steady calls take the path a process that reused a stored decision takes
+        (``stored``), with no call through this object."""
+        if self.decision is not None:
+            retarget(self._target)
+        else:
+            self._holders.append(retarget)
 
     def _measure(self, *args):
         if not self._lock.acquire(blocking=False):  # another thread measures: this call is not timed
@@ -89,6 +113,7 @@ class Measured:
     def _timed(self, args):
         api, device = self.api, self.device
         if not self.timed:
+            _quiesce()  # nothing of ember's own runs beside the timed calls (module docstring)
             api.synchronize(device)  # the first timed call starts on an idle GPU (module docstring)
         start, end = api.new_event(), api.new_event()
         api.record(start, device)
@@ -117,7 +142,11 @@ class Measured:
         self.decision = (replay, why)
         self._target = self.runner if replay else self.fn
         self.runner = self.runner if replay else None
-        _record(self.name, replay, why, samples, self.ember_native)
+        record(self.name, replay, why, samples, self.ember_native)
+        stored.store(self.fn, self.api, self.device, self.rule, replay, why, samples)  # (for the next process)
+        for retarget in self._holders:
+            retarget(self._target)
+        self._holders = []
         log.info("ember auto cudagraphs: %s %s: %s", self.name,
                  "replays as a CUDA graph from now on" if replay else "runs as compiled", why)
         return self._target
@@ -127,7 +156,19 @@ class Measured:
         return f"<ember cudagraphs measured {self.name} ({state})>"
 
 
-def _record(name: str, replay: bool, why: str, samples: list, info) -> None:
+def _quiesce() -> None:
+    """Wait for what ember itself still runs in the background: the prewarm threads (Triton's cache
+    key, its driver, cuBLAS: a warm start whose kernels all come from the cache never waits for them
+    otherwise, so they may still run at its second call) and the kernel batches handed to the build
+    workers. Each would take the GIL or a core from the timed calls, which would read as host time."""
+    from ember.native import build_pool, runtime
+    for t in (runtime._PREWARM, runtime._CUDA_PREWARM):
+        if hasattr(t, "join"):
+            t.join()
+    build_pool.wait()
+
+
+def record(name: str, replay: bool, why: str, samples: list, info) -> None:
     """The measured decision replaces the graph's entry of ``auto.DECISIONS`` (appended if gone)."""
     from ember.cudagraphs import auto
     entry = (name, replay, why)

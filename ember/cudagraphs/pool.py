@@ -92,6 +92,11 @@ class TorchCuda:
     def total_memory(self, device) -> int:
         return torch.cuda.get_device_properties(device).total_memory
 
+    def device_name(self, device) -> str:
+        """What a stored measured decision is keyed by (``stored``): the device's kind."""
+        p = torch.cuda.get_device_properties(device)
+        return f"{p.name} sm{p.major}{p.minor} {p.multi_processor_count} SMs"
+
     def capture(self, graph, pool, stream):
         # thread_local: another thread's CUDA calls do not invalidate this capture (torch's choice too)
         return torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local")

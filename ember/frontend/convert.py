@@ -428,6 +428,8 @@ def backend_failure(backend, exc: Exception, root: RootSpec, entry_id: int, op_c
 def _is_impure(node: fx.Node) -> bool:
     if node.op in ("placeholder", "output") or node.meta.get("ember_returns_input"):
         return True
+    if node.kwargs.get("out") is not None:  # writes its out tensors, whatever it returns
+        return True
     t = node.target
     if isinstance(t, str):
         return t.endswith("_") and not t.endswith("__")

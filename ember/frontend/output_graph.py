@@ -304,6 +304,11 @@ class OutputGraph:
         except Exception as exc:
             self.graph.erase_node(node)
             raise _fake_error(kind, target, exc) from exc
+        if any(isinstance(r, torch.Tensor) and r.layout != torch.strided for r in pytree.tree_leaves(result)):
+            # a sparse (or mkldnn) result: the autograd layer and the backends handle strided tensors only
+            self.graph.erase_node(node)
+            name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+            raise Unsupported(f"{name} returns a non-strided tensor ({_layouts(result)}); ember compiles dense tensors only")
         if isinstance(result, FakeTensor):
             for vt in pytree.tree_leaves((args, kwargs), is_leaf=_is_vt):
                 if getattr(vt, "fake", None) is result:
@@ -314,7 +319,7 @@ class OutputGraph:
                     return vt
         if target in _OFFSET_READERS and isinstance(result, int):
             self._guard_storage_offsets(args[0])
-        return self.wrap_result(node, result, mutating=_is_mutating(kind, target))
+        return self.wrap_result(node, result, mutating=_is_mutating(kind, target, node.kwargs))
 
     def _guard_storage_offsets(self, t) -> None:
         """A storage offset read while tracing became a constant, but the tensor guard leaves offsets
@@ -376,12 +381,18 @@ def is_random_target(target) -> bool:
 _OFFSET_READERS = ("storage_offset", torch.Tensor.storage_offset)
 
 
+def _layouts(result) -> str:
+    return ", ".join(sorted({str(r.layout) for r in pytree.tree_leaves(result) if isinstance(r, torch.Tensor)}))
+
+
 def _is_vt(x) -> bool:
     return isinstance(x, VariableTracker)
 
 
-def _is_mutating(kind: str, target) -> bool:
-    if target is operator.setitem:
+def _is_mutating(kind: str, target, kwargs=None) -> bool:
+    # an out= call writes its out tensors: never dead code, though it may return None
+    # (split_with_sizes_copy) or a tuple of them (torch.max(x, 1, out=(v, i)))
+    if target is operator.setitem or (kwargs and kwargs.get("out") is not None):
         return True
     name = target if isinstance(target, str) else getattr(target, "__name__", "")
     return name.endswith("_") and not name.endswith("__")

@@ -97,11 +97,7 @@ def _load(key: str, base):
     path = os.path.join(top, "autotune", key[:2], f"{key}.json")
     if not diskcache.secure_dir(os.path.dirname(path), top, create=False):
         return None
-    payload = diskcache.read_entry(path, _KIND, key)
-    try:
-        return None if payload is None else json.loads(payload)
-    except ValueError:
-        return None
+    return diskcache.read_json(path, _KIND, key)
 
 
 def _store(key: str, value, base) -> None:

@@ -209,6 +209,8 @@ def _compile(gm, example_inputs, opts, renderer="triton"):
     constants = [_constant(gm, t, info["device"]) for t in info["constants"]]
     call = mod.make_call(constants, _layout_fallback(gm.forward, key))
     call.ember_native = dict(info, cache_hit=hit, compile_s=time.perf_counter() - t0, reason=None)
+    if use_cache:  # (what a measured CUDA-graph decision is stored under: ember.cudagraphs.stored)
+        call.ember_native.update(key=key, cache_dir=base)
     return call
 
 

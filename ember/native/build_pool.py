@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 
-from ember.native import build_worker, triton_cache
+from ember.native import build_threads, build_worker, triton_cache
 from ember.config import environment
 
 STATS = {"submitted": 0, "built": 0, "failed": 0, "launchers": 0, "key_mismatch": 0, "worker_deaths": 0, "stalls": 0,
@@ -51,9 +51,13 @@ class BuildPool:
 
     @staticmethod
     def _spawn():
-        return subprocess.Popen([sys.executable, os.path.abspath(build_worker.__file__)],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                bufsize=0, close_fds=True, env=triton_cache.worker_env())
+        p = subprocess.Popen([sys.executable, os.path.abspath(build_worker.__file__)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             bufsize=0, close_fds=True, env=triton_cache.worker_env())
+        # (it imports Triton for ~0.3 s before its first build: lowered well before it starts ptxas)
+        if isinstance(getattr(p, "pid", None), int):  # (never None: that would lower this thread)
+            build_threads.lower_priority(p.pid)
+        return p
 
     def alive(self) -> list:
         return [p for p in self.procs if p.poll() is None]

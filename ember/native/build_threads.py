@@ -15,11 +15,31 @@ import atexit
 import os
 import queue
 import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import Future
 
 JOIN_AT_EXIT_S = 1.0  # how long exit lets threads whose compiler was killed clean up (temporary files)
+
+
+def lower_priority(pid: int | None = None) -> bool:
+    """Add ``config.build_nice`` to the niceness of process ``pid``, or (no pid) of the calling thread
+    and so of every process it starts from then on (Linux: niceness is per thread, and a child takes
+    its parent thread's). Why: a build running beside the process, for a graph not called yet (a
+    backward's kernels while the forward runs, the next graph's while the process goes on), must not
+    take a core from the process's own calls; where a core is idle it runs at full speed anyway, and
+    the process waiting on it leaves its core idle. False where nothing was changed."""
+    from ember.config import config
+    nice = config.build_nice
+    if nice <= 0 or not hasattr(os, "setpriority") or (pid is None and not sys.platform.startswith("linux")):
+        return False
+    who = pid if pid is not None else threading.get_native_id()
+    try:
+        os.setpriority(os.PRIO_PROCESS, who, min(19, os.getpriority(os.PRIO_PROCESS, who) + nice))
+    except OSError:  # (not permitted, or the process is gone: nothing to slow down)
+        return False
+    return True
 
 
 class BuildThreads:
@@ -47,6 +67,7 @@ class BuildThreads:
         return fut
 
     def _work(self):
+        lower_priority()  # (this thread's compilers yield to the process's own calls)
         while True:
             fut, fn, args = self.jobs.get()
             if fut is None or not fut.set_running_or_notify_cancel():

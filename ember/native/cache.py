@@ -112,11 +112,7 @@ def load_module(path: str, digest: str | None = None, source: bytes | None = Non
 def compiler_fingerprint() -> str:
     """Hash of this package's sources and the library versions."""
     h = hashlib.sha256()
-    here = os.path.dirname(__file__)
-    for name in sorted(os.listdir(here)):
-        if name.endswith(".py"):
-            with open(os.path.join(here, name), "rb") as f:
-                h.update(name.encode() + f.read())
+    diskcache.hash_sources(h, os.path.dirname(__file__))
     try:
         import triton
         tv = triton.__version__

@@ -79,6 +79,8 @@ class CppKernel:
 
 
 class CppKernelEmitter(ReductionEmitter, VectorEmitter, TileEmitter, Names):
+    unknown_symbol = CppUnsupported  # (Names.size_name: a symbol C++ cannot name sends the graph to ATen)
+
     def __init__(self, k: Kernel, layouts: dict, options, sv: ir.SizeVars | None = None):
         self.k, self.layouts, self.options = k, layouts, options
         self.sv = sv or ir.SizeVars()
@@ -103,13 +105,6 @@ class CppKernelEmitter(ReductionEmitter, VectorEmitter, TileEmitter, Names):
         name = self.new_tmp()
         scope.lines.append(f"{ctype(dtype)} {name} = {code};")
         return name
-
-    def size_name(self, s) -> str:
-        if not ir.is_size_symbol(s):
-            raise CppUnsupported(f"symbol {s} in an index expression")
-        if s not in self.size_names:
-            self.size_names[s] = f"ks{len(self.size_names)}"
-        return self.size_names[s]
 
     def index_str(self, expr, indirect=None) -> str:
         names = {**{v: f"v{i}" for i, v in enumerate(self.vars)}, **(indirect or {})}

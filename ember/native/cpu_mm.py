@@ -55,59 +55,29 @@ import math
 
 import torch
 
-from ember.native import lowering
+from ember.native import lowering, mm_epilogue
 from ember.native.fx_match import gelu_of, is_call
+from ember.native.mm_epilogue import VIEWS, Epilogue
 
 aten = torch.ops.aten
 
 # smallest number of rows (M) of an addmm rewritten (below it, packed_linear.RULES: MKL packed GEMM)
 MIN_ROWS = 129
 DTYPES = (torch.float32, torch.float64)  # (ATen's CPU _addmm_activation: what eager's encoder uses)
-VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)  # (commute with an activation)
 
 
-def _activation(n):
-    """(node computing act(n), nodes of the activation to remove, use_gelu) or None."""
-    relu = [u for u in n.users if is_call(u, aten.relu.default, n)]
-    if relu and len(n.users) == 1:
-        return relu[0], [], False
-    gelu = gelu_of(n)
-    if gelu is not None and all(u in gelu[1] for u in n.users):
-        return gelu[0], gelu[1], True
-    return None
+# the activations fuse_activations moves into _addmm_activation (mm_epilogue.fuse); on CPU use_gelu=True
+# computes the erf GELU, matched in its decomposed form (fx_match.gelu_of)
+EPILOGUES = (
+    Epilogue("relu", mm_epilogue.relu_of, use_gelu=False),
+    Epilogue("erf GELU", gelu_of, use_gelu=True),
+)
 
 
 def fuse_activations(gm: torch.fx.GraphModule) -> int:
     """``act(addmm(bias, x, w))`` -> ``_addmm_activation(bias, x, w, use_gelu=...)`` for CPU addmms of
     MIN_ROWS rows or more whose result feeds only the activation. Returns the count."""
-    g, fused = gm.graph, 0
-    for n in list(g.nodes):
-        if not _big_addmm(n):
-            continue
-        out = n.meta["val"]
-        views, pre = [], n  # a 3-D Linear's result is viewed back to 3-D before its activation
-        while len(pre.users) == 1 and next(iter(pre.users)).target in VIEWS:
-            pre = next(iter(pre.users))
-            views.append(pre)
-        match = _activation(pre)
-        if match is None:
-            continue
-        act, inner, use_gelu = match
-        if act.meta.get("val") is None or act.meta["val"].dtype != out.dtype:
-            continue
-        with g.inserting_before(act):
-            new = g.call_function(aten._addmm_activation.default, tuple(n.args), {"use_gelu": use_gelu})
-            new.meta = dict(n.meta)
-            for v in views:  # the same views, now of the activation's result
-                new = g.call_function(v.target, (new, *v.args[1:]), dict(v.kwargs))
-                new.meta = dict(v.meta)
-        act.replace_all_uses_with(new)
-        for dead in [act, *reversed(inner), *reversed(views), n]:
-            g.erase_node(dead)
-        fused += 1
-    if fused:
-        gm.recompile()
-    return fused
+    return mm_epilogue.fuse(gm, _big_addmm, EPILOGUES)
 
 
 def _big_addmm(n):

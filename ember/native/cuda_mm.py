@@ -46,7 +46,9 @@ import math
 import torch
 
 from ember.config import environment
+from ember.native import mm_epilogue
 from ember.native.fx_match import is_call
+from ember.native.mm_epilogue import VIEWS, Epilogue  # noqa: F401  (VIEWS: kept for rewrites here)
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -55,7 +57,6 @@ DEVICES = ("cuda",)  # (CPU's _addmm_activation is the erf GELU: module docstrin
 # fp32 would take the Lt path too, but the epilogue's tanh accuracy is not documented to fp32's 1.3e-5
 # tolerance; for fp16/bf16 the output's rounding dominates whatever it is
 DTYPES = (torch.float16, torch.bfloat16)
-VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)  # (commute with a pointwise op)
 # ops a spelled-out tanh GELU is made of (evaluated in float64 by _is_tanh_gelu; converts are identity there)
 FORMULA_OPS = {
     aten.mul.Tensor, aten.add.Tensor, aten.sub.Tensor, aten.mul.Scalar, aten.add.Scalar,
@@ -79,38 +80,13 @@ def fuse_tanh_gelu(gm: torch.fx.GraphModule, small_mm_flops: int = 0) -> int:
     Returns the count."""
     if environment.get("DISABLE_ADDMM_CUDA_LT") == "1":  # (ATen would run addmm + gelu: Triton's is better)
         return 0
-    g, fused = gm.graph, 0
-    for n in list(g.nodes):
+
+    def qualifies(n) -> bool:
         if not _lt_addmm(n):
-            continue
+            return False
         (m, k), cols = _val(n.args[1]).shape, _val(n.args[2]).shape[1]
-        if 2 * m * k * cols <= small_mm_flops:  # (small_mm's: one Triton launch)
-            continue
-        views, pre = [], n  # a 3-D Linear's result is viewed back to 3-D before its activation
-        while len(pre.users) == 1 and next(iter(pre.users)).target in VIEWS:
-            pre = next(iter(pre.users))
-            views.append(pre)
-        match = _formula(pre)
-        if match is None:
-            continue
-        out, inner = match
-        val = out.meta.get("val")
-        if not isinstance(val, torch.Tensor) or val.dtype != n.meta["val"].dtype or val.shape != pre.meta["val"].shape:
-            continue
-        with g.inserting_before(out):
-            new = g.call_function(aten._addmm_activation.default, tuple(n.args), {"use_gelu": True})
-            new.meta = dict(n.meta)
-            for v in views:  # the same views, now of the activation's result
-                new = g.call_function(v.target, (new, *v.args[1:]), dict(v.kwargs))
-                new.meta = dict(v.meta)
-        out.replace_all_uses_with(new)
-        for dead in [out, *reversed(inner), *reversed(views), n]:
-            g.erase_node(dead)
-        fused += 1
-    if fused:
-        g.lint()
-        gm.recompile()
-    return fused
+        return 2 * m * k * cols > small_mm_flops  # (small_mm's below: one Triton launch)
+    return mm_epilogue.fuse(gm, qualifies, EPILOGUES)
 
 
 def _val(a):
@@ -175,6 +151,11 @@ def _formula(pre):
         if _is_tanh_gelu(pre, nodes):
             return out, [m for m in nodes if m is not out]
     return None
+
+
+# the activations fuse_tanh_gelu moves into the epilogue (mm_epilogue.fuse): only the tanh GELU, which is
+# what CUDA's _addmm_activation(use_gelu=True) computes (module docstring: "Which GELU")
+EPILOGUES = (Epilogue("tanh GELU", _formula, use_gelu=True),)
 
 
 def _is_convert(n) -> bool:

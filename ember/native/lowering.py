@@ -246,6 +246,16 @@ class GraphLowering:
     REALIZE_OPCOUNT = 30
     REALIZE_READS = 4
     MAX_INLINE_READS = 8
+    # ... or once it reads more than this many buffers at least its own size. A transformer's residual
+    # stream (h + attn(h) + mlp(h) + ...) feeds each norm's statistics and the next add: left lazy
+    # until the limit of 4 reads above, the norm kernels read 2, 3, 4, then 5 [rows, width] buffers (the
+    # last one also stores the stream): 19 buffer passes per two GPT-2 layers. Stored once it reads 3,
+    # they read the stored stream and one branch, then the stream and two branches and store the new
+    # stream: 16 passes, at most 5 in one kernel (GPT-2 124M at 8x512 bf16: 6.3 MB a pass). With two
+    # users, storing 3 full reads costs what inlining them twice costs (3 + 1 + 2 against 2 * 3), and
+    # what comes after reads one buffer instead of three. Small reads (a norm's weight, a gather's
+    # indices) do not count.
+    REALIZE_FULL_READS = 2
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs):
         self.gm, self.example_inputs = gm, list(example_inputs)
@@ -335,11 +345,19 @@ class GraphLowering:
     def should_realize(self, v: Lazy, users: int) -> bool:
         ranges, idx = squeeze_vars(v.sizes)
         exprs = ir.walk([v.load(idx)])  # (once: ir.loads_of and ir.opcount would each walk the body)
-        reads = len({e.attr[0] for e in exprs if e.op == "load"})
-        if reads > self.MAX_INLINE_READS:
+        bufs = {e.attr[0] for e in exprs if e.op == "load"}
+        if len(bufs) > self.MAX_INLINE_READS:
             return True
-        return users > 1 and (reads > self.REALIZE_READS or
-                              sum(1 for x in exprs if x.op not in ("load", "const", "index")) > self.REALIZE_OPCOUNT)
+        if users < 2:
+            return False
+        if len(bufs) > self.REALIZE_READS or \
+                sum(1 for x in exprs if x.op not in ("load", "const", "index")) > self.REALIZE_OPCOUNT:
+            return True
+        if len(bufs) <= self.REALIZE_FULL_READS:
+            return False
+        numel = self.sv.hint(math.prod(v.sizes))
+        full = sum(1 for b in bufs if b in self.layouts and self.sv.hint(self.layouts[b].numel) >= numel)
+        return full > self.REALIZE_FULL_READS
 
     # -- reductions -----------------------------------------------------------------------------
     def reduce(self, x: Value, dims, keepdim: bool, rtype: str, out_dtype, acc_dtype=None,

@@ -47,6 +47,11 @@ class NativeOptions(BackendOptions):
                                        "and dtype (patchify.py)")
     pad_mm: bool = option(True, "pad large matmuls with misaligned sizes for cuBLAS (pad_mm.py)")
     pad_mm_min_flops: int = option(1 << 30, "smallest matmul (FLOPs) pad_mm pads", min=0)
+    pad_mm_rows: bool = option(True, "pad_mm: an mm misaligned only in N, its operands aligned, writes its result "
+                                     "into rows padded apart (ember_native::mm_rows) instead of copying a padded "
+                                     "weight (pad_mm.py)")
+    sdpa_flash: bool = option(False, "CUDA inference attention that dispatched to cuDNN runs as FlashAttention-2 "
+                                     "instead (no per-call memsets of cuDNN's philox seed and offset; sdpa.py)")
     small_mm_flops: int = option(1 << 26, "mm/addmm up to this many FLOPs run as one Triton launch "
                                           "(small_mm.py); 0: never", min=0)
     packed_linear: bool = option(True, "CPU fp32 linear layers of a small batch whose weight is a graph input use MKL's "

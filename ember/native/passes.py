@@ -9,6 +9,8 @@ count, for logs and tests). ``run`` applies the ones whose option is on.
 * ``patchify_conv``: convolutions whose stride is their kernel (a ViT's patch embedding) become one
   matmul on the gathered patches (``patchify.py``); before ``pad_mm``, which may pad that matmul.
 * ``pad_mm``: matmuls whose sizes break cuBLAS's alignment (``pad_mm.py``).
+* ``sdpa_flash`` (off by default): CUDA inference attention that dispatched to cuDNN runs as
+  FlashAttention-2 (``sdpa.py``).
 * ``small_mm_flops`` (``fuse_activations``): a ReLU/GELU after a matmul that becomes a ``SmallMM``
   runs in its epilogue (``small_mm.py``).
 * ``fusion`` (``fuse_tanh_gelu``): a tanh GELU after a CUDA fp16/bf16 addmm runs in cuBLASLt's
@@ -86,7 +88,12 @@ def _patchify(gm, opts, on_cpu) -> int:
 
 
 def _pad_mm(gm, opts, on_cpu) -> int:
-    return pad_mm.pad_matmuls(gm, opts.pad_mm_min_flops, on_cpu=on_cpu)
+    return pad_mm.pad_matmuls(gm, opts.pad_mm_min_flops, on_cpu=on_cpu, rows=opts.pad_mm_rows)
+
+
+def _sdpa_flash(gm, opts, on_cpu) -> int:
+    from ember.native import sdpa
+    return sdpa.cudnn_to_flash(gm, on_cpu=on_cpu)
 
 
 def _fuse_activations(gm, opts, on_cpu) -> int:
@@ -100,7 +107,7 @@ def _fuse_tanh_gelu(gm, opts, on_cpu) -> int:
 
 
 # (option that enables it, pass)
-PASSES = [("cse", cse), ("patchify_conv", _patchify), ("pad_mm", _pad_mm),
+PASSES = [("cse", cse), ("patchify_conv", _patchify), ("pad_mm", _pad_mm), ("sdpa_flash", _sdpa_flash),
           ("fusion", _fuse_tanh_gelu), ("small_mm_flops", _fuse_activations)]
 
 

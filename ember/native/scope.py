@@ -3,6 +3,8 @@ renderers (``triton_emit``, ``cpp_emit``). A loop body or a branch gets a child 
 computed outside is reused inside and never the other way round."""
 from __future__ import annotations
 
+from ember.native.symbolic import is_size_symbol
+
 
 class Scope:
     def __init__(self, parent=None):
@@ -21,9 +23,14 @@ class Scope:
 
 
 class Names:
-    """The names a renderer's kernel gives its buffers and temporaries: ``in_ptrN`` / ``out_ptrN`` in
-    the order buffers are first used (``args``), ``tmpN`` in order. Needs ``ptr`` (dict), ``args``
-    (list) and ``tmp`` (int) on the emitter."""
+    """The names a renderer's kernel gives its buffers, temporaries and sizes: ``in_ptrN`` /
+    ``out_ptrN`` in the order buffers are first used (``args``), ``tmpN`` in order, ``ksN`` in the
+    order size symbols are first read. Needs ``ptr`` (dict), ``args`` (list), ``tmp`` (int) and
+    ``size_names`` (dict) on the emitter."""
+
+    # raised for a symbol in an index expression that is no size: the renderer's "cannot express"
+    # error (cpp_emit's CppUnsupported: the graph runs with ATen instead)
+    unknown_symbol: type = KeyError
 
     def pointer(self, buf, out=False):
         if buf not in self.ptr:
@@ -35,6 +42,15 @@ class Names:
     def new_tmp(self):
         self.tmp += 1
         return f"tmp{self.tmp - 1}"
+
+    def size_name(self, s) -> str:
+        """The kernel parameter holding size symbol s (``ks0``, ``ks1``... in order of use, so
+        kernels that differ only in which sizes they read share one source)."""
+        if not is_size_symbol(s):
+            raise self.unknown_symbol(f"symbol {s} in an index expression")
+        if s not in self.size_names:
+            self.size_names[s] = f"ks{len(self.size_names)}"
+        return self.size_names[s]
 
 
 def node_value(emitter, name, scope):

@@ -259,15 +259,6 @@ class TritonKernelEmitter(Names):
         names = {**{v: f"v{i}" for i, v in enumerate(self.vars)}, **(indirect or {})}
         return print_expr(expr, lambda s: names[s] if s in names else self.size_name(s))
 
-    def size_name(self, s) -> str:
-        """The kernel parameter holding size symbol s (``ks0``, ``ks1``... in order of use, so
-        kernels that differ only in which sizes they read share one source)."""
-        if not ir.is_size_symbol(s):
-            raise KeyError(f"symbol {s} in an index expression")
-        if s not in self.size_names:
-            self.size_names[s] = f"ks{len(self.size_names)}"
-        return self.size_names[s]
-
     def _depends_on(self, expr, which):
         syms = expr.free_symbols if isinstance(expr, sympy.Basic) else set()
         pos = self.k.reduced if which == "r" else self.kept

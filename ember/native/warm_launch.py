@@ -175,13 +175,7 @@ def adopt_recorded(mod, key: str, base: str | None) -> dict | None:
     if environment.triton_interpret:
         return None
     path = _path(key, base)
-    payload = diskcache.read_entry(path, _KIND, key) if os.path.exists(path) else None
-    if payload is None:
-        return None
-    try:
-        record = json.loads(payload)
-    except ValueError:
-        return None
+    record = diskcache.read_json(path, _KIND, key) if os.path.exists(path) else None
     # binaries are for one GPU architecture and Triton (a cache directory may be shared by machines)
     if not isinstance(record, dict) or record.get("env") != _env() or not isinstance(record.get("launches"), dict):
         return None

@@ -60,6 +60,10 @@ def _flat(tree):
         yield tree
 
 
+# the module defining each ember_native op (a wrapper loaded from the cache in a new process imports it)
+OP_MODULES = {"addmm_act": "small_mm", "addmm_act2": "small_mm", "mm_rows": "pad_mm"}
+
+
 def _op_global(target) -> tuple[str, str]:
     ns, name = target._schema.name.split("::")
     ovl = target._overloadname
@@ -361,8 +365,9 @@ class WrapperCodegen:
         for cls, where in (("MMTemplate", "autotune"), ("SmallMM", "small_mm"), ("PackedLinear", "packed_linear")):
             if any(expr.startswith(cls + "(") for expr in self.extern_overrides.values()):
                 lines.insert(-3, f"from ember.native.{where} import {cls}")
-        if any(expr.startswith("torch.ops.ember_native.") for expr in self.globals.values()):
-            lines.insert(-3, "import ember.native.small_mm  # noqa: F401 - (defines the ember_native ops)")
+        for mod in sorted({OP_MODULES[expr.split(".")[3]] for expr in self.globals.values()
+                           if expr.startswith("torch.ops.ember_native.")}):
+            lines.insert(-3, f"import ember.native.{mod}  # noqa: F401 - (defines the ember_native ops it calls)")
         if any(l.split(" = ")[1].startswith("DynamicLaunch(") for l in self.launches):
             lines.insert(-3, "from ember.native.dynamic_launch import DynamicLaunch")
         per_call = []  # callables with per-call-site state: one per compiled function, made by make_call

@@ -34,14 +34,64 @@ def test_lm_head_shape_intermediate_and_output():
     def head(h, w):
         logits = torch.nn.functional.linear(h, w)
         return logits, logits.float().logsumexp(-1)
-    logits, _ = run_case(head, [h, w], options=PAD_ALWAYS, check_strides=False)(h, w)
+    logits, _ = run_case(head, [h, w], options=dict(PAD_ALWAYS, pad_mm_rows=False), check_strides=False)(h, w)
     assert logits.stride() == (6 * 40, 40, 1)   # the padded row stride, seen through the view
-    # the weight (read as w.t(), column-major) is padded in its own row-major orientation
+    # with pad_mm_rows off, the weight (read as w.t(), column-major) is padded in its own row-major
+    # orientation (with it on, the default, nothing is copied: test_lm_head_rows_without_copies)
     gm = trace(head, [h, w])
-    assert pad_mm.pad_matmuls(gm, 0, on_cpu=True) == 1
+    assert pad_mm.pad_matmuls(gm, 0, on_cpu=True, rows=False) == 1
     pads = [n for n in gm.graph.nodes if n.target == torch.ops.aten.constant_pad_nd.default]
     pad = next(n for n in pads if n.args[0].target == torch.ops.aten.permute.default)
     assert pad.args[1] == [0, 0, 0, 3] and pad.meta["val"].shape == (40, 16)
+
+
+def test_lm_head_rows_without_copies():
+    # only N (the vocabulary) misaligned, both operands aligned as they are: the product is written
+    # into rows 40 apart (ember_native::mm_rows), the same strides as the padded path gives, and
+    # no operand is copied
+    h = torch.randn(2, 6, 16, device=DEVICE, dtype=torch.bfloat16)
+    w = torch.randn(37, 16, device=DEVICE, dtype=torch.bfloat16)
+
+    def head(h, w):
+        logits = torch.nn.functional.linear(h, w)
+        return logits, logits.float().logsumexp(-1)
+    compiled = run_case(head, [h, w], options=PAD_ALWAYS, check_strides=False)
+    logits, _ = compiled(h, w)
+    assert logits.stride() == (6 * 40, 40, 1)
+    assert compiled.ember_native["report"]["extern_ops"] == ["ember_native.mm_rows.default"]
+    count, targets = _padded_nodes(head, [h, w])
+    assert count == 1 and pad_mm.MM_ROWS in targets
+    assert torch.ops.aten.constant_pad_nd.default not in targets and torch.ops.aten.mm.default not in targets
+
+
+@pytest.mark.parametrize("case", ["row_major_weight", "odd_activation_rows", "bias"])
+def test_rows_only_where_operands_are_aligned(case):
+    # a misaligned leading dimension in an operand (or a bias: addmm into a strided result copies the
+    # broadcast bias first) keeps the padded path
+    x = torch.randn(10, 24 if case != "odd_activation_rows" else 21, device=DEVICE, dtype=torch.bfloat16)
+    if case == "row_major_weight":
+        fn, inputs = (lambda x, w: x @ w), [x, torch.randn(24, 21, device=DEVICE, dtype=torch.bfloat16)]
+    elif case == "odd_activation_rows":
+        fn, inputs = (lambda x, w: x @ w.t()), [x, torch.randn(13, 21, device=DEVICE, dtype=torch.bfloat16)]
+    else:
+        fn = lambda x, w, b: torch.nn.functional.linear(x, w, b)  # noqa: E731
+        inputs = [x, torch.randn(21, 24, device=DEVICE, dtype=torch.bfloat16),
+                  torch.randn(21, device=DEVICE, dtype=torch.bfloat16)]
+    count, targets = _padded_nodes(fn, inputs)
+    assert count == 1 and torch.ops.aten.constant_pad_nd.default in targets and pad_mm.MM_ROWS not in targets
+    run_case(fn, inputs, options=PAD_ALWAYS, check_strides=False)
+
+
+def test_wrapper_imports_the_module_of_every_ember_native_op():
+    # a wrapper loaded from the on-disk cache in a fresh process calls torch.ops.ember_native.*:
+    # it imports the module that defines each (wrapper.OP_MODULES)
+    import importlib
+    from ember.native import wrapper
+    for name, mod in wrapper.OP_MODULES.items():
+        importlib.import_module(f"ember.native.{mod}")
+        assert hasattr(torch.ops.ember_native, name), (name, mod)
+    defined = {n.split("::")[1] for n in torch._C._dispatch_get_all_op_names() if n.startswith("ember_native::")}
+    assert defined <= set(wrapper.OP_MODULES), defined - set(wrapper.OP_MODULES)
 
 
 def test_addmm_bias_padded():
@@ -117,3 +167,24 @@ def test_backward_expects_the_padded_layout_the_forward_saves():
     torch.testing.assert_close(gw, rw)
     assert (8, 1) in bw_examples[0], bw_examples  # y, saved with its padded rows
     assert backend.COUNTERS["layout_fallbacks"] == before  # the backward ran its compiled kernels
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpt2_logits_on_the_gpu_run_one_gemm():
+    # GPT-2 124M's logits at 8x512 (bf16, the tied embedding read transposed): cuBLAS writes the padded
+    # rows itself (ember_native::mm_rows): one kernel per call, no pad or copy kernel, equal to eager
+    from torch.profiler import ProfilerActivity, profile
+    h = torch.randn(8, 512, 768, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(50257, 768, device="cuda", dtype=torch.bfloat16) * 0.02
+    compiled = run_case(lambda h, w: torch.nn.functional.linear(h, w), [h, w], check_strides=False)
+    assert compiled.ember_native["report"]["extern_ops"] == ["ember_native.mm_rows.default"]
+    assert compiled.ember_native["report"]["kernels"] == 0
+    compiled(h, w)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        out = compiled(h, w)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type.name == "CUDA"]
+    assert len(names) == 1, names
+    assert out.stride() == (512 * 50264, 50264, 1)

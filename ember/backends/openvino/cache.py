@@ -56,12 +56,8 @@ def blob_dir(cache_dir: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _package_source_hash() -> str:
-    here = os.path.dirname(os.path.abspath(__file__))
     h = hashlib.sha256()
-    for name in sorted(os.listdir(here)):
-        if name.endswith(".py"):
-            with open(os.path.join(here, name), "rb") as f:
-                h.update(name.encode() + f.read())
+    diskcache.hash_sources(h, os.path.dirname(os.path.abspath(__file__)))
     return h.hexdigest()
 
 
@@ -159,11 +155,7 @@ def load_record(cache_dir: str, key: str) -> dict | None:
     path = _record_path(cache_dir, key)
     if not _usable(os.path.dirname(path), cache_dir, create=False):
         return None
-    payload = diskcache.read_entry(path, "openvino-graph", key)
-    try:
-        return None if payload is None else json.loads(payload)
-    except ValueError:
-        return None
+    return diskcache.read_json(path, "openvino-graph", key)
 
 
 def save_record(cache_dir: str, key: str, record: dict) -> None:

@@ -25,6 +25,17 @@ class CallableVariable(VariableTracker):
         return True
 
 
+class CallableValueVariable(CallableVariable):
+    """An existing callable ``fn``, reached through ``source`` when that is known: ``is`` compares the
+    callables, not the trackers (``identity_attr``), since two trackers may stand for one function."""
+
+    identity_attr = "fn"
+
+    def __init__(self, fn, source=None):
+        self.fn = fn
+        self.source = source
+
+
 class BaseUserFunctionVariable(CallableVariable):
     def call(self, tx, args, kwargs):
         return tx.inline_call(self, args, kwargs)
@@ -218,14 +229,8 @@ class ConstantMethodVariable(CallableVariable):
         return cg.const(getattr(self.value, self.name), self.name)
 
 
-class BuiltinVariable(CallableVariable):
+class BuiltinVariable(CallableValueVariable):
     """A Python builtin (len, isinstance, max...), ``math``/``operator`` functions; see ``builtins.py``."""
-
-    identity_attr = "fn"
-
-    def __init__(self, fn, source=None):
-        self.fn = fn
-        self.source = source
 
     def describe(self):
         return f"builtin {getattr(self.fn, '__name__', self.fn)}"
@@ -246,14 +251,8 @@ class BuiltinVariable(CallableVariable):
         return cg.const(self.fn, getattr(self.fn, "__name__", "builtin"))
 
 
-class TorchFunctionVariable(CallableVariable):
+class TorchFunctionVariable(CallableValueVariable):
     """A torch function (torch.*, torch.nn.functional.*, Tensor methods used unbound): a graph op."""
-
-    identity_attr = "fn"
-
-    def __init__(self, fn, source=None):
-        self.fn = fn
-        self.source = source
 
     def describe(self):
         return f"torch function {getattr(self.fn, '__qualname__', None) or getattr(self.fn, '__name__', self.fn)}"
@@ -313,14 +312,8 @@ class PartialVariable(CallableVariable):
         return f"{cg.const(functools.partial, 'partial')}({cg.reconstruct(self.fn)}{args}{kw})"
 
 
-class OpaqueCallableVariable(CallableVariable):
+class OpaqueCallableVariable(CallableValueVariable):
     """A C function or other callable ember cannot see into."""
-
-    identity_attr = "fn"
-
-    def __init__(self, fn, source=None):
-        self.fn = fn
-        self.source = source
 
     def describe(self):
         name = getattr(self.fn, "__qualname__", None) or getattr(self.fn, "__name__", None) or repr(self.fn)
@@ -402,7 +395,7 @@ class PolyfilledFunctionVariable(CallableVariable):
         return cg.const(self.original, "polyfilled")
 
 
-class LruCacheVariable(CallableVariable):
+class LruCacheVariable(CallableValueVariable):
     """A ``functools.lru_cache`` wrapper. With arguments the trace knows for sure its answer is fixed
     by the cache after the first call (the program sees the cached value whenever it calls), so the
     call runs now and an immutable answer is folded; otherwise the wrapped function is traced,
@@ -412,12 +405,6 @@ class LruCacheVariable(CallableVariable):
     The second is what transformers' ``logger.warning_once(msg)`` passes (a ``Logger`` as ``self``):
     folded, the warning prints once, at the first compile (as at the first eager call), where tracing
     into ``logging`` would break the graph on its lock."""
-
-    identity_attr = "fn"
-
-    def __init__(self, fn, source=None):
-        self.fn = fn
-        self.source = source
 
     def describe(self):
         return f"lru_cache wrapper of {getattr(self.fn, '__qualname__', self.fn)}"

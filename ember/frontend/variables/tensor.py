@@ -275,4 +275,7 @@ def _build_tensor(tx, value, source):
         return None  # a tensor made by code ember does not trace: an opaque object
     if type(value) not in (torch.Tensor, torch.nn.Parameter):
         raise Unsupported(f"tensor subclass {type(value).__name__} at {source.name()}")
+    if value.layout != torch.strided:  # sparse (COO, CSR...) and mkldnn tensors: no strides to guard on
+        raise Unsupported(f"{value.layout} tensor at {source.name()}: ember compiles strided (dense) tensors only",
+                          hint="pass a dense tensor (.to_dense()), or call this code outside the compiled function")
     return tx.output.add_tensor_input(value, source)
