@@ -174,7 +174,7 @@ def meta_of(fakes: list, f_args: list, outs, args: list, grad_enabled: bool, gm=
             mutated.append(i)
     meta = GraphMeta(inputs, [], mutated, [], [], [], grad_enabled,
                      output_is_tuple=isinstance(outs, tuple))
-    meta.unsupported = _unsupported_inputs(meta, args) or (gm is not None and _lost_out_write(gm, meta, args))
+    meta.unsupported = _unsupported_inputs(meta, args) or (_lost_out_write(gm, meta, args) if gm is not None else None)
     _classify_outputs(meta, list(outs) if isinstance(outs, (tuple, list)) else [outs], f_args)
     return meta
 

@@ -303,7 +303,7 @@ def trace_joint_analyzed(gm, args: list, fake_mode, decompositions: dict, guess,
             f_prims = [wrap_leaf(p) for p in primals]
             with TraceRewrites():
                 outs = gm(*f_prims)
-            meta = meta_of(fakes, f_prims, outs, args, True)
+            meta = meta_of(fakes, f_prims, outs, args, True, gm)
             found.append(meta)
             if (meta.unsupported is not None or meta.mutated or meta.base_reps
                     or meta.traced_requires_grad != rgs or meta.traced_specs != specs):
