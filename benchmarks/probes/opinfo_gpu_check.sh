@@ -12,6 +12,10 @@ mkdir -p "$OUT_DIR"
 set -x
 python benchmarks/probes/opinfo_sweep.py --device cuda --modes infer,train,nc,out --max-samples 2 --deadline 240 \
     --out "$OUT_DIR/opinfo_sweep-cuda-ops.json" 2>&1 | grep -v Warning | tail -n 60
+# the op families this branch fixed or the CPU sweep flagged, whatever the deadline above reached
+python benchmarks/probes/opinfo_sweep.py --device cuda --dtypes float32,bfloat16 --modes infer,train,out --deadline 150 \
+    --ops '^(split_with_sizes_copy|unbind_copy|linalg\.(inv|solve|cholesky|matrix_rank|lu_factor|eigvals)|max\.reduction_with_dim|topk|sort|cummax|aminmax|kthvalue|stft|masked\.norm|_batch_norm_with_update|native_batch_norm|nn\.functional\.(cross_entropy|layer_norm|rms_norm|group_norm|batch_norm))$' \
+    --out "$OUT_DIR/opinfo_sweep-cuda-flagged.json" 2>&1 | grep -v Warning | tail -n 40
 python benchmarks/probes/opinfo_sweep.py --device cuda --suite patterns --dtypes float32,bfloat16 --deadline 100 \
     --out "$OUT_DIR/opinfo_sweep-cuda-patterns.json" 2>&1 | grep -v Warning | tail -n 30
 python benchmarks/probes/opinfo_sweep.py --device cuda --suite modules --max-samples 2 --deadline 100 \

@@ -270,6 +270,9 @@ class Runner:
         out_arity = None
         if mode == "inplace":
             callee = op.inplace_variant
+        if mode in ("nc", "t", "x") and any(isinstance(t, torch.Tensor) and t.layout != torch.strided
+                                           for t in _flat((sample.input, sample.args, sample.kwargs))):
+            return None  # sparse samples have no layouts to vary
         if mode == "nc":
             sample = sample.noncontiguous()
         elif mode in ("t", "x"):

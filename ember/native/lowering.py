@@ -44,6 +44,11 @@ EXTERN_OPS: set = set()  # ops lowered on purpose as extern calls (matmul, conv,
 EXTERN_ALIGN: dict = {}  # OpOverload -> {argument name: alignment in elements} (aligned_arg)
 
 
+def _is_complex(val) -> bool:
+    vals = val if isinstance(val, (tuple, list)) else (val,)
+    return any(isinstance(v, torch.Tensor) and v.is_complex() for v in vals)
+
+
 class Unsupported(Exception):
     """The graph cannot be compiled by this backend; the caller runs it as it is."""
 
@@ -519,6 +524,9 @@ class GraphLowering:
         if len(devs) > 1:
             raise Unsupported(f"inputs on several devices {sorted(map(str, devs))}")
         self.device = devs.pop() if devs else torch.device("cpu")
+        complex_at = next((n for n in graph.nodes if _is_complex(n.meta.get("val"))), None)
+        if complex_at is not None:  # neither renderer spells complex types (Triton has none): ATen runs it
+            raise Unsupported(f"complex tensor at {complex_at.name}: the native backend compiles real dtypes only")
         for pos, (n, ex) in enumerate(zip(placeholders, self.example_inputs)):
             if self.symbolic and isinstance(n.meta.get("val"), (torch.Tensor, torch.SymInt)):
                 ex = n.meta["val"]

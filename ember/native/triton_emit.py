@@ -326,6 +326,11 @@ class TritonKernelEmitter(Names):
         else:
             m = None
         addr = f"{ptr} + ({idx})"
+        if (m is not None and not self._depends_on(index, "x") and not self._depends_on(index, "r")
+                and not any(self._varies(a) for a in e.args)):
+            # an indirect address that is a scalar after all (its index loaded from a scalar address:
+            # cross_entropy's target at batch 1) under a block mask: Triton wants a block of pointers
+            addr = f"tl.broadcast_to({addr}, ({m}).shape)"
         if mask is not None:
             if m is None and mask in self.block_masks:
                 # a scalar address under a block mask (cat/pad of a broadcast value): Triton's load

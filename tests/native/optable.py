@@ -202,6 +202,8 @@ OPS: list[Case] = [
     C("batch_norm_train", lambda a, w, b: F.batch_norm(a, None, None, w, b, training=True), gen((6, 4, 5), (4,), (4,)),
       rtol=1e-4, atol=1e-5),
     C("cross_entropy", lambda a, t: F.cross_entropy(a, t), gen(X, ("int", (13,), 0, 37)), rtol=1e-4, kernels=1, looped=True),
+    # batch 1: the target's index is a scalar load, the logit it picks a scalar address under xmask
+    C("cross_entropy_batch1", lambda a, t: F.cross_entropy(a, t), gen((1, 37), ("int", (1,), 0, 37)), rtol=1e-4),
     C("cross_entropy_none", lambda a, t: F.cross_entropy(a, t, reduction="none"), gen(X, ("int", (13,), 0, 37)), rtol=1e-4),
     C("nll_ignore", lambda a, t: F.nll_loss(F.log_softmax(a, 1), t.masked_fill(t < 5, -100)), gen(X, ("int", (13,), 0, 37)),
       rtol=1e-4),
