@@ -52,10 +52,11 @@ class NativeOptions(BackendOptions):
     # pad kernel (GPT-2 inference 5.15 vs 2.35 ms per call: benchmarks/results/gpt2_infer_variants-h100-s39.md)
     pad_mm_rows: bool = option(False, "pad_mm: an mm misaligned only in N, its operands aligned, writes its "
                                       "result into rows padded apart (ember_native::mm_rows) instead of copying "
-                                      "a padded weight (pad_mm.py); off: cuBLAS picks a slow unaligned kernel "
-                                      "for it on the H100")
+                                      "a padded weight (pad_mm.py); off by default: with it, cuBLAS picks a slow "
+                                      "unaligned kernel for GPT-2's logits on the H100")
     sdpa_flash: bool = option(False, "CUDA inference attention that dispatched to cuDNN runs as FlashAttention-2 "
-                                     "instead (no per-call memsets of cuDNN's philox seed and offset; sdpa.py)")
+                                     "instead (cuDNN's op zeroes a philox seed and offset per call; an H100 "
+                                     "check still saw one memset per layer with it on; sdpa.py)")
     small_mm_flops: int = option(1 << 26, "mm/addmm up to this many FLOPs run as one Triton launch "
                                           "(small_mm.py); 0: never", min=0)
     packed_linear: bool = option(True, "CPU fp32 linear layers of a small batch whose weight is a graph input use MKL's "
