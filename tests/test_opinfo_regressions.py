@@ -110,3 +110,32 @@ def test_batch_norm_with_update_bf16_running_stats():
     torch.testing.assert_close(got, want, **tol)
     torch.testing.assert_close(c[3], a[3], **tol)
     torch.testing.assert_close(c[4], a[4], **tol)
+
+
+def test_lstm_training_on_cpu_runs_eagerly_with_eagers_gradients():
+    # an LSTM's CPU kernel (mkldnn_rnn_layer) returns an undefined workspace where its meta function
+    # gives an empty tensor; the compiled backward crashed on it (None refused, an empty tensor
+    # segfaults the op): the training graph now runs eagerly, counted as an eager fallback
+    from ember.diagnostics import counters
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(8, 16, batch_first=True)
+    x = torch.randn(2, 5, 8)
+
+    def f(x):
+        return lstm(x)[0].sum()
+
+    xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
+    f(xe).backward()
+    want = [xe.grad] + [p.grad.clone() for p in lstm.parameters()]
+    lstm.zero_grad(set_to_none=True)
+    before = counters.snapshot()
+    ember.reset()
+    got_loss = ember.compile(f)(xc)
+    got_loss.backward()
+    torch.testing.assert_close(got_loss, f(x))
+    for g, w in zip([xc.grad] + [p.grad for p in lstm.parameters()], want):
+        torch.testing.assert_close(g, w)
+    assert (counters.snapshot() - before)["eager_fallbacks.aot_variant"] == 1
+    # without gradients the same LSTM still compiles (inference has no saved workspace)
+    with torch.no_grad():
+        torch.testing.assert_close(ember.compile(lambda x: lstm(x)[0])(x), lstm(x)[0])

@@ -35,6 +35,23 @@ ARTIFACT = "aot_graphs"
 
 _graph_ids = itertools.count()
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
+
+# ATen ops (overload packets) that a compiled training graph cannot run as traced, and why: a joint
+# graph with one of them runs eagerly, logged, instead of crashing at its first backward
+EAGER_IN_TRAINING = {
+    "aten.mkldnn_rnn_layer": "mkldnn_rnn_layer (an LSTM/GRU on CPU) returns an undefined workspace where its "
+                             "meta function gives an empty tensor; its backward op refuses None from Python and "
+                             "crashes on an empty tensor, so the saved workspace cannot be handed back",
+}
+
+
+def _eager_in_training(gm: fx.GraphModule) -> str | None:
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            packet = str(getattr(node.target, "overloadpacket", ""))
+            if packet in EAGER_IN_TRAINING:
+                return EAGER_IN_TRAINING[packet]
+    return None
 _grad_enabled = torch.is_grad_enabled
 
 
@@ -201,6 +218,11 @@ def _trace_parts(gm, args, opts, name, symbolic) -> dict:
             joint = trace_joint(gm, meta, args, fake_mode, opts.decompositions, templates)
         if elog.enabled(ARTIFACT):
             elog.artifact(ARTIFACT, _banner(name, "joint graph", meta) + _readable(joint.gm))
+        why = _eager_in_training(joint.gm)
+        if why is not None:
+            meta.unsupported = why
+            counters.eager_fallback("aot_variant", f"{name}: {why}")
+            return dict(kind="eager", meta=meta)
         fw, bw = opts.partition_fn(joint.gm, joint.primal_vals, num_fwd_outputs=joint.num_fw_outputs)
         return dict(kind="training", meta=meta, fw=fw, bw=bw, num_fw_outputs=joint.num_fw_outputs,
                     grad_inputs=joint.grad_inputs)
