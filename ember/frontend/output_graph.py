@@ -26,6 +26,7 @@ from ember.frontend.dynamic import (
     Binding, ConstraintViolation, FrameShapeState, ShapeGuardPlan, dim_source, free_symbols, is_static_source,
     is_symbolic, new_shape_env, size_oblivious, symbolic_context,
 )
+from ember.frontend import trace_rules
 from ember.frontend.errors import Unsupported
 from ember.frontend.size_one import holds_at_one
 from ember.frontend.guards import GuardKind, GuardSet, TensorMeta, global_state
@@ -289,6 +290,11 @@ class OutputGraph:
             raise Unsupported(f"torch.{target.__name__}() changes global state, which a graph cannot hold")
         node_args = pytree.tree_map(lambda v: _to_node_arg(v), (args, kwargs), is_leaf=_is_vt)
         fake_args = pytree.tree_map(lambda v: _to_fake_arg(v), (args, kwargs), is_leaf=_is_vt)
+        if kind == "call_function" and trace_rules.bypasses_dispatcher(target) and any(
+                isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(fake_args)):
+            raise Unsupported(
+                f"torch._C.{target.__name__}() works on a tensor's raw data outside the dispatcher: it "
+                "cannot run on the fake tensors of a trace", hint="it runs eagerly (a graph break)")
         node = self.graph.create_node(kind, target, tuple(node_args[0]), node_args[1])
         node.meta["stack_trace"] = tx.user_location() if tx is not None else ""
         try:
@@ -353,6 +359,12 @@ class OutputGraph:
         if isinstance(result, torch.SymInt):  # x.numel(), torch.sym_max(...) of symbolic sizes
 
             return wrap_sym(None, node, result)
+        if any(isinstance(r, torch.Tensor) for r in pytree.tree_leaves(result)):
+            # tensors inside a dict (or another container the graph cannot index): as a constant the
+            # tracer's fake tensors would reach the caller
+            self.graph.erase_node(node)
+            raise Unsupported(f"{getattr(node.target, '__name__', node.target)} returned tensors inside a "
+                              f"{type(result).__name__}, which a graph cannot describe")
         if not mutating and not node.users:
             self.graph.erase_node(node)
         return VariableTracker.const(result)

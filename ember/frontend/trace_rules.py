@@ -38,6 +38,19 @@ def is_torch_callable(fn) -> bool:
     return isinstance(self_obj, types.ModuleType) and self_obj.__name__.startswith("torch._C")
 
 
+# C bindings of ``torch._C`` itself (not its op namespaces ``_nn``/``_linalg``/``_special``/``_fft``,
+# whose functions go through the dispatcher) act on a tensor's raw storage or bookkeeping, not through
+# an operator: on the fake tensors of a trace they read placeholders (``_data_address`` answers 0,
+# ``_increment_version`` bumps a version the real tensor never sees), hand fake tensors back inside
+# Python containers the graph cannot describe (``_group_tensors_by_device_and_dtype``: the caller got
+# a FakeTensor), or launch device code on null pointers (``torch.cuda.jiterator``: an illegal memory
+# access on the H100, found by the OpInfo sweep). Called with a tensor, such a binding is a graph
+# break and runs eagerly, as torch.compile leaves them out of its graphs too.
+def bypasses_dispatcher(fn) -> bool:
+    """``fn`` is a ``torch._C`` binding outside the dispatcher, which must not see fake tensors."""
+    return isinstance(fn, types.BuiltinFunctionType) and getattr(fn, "__module__", None) == "torch._C"
+
+
 def constant_result(result):
     """A SPECIAL factory: calls of the object answer ``result`` while tracing."""
     def make(value, source):
