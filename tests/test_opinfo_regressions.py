@@ -1,6 +1,7 @@
 """Regressions found by the OpInfo differential sweep (benchmarks/probes/opinfo_sweep.py): each was a
 silent wrong result (or a crash) of ``ember.compile`` on CPU where eager PyTorch is right. The
 default backend runs the native C++ renderer on CPU tensors."""
+import pytest
 import torch
 
 import ember
@@ -139,3 +140,27 @@ def test_lstm_training_on_cpu_runs_eagerly_with_eagers_gradients():
     # without gradients the same LSTM still compiles (inference has no saved workspace)
     with torch.no_grad():
         torch.testing.assert_close(ember.compile(lambda x: lstm(x)[0])(x), lstm(x)[0])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.int32])
+@pytest.mark.parametrize("n", [5, 400, 1024])
+def test_sign_on_cuda(dtype, n):
+    # session 40's CUDA sweep: a standalone sign/sgn kernel on bf16 answered 1.0 for every nonzero
+    # element, negative ones included (an int32 select cast through float to bf16, Triton 3.6, H100)
+    x = (torch.randn(n, device="cuda") * 4).to(dtype)
+    if dtype.is_floating_point:
+        x[:3] = torch.tensor([float("nan"), -0.0, 0.0])
+    for fn in (torch.sign, torch.sgn, lambda t: torch.sign(t) * 2):
+        torch.testing.assert_close(ember.compile(fn, dynamic=False)(x), fn(x), equal_nan=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_negative_ints_to_half_types_on_cuda(dtype):
+    # the same conversion elsewhere: int results (comparisons, integer inputs) stored as bf16/fp16
+    x = torch.randint(-50, 50, (1024,), device="cuda", dtype=torch.int32)
+    y = torch.randn(1024, device="cuda")
+    for fn in (lambda a, b: a.to(dtype), lambda a, b: (b > 0).to(dtype) - (b < 0).to(dtype),
+               lambda a, b: (a - 3).to(dtype), lambda a, b: torch.where(b > 0, a, -a).to(dtype)):
+        torch.testing.assert_close(ember.compile(fn, dynamic=False)(x, y), fn(x, y))

@@ -52,7 +52,9 @@ SKIP_VALUES = re.compile(r"^(bernoulli|normal|uniform|multinomial|rand|randn|ran
                          r"randint_like|cauchy|exponential|geometric|log_normal|nn\.functional\.(.*dropout.*|rrelu)|"
                          r"empty|empty_like|empty_strided|empty_permuted|new_empty|new_empty_strided|resize_|resize_as_|"
                          r"nn\.functional\.multi_head_attention_forward|svd_lowrank|pca_lowrank|"
-                         r"torch\.ops\.aten\._efficient_attention_forward)(\.|$)")
+                         r"torch\.ops\.aten\._efficient_attention_forward|"
+                         # its philox seed/offset outputs are uninitialized without dropout (CUDA, session 40)
+                         r"torch\.ops\.aten\._flash_attention_forward)(\.|$)")
 DTYPES = {"float32": "float32", "float64": "float64", "bfloat16": "bfloat16", "int64": "int64", "bool": "bool",
           "float16": "float16", "int32": "int32"}
 

@@ -86,7 +86,10 @@ def remainder(a, b):
 
 @triton.jit
 def sign(x):
-    return tl.where(x > 0, 1, tl.where(x < 0, -1, 0)).to(x.dtype)
+    # float constants, not ints: on the H100 (Triton 3.6) the int32 select cast to float and stored as
+    # bf16 came out 1.0 for every nonzero element, negative ones included (session 40's CUDA OpInfo
+    # sweep: sign/sgn bf16); NaN gives 0 as in eager
+    return tl.where(x > 0, 1.0, tl.where(x < 0, -1.0, 0.0)).to(x.dtype)
 
 
 @triton.jit
