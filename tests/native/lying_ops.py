@@ -1,0 +1,88 @@
+"""Custom ops (torch.library) whose fake functions lie about their results, for the first-call check of
+extern results (ember/native/extern_check.py, tests/native/test_extern_check.py). The native backend
+has no lowering for them: each becomes an extern call whose buffer is planned from the fake result.
+Imported once per process (a second registration would raise)."""
+import torch
+
+NS = "emberlie"
+
+
+@torch.library.custom_op(f"{NS}::dtype", mutates_args=())
+def lie_dtype(x: torch.Tensor) -> torch.Tensor:
+    """Says x's dtype (float32), returns float64: read as float32, its bytes are garbage."""
+    return (x * 2).double()
+
+
+@lie_dtype.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op(f"{NS}::shape", mutates_args=())
+def lie_shape(x: torch.Tensor) -> torch.Tensor:
+    """Says [m, n] (x's sizes), returns [2m, n] (x * 2 twice): read as [m, n], its second half is
+    missed (larger than said, so a run without the check reads no memory outside the tensor)."""
+    return (x * 2).repeat(2, 1)
+
+
+@lie_shape.register_fake
+def _(x):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op(f"{NS}::strides", mutates_args=())
+def lie_strides(x: torch.Tensor) -> torch.Tensor:
+    """Says contiguous, returns the same values column-major (x * 2 transposed, made contiguous, transposed back)."""
+    return (x * 2).t().contiguous().t()
+
+
+@lie_strides.register_fake
+def _(x):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op(f"{NS}::pair", mutates_args=())
+def lie_pair(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two results: the first as said, the second float64 where float32 is said."""
+    return x * 2, (x + 1).double()
+
+
+@lie_pair.register_fake
+def _(x):
+    return torch.empty_like(x), torch.empty_like(x)
+
+
+@torch.library.custom_op(f"{NS}::honest", mutates_args=())
+def honest(x: torch.Tensor) -> torch.Tensor:
+    """Returns what its fake function says."""
+    return x * 2
+
+
+@honest.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op(f"{NS}::noisy", mutates_args=(), tags=(torch.Tag.nondeterministic_seeded,))
+def noisy(x: torch.Tensor) -> torch.Tensor:
+    """Honest, but draws random numbers (the check restores the generator before the ATen run)."""
+    return x + torch.randn_like(x)
+
+
+@noisy.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op(f"{NS}::to_float", mutates_args=())
+def to_float(x: torch.Tensor) -> torch.Tensor:
+    """Honest for any argument: x as float32."""
+    return x.float()
+
+
+@to_float.register_fake
+def _(x):
+    return torch.empty_like(x, dtype=torch.float32)
+
+
+OPS = torch.ops.emberlie

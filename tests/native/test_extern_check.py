@@ -1,0 +1,240 @@
+"""The first call of a compiled native graph checks each extern call's result against the metadata the
+code was planned with (ember/native/extern_check.py): custom ops whose fake functions lie
+(tests/native/lying_ops.py) give eager's result, logged and counted once, on the C++ renderer and on
+the Triton path (the interpreter on CPU, the GPU where there is one); with the check off the same
+graphs give wrong results (so these tests show the check matters); later calls run no check."""
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from ember.config import config  # noqa: E402
+from ember.diagnostics import counters  # noqa: E402
+from ember.native import compile_aten_graph, extern_check  # noqa: E402
+from tests.native.harness import DEVICE, trace  # noqa: E402
+from tests.native.lying_ops import OPS  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RENDERERS = ["cpp", "triton"]
+
+# graphs consuming a lying op's result with fused pointwise work (one kernel after the extern call)
+CASES = {
+    "dtype": lambda x: (OPS.dtype(x).sin() + 1,),  # float64 where float32 was said
+    "shape": lambda x: (OPS.shape(x).sin() + 1,),  # [8, 6] where [4, 6] was said
+    "pair": lambda x: (lambda a, b: (a * b + 1, a.cos()))(*OPS.pair(x)),  # the second result of two lies
+}
+
+
+def _device(renderer):
+    return "cpu" if renderer == "cpp" else DEVICE
+
+
+def _compile(fn, inputs, renderer, cache_dir):
+    gm = trace(fn, inputs)
+    opts = {"cache_dir": cache_dir, "cpu_codegen": "cpp"}
+    compiled = compile_aten_graph(gm, inputs, force_triton=renderer == "triton", options=opts)
+    assert compiled.ember_native["reason"] is None, compiled.ember_native["reason"]  # (the native code runs)
+    return compiled
+
+
+def _same(out, ref) -> bool:
+    return all(a.dtype == b.dtype and a.shape == b.shape and torch.allclose(a.double(), b.double(), atol=1e-5)
+               for a, b in zip(out, ref))
+
+
+def _mismatch_logs(caplog):
+    return [r.getMessage() for r in caplog.records if r.name == "ember.native" and "planned for" in r.getMessage()]
+
+
+@pytest.mark.parametrize("renderer", RENDERERS)
+@pytest.mark.parametrize("lie", sorted(CASES))
+def test_a_lying_extern_gives_eagers_result(lie, renderer, native_cache, caplog):
+    fn = CASES[lie]
+    x = torch.randn(4, 6, device=_device(renderer))
+    compiled = _compile(fn, [x], renderer, native_cache)
+    before, stats = counters.snapshot(), dict(extern_check.STATS)
+    with caplog.at_level(logging.WARNING, logger="ember.native"):
+        outs = [compiled(x) for _ in range(3)]
+    ref = fn(x)
+    for out in outs:  # the first call (re-run through ATen) and the later ones
+        torch.testing.assert_close(out, ref)
+    msgs = _mismatch_logs(caplog)
+    assert len(msgs) == 1, msgs  # said once, not per call
+    op = {"dtype": "emberlie.dtype.default", "shape": "emberlie.shape.default", "pair": "emberlie.pair.default"}[lie]
+    planned, actual = {"dtype": ("float32[4, 6]", "float64[4, 6]"), "shape": ("float32[4, 6]", "float32[8, 6]"),
+                       "pair": ("float32[4, 6]", "float64[4, 6]")}[lie]
+    assert op in msgs[0] and f"returned {actual}" in msgs[0] and f"planned for {planned}" in msgs[0], msgs[0]
+    assert "runs its ATen code" in msgs[0]
+    delta = counters.snapshot() - before
+    assert delta["eager_fallbacks.native_extern_meta"] == 1
+    assert extern_check.STATS["mismatches"] - stats["mismatches"] == 1
+    assert extern_check.STATS["aten_calls"] - stats["aten_calls"] == 3
+
+
+@pytest.mark.parametrize("renderer", RENDERERS)
+@pytest.mark.parametrize("lie", sorted(CASES))
+def test_without_the_check_the_result_is_wrong(lie, renderer, native_cache, monkeypatch):
+    """What the check prevents: the same graphs, the check off (config.native_extern_check)."""
+    monkeypatch.setattr(config, "native_extern_check", False)
+    fn = CASES[lie]
+    x = torch.randn(4, 6, device=_device(renderer))
+    compiled = _compile(fn, [x], renderer, native_cache)
+    out = compiled(x)
+    assert not _same(out, fn(x))  # C++: float64 bytes read as float32; both: a result of the said dtype or shape
+
+
+@pytest.mark.parametrize("renderer", RENDERERS)
+def test_a_stride_lie_is_repaired_not_a_fallback(renderer, native_cache, caplog):
+    """A result laid out otherwise than its fake said is copied into the planned strides on every
+    call (``fixed_layout``, as for convolution's channels-last results): strides are then no
+    difference the code depends on, so no fallback; the log says it once."""
+    fn = lambda x: (OPS.strides(x).sin() + 1,)  # noqa: E731
+    x = torch.randn(4, 6, device=_device(renderer))
+    compiled = _compile(fn, [x], renderer, native_cache)
+    stats = dict(extern_check.STATS)
+    with caplog.at_level(logging.INFO, logger="ember.native"):
+        outs = [compiled(x) for _ in range(2)]
+    for out in outs:
+        torch.testing.assert_close(out, fn(x))
+    assert extern_check.STATS["mismatches"] == stats["mismatches"]
+    assert extern_check.STATS["passed"] - stats["passed"] == 1
+    notes = [r.getMessage() for r in caplog.records if "copied into the planned strides" in r.getMessage()]
+    assert len(notes) == 1 and "(1, 4)" in notes[0] and "(6, 1)" in notes[0], notes
+
+
+def _check(sites=(("op", "buf0", 0, "cpu"),)):
+    def call():
+        pass
+    rec = extern_check._Armed(call, call.__code__, call.__code__, lambda: None, sites, "", False)
+    return extern_check.Check(rec, ())
+
+
+def test_which_differences_count():
+    cpu, f32 = torch.device("cpu"), torch.float32
+    t = torch.randn(4, 6)
+    assert not _check().differs(0, t, f32, (4, 6), (6, 1), cpu, False)
+    # strides: only where no fixed_layout repairs them, never on a size-1 dim or an empty tensor
+    assert _check().differs(0, t.t().contiguous().t(), f32, (4, 6), (6, 1), cpu, False)
+    assert not _check().differs(0, t.t().contiguous().t(), f32, (4, 6), (6, 1), cpu, True)
+    assert not _check().differs(0, torch.randn(1, 6).as_strided((1, 6), (99, 1)), f32, (1, 6), (6, 1), cpu, False)
+    assert not _check().differs(0, torch.randn(0, 6).as_strided((0, 6), (1, 0)), f32, (0, 6), (6, 1), cpu, False)
+    # the storage offset is read at run time by every consumer
+    assert not _check().differs(0, torch.randn(30)[6:].view(4, 6), f32, (4, 6), (6, 1), cpu, False)
+    # dtype, sizes, device always; a None passes (an undefined result: a consumer would fail loudly)
+    assert _check().differs(0, t.double(), f32, (4, 6), (6, 1), cpu, True)
+    assert _check().differs(0, t.view(6, 4), f32, (4, 6), (6, 1), cpu, True)
+    assert _check().differs(0, t, f32, (4, 6), (6, 1), torch.device("meta"), True)
+    assert not _check().differs(0, None, f32, (4, 6), (6, 1), cpu, True)
+    assert _check().differs(0, 3, f32, (4, 6), (6, 1), cpu, True)
+
+
+@pytest.mark.parametrize("renderer", RENDERERS)
+def test_later_calls_run_no_check(renderer, native_cache, monkeypatch):
+    calls = []
+    differs = extern_check.Check.differs
+
+    def counted(self, *args):
+        calls.append(args[0])
+        return differs(self, *args)
+    monkeypatch.setattr(extern_check.Check, "differs", counted)
+    fn = lambda x: (OPS.honest(x).sin() + 1, OPS.honest(x * 3))  # noqa: E731
+    x = torch.randn(4, 6, device=_device(renderer))
+    compiled = _compile(fn, [x], renderer, native_cache)
+    mod_src = open(compiled.ember_native["wrapper"]).read()
+    assert "def call_first(" in mod_src and "check.differs(" in mod_src
+    for i in range(5):
+        torch.testing.assert_close(compiled(x), fn(x))
+        assert len(calls) == 2, (i, calls)  # both results, at the first call only
+
+
+def test_a_result_passed_whole_to_another_extern_is_not_checked(native_cache, caplog):
+    """ATen reads the real tensor, as eager does; the consumer's own result is checked."""
+    fn = lambda x: (OPS.to_float(OPS.dtype(x)) + 1,)  # noqa: E731
+    x = torch.randn(4, 6)
+    compiled = _compile(fn, [x], "cpp", native_cache)
+    src = open(compiled.ember_native["wrapper"]).read()
+    assert src.count("check.differs(") == 1
+    with caplog.at_level(logging.WARNING, logger="ember.native"):
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert not _mismatch_logs(caplog)
+
+
+@pytest.mark.parametrize("renderer", RENDERERS)
+def test_random_numbers_drawn_before_the_mismatch_are_drawn_again(renderer, native_cache):
+    """The generator is restored before the ATen run: the numbers are eager's."""
+    fn = lambda x: (OPS.dtype(OPS.noisy(x)).sin() + 1,)  # noqa: E731
+    x = torch.randn(4, 6, device=_device(renderer))
+    compiled = _compile(fn, [x], renderer, native_cache)
+    arm_line = open(compiled.ember_native["wrapper"]).read().split("arm_extern_check(call, call_first")[1]
+    assert arm_line.split("\n")[0].endswith(", True)")  # (the generator's state is saved at the first call)
+    torch.manual_seed(1)
+    out, after = compiled(x), torch.rand(3)
+    torch.manual_seed(1)
+    ref, ref_after = fn(x), torch.rand(3)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(after, ref_after)
+
+
+# ember.compile end to end: a graph that mutates an input (aot writes it back after the graph returns)
+# with a lying op's result; the first call must give the buffer one update, eager's
+
+
+def _updater(op):
+    def update(x, stats):
+        y = op(x)
+        stats.mul_(0.9).add_(y.sum(0) * 0.1)
+        return y.sin() + 1
+    return update
+
+
+@pytest.mark.parametrize("renderer,lie", [("cpp", "dtype"), ("cpp", "shape"), ("triton", "shape"), ("triton", "dtype")])
+@pytest.mark.parametrize("check", [True, False], ids=["check", "no_check"])
+def test_a_mutated_input_gets_eagers_update(renderer, lie, check, monkeypatch, caplog):
+    import ember
+    monkeypatch.setattr(config, "native_force_triton", renderer == "triton")
+    monkeypatch.setattr(config, "native_extern_check", check)
+    update = _updater(getattr(OPS, lie))
+    dev = _device(renderer)
+    x, stats = torch.randn(4, 6, device=dev), torch.randn(6, device=dev)
+    mine, ref = stats.clone(), stats.clone()
+    compiled = ember.compile(update, backend="ember")
+    with caplog.at_level(logging.WARNING, logger="ember.native"):
+        firsts = compiled(x, mine), update(x, ref)
+        right = _same([firsts[0], mine], [firsts[1], ref])
+        seconds = compiled(x, mine), update(x, ref)
+        right_later = _same([seconds[0], mine], [seconds[1], ref])
+    if check:
+        assert right and right_later
+        assert len(_mismatch_logs(caplog)) == 1
+    elif renderer == "cpp" or lie == "shape":
+        # (the Triton interpreter loads float64 as float64: the values stay close, the result's dtype
+        # differs from eager's, the running buffer's does not: only the output shows it)
+        assert not (right and right_later)
+
+
+@pytest.mark.parametrize("renderer", RENDERERS)
+def test_a_warm_process_checks_again(renderer, tmp_path):
+    """A cache hit in a new process (the wrapper loaded from disk; on a GPU, warm_launch adopting the
+    recorded launches) checks its first call too: another torch build may return other metadata."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               TRITON_CACHE_DIR=str(tmp_path / "triton"))
+    if DEVICE == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    script = os.path.join(ROOT, "tests", "native", "extern_check_probe.py")
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, script, renderer, str(tmp_path / "cache")], env=env, cwd=ROOT,
+                             capture_output=True, text=True, timeout=600)
+        lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
+        assert out.returncode == 0 and lines, out.stderr[-3000:]
+        runs.append(json.loads(lines[-1][len("RESULT "):]))
+    cold, warm = runs
+    assert not cold["hit"] and warm["hit"]
+    for run in runs:
+        assert run["right"] and run["mismatches"] == 1 and run["honest_passed"] == 1, run
