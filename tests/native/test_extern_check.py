@@ -240,6 +240,54 @@ def test_a_warm_process_checks_again(renderer, tmp_path):
         assert run["right"] and run["mismatches"] == 1 and run["honest_passed"] == 1, run
 
 
+@pytest.mark.parametrize("renderer", RENDERERS)
+@pytest.mark.parametrize("check", [True, False], ids=["check", "no_check"])
+def test_an_input_the_graph_writes_itself_is_written_once(renderer, check, native_cache, monkeypatch, caplog):
+    """A graph traced without functionalization writes its mutated inputs itself, at its end
+    (``copy_`` after every extern call): after a mismatch nothing was written yet, so the ATen run
+    from the inputs gives the buffer eager's one update."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from ember.native import DECOMPOSITIONS
+    monkeypatch.setattr(config, "native_extern_check", check)
+
+    def fn(x, stats):
+        y = OPS.shape(x)
+        stats.mul_(0.9).add_(y.sum(0) * 0.1)
+        return (y.sin() + 1,)
+    dev = _device(renderer)
+    x, stats = torch.randn(4, 6, device=dev), torch.randn(6, device=dev)
+    gm = make_fx(fn, decomposition_table=DECOMPOSITIONS, tracing_mode="fake")(x, stats.clone())
+    assert any("copy_" in str(n.target) or str(n.target).endswith("_.Tensor") for n in gm.graph.nodes)
+    compiled = compile_aten_graph(gm, [x, stats], force_triton=renderer == "triton",
+                                  options={"cache_dir": native_cache, "cpu_codegen": "cpp"})
+    assert compiled.ember_native["reason"] is None, compiled.ember_native["reason"]
+    mine, ref = stats.clone(), stats.clone()
+    with caplog.at_level(logging.WARNING, logger="ember.native"):
+        right = [_same([compiled(x, mine)[0], mine], [fn(x, ref)[0], ref]) for _ in range(2)]
+    if check:
+        assert right == [True, True] and len(_mismatch_logs(caplog)) == 1
+    else:
+        assert right == [False, False]
+
+
+@pytest.mark.parametrize("renderer", RENDERERS)
+def test_a_boxed_graph_keeps_its_inputs_for_the_aten_run(renderer, native_cache):
+    """A boxed graph (a backward's: release_inputs) drops each input at its last use; its first call
+    holds them until the last check, so the ATen run after a mismatch still has them."""
+    fn = lambda x, w: (OPS.dtype(x * 3).sin() + w, w.cos())  # noqa: E731 - (x's last use is before the extern)
+    dev = _device(renderer)
+    x, w = torch.randn(4, 6, device=dev), torch.randn(4, 6, device=dev)
+    gm = trace(fn, [x, w])
+    compiled = compile_aten_graph(gm, [x, w], force_triton=renderer == "triton",
+                                  options={"cache_dir": native_cache, "cpu_codegen": "cpp", "release_inputs": True})
+    assert "def run_first(args):" in open(compiled.ember_native["wrapper"]).read()
+    boxed = getattr(compiled, "boxed", None)  # (a C++ graph's deferred binding offers the positional form)
+    for _ in range(2):
+        args = [x, w]
+        torch.testing.assert_close(boxed(args) if boxed else compiled(*args), fn(x, w))
+        assert args == [] or not boxed  # (the list was taken over)
+
+
 # no false alarms: real models' extern calls (matmuls, convolutions, attention) return what was planned
 
 
