@@ -18,7 +18,11 @@ an error:
   implementation in this process (a torch build, a device, a library choice). All of these are
   fixed after the first call; a warm process (cache hit, ``warm_launch`` adopting recorded
   launches) calls ``make_call`` anew, so its first call is checked again: it may run another
-  torch build whose kernels return other metadata.
+  torch build whose kernels return other metadata. The limit: a graph with symbolic sizes is
+  checked at the first call of each new set of size-symbol values (a fake function may be right at
+  some sizes and wrong at others, a hard-coded dim): its steady-state code tests the tuple of them
+  against the set of those that passed (a tuple and a set lookup per call, only in such graphs) and
+  calls ``recheck`` for new ones.
 * **Steady state pays nothing.** ``arm`` makes the function ``make_call`` returns run the first-call
   code (its ``__code__`` is swapped: both bodies close over the same variables, an assertion here
   checks it); once every check passed, ``passed`` puts the steady-state code back. Callers keep the
@@ -56,6 +60,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import types
 import weakref
 
 import torch
@@ -73,32 +78,59 @@ _ARMED: dict = {}
 
 
 class _Armed:
-    __slots__ = ("fn", "steady", "first", "fallback", "sites", "label", "random", "failed", "noted")
+    __slots__ = ("fn", "steady", "first", "first_fn", "steady_fn", "fallback", "sites", "label", "random", "boxed",
+                 "failed", "off", "noted")
 
-    def __init__(self, fn, steady, first, fallback, sites, label, random):
+    def __init__(self, fn, steady, first, fallback, sites, label, random, boxed=False):
         self.fn, self.steady, self.first = weakref.ref(fn), steady, first
-        self.fallback, self.sites, self.label, self.random = fallback, sites, label, random
+        self.fallback, self.sites, self.label, self.random, self.boxed = fallback, sites, label, random, boxed
         self.failed = False
+        self.off = False  # config.native_extern_check was off when the graph was bound
         self.noted: set = set()
+        # the two codes as functions of their own (same globals and cells): what ``recheck`` calls
+        self.first_fn = types.FunctionType(first, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+        self.steady_fn = types.FunctionType(steady, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
 
 
-def arm(call, first, fallback, sites, label: str = "", random: bool = False):
+def arm(call, first, fallback, sites, label: str = "", random: bool = False, boxed: bool = False):
     """``call`` (the steady-state function ``make_call`` returns), made to run ``first``'s code until
     a first call passes every check. ``fallback(*inputs)`` runs the graph's ATen code; ``sites``:
     (op name, buffer name, result position, device) per check site (the ``site`` of ``differs``);
-    ``random``: an extern op drawing random numbers runs at or before a checked site."""
+    ``random``: an extern op drawing random numbers runs at or before a checked site; ``boxed``: the
+    functions take their inputs as one list (``release_inputs``)."""
     from ember.config import config
-    if not config.native_extern_check:
-        return call
     if call.__code__.co_freevars != first.__code__.co_freevars:  # (a generator bug: the swap would misbind cells)
         raise AssertionError(f"first-call code closes over {first.__code__.co_freevars}, "
                              f"the steady one over {call.__code__.co_freevars}")
-    code = first.__code__.replace()  # (its own copy: the key of this function's record)
-    _ARMED[id(code)] = _Armed(call, call.__code__, code, getattr(fallback, "aten", fallback), sites, label, random)
-    weakref.finalize(call, _ARMED.pop, id(code), None)
-    call.__code__ = code
-    STATS["armed"] += 1
+    # each code its own copy: the key of this function's record (its frames find it)
+    steady, code = call.__code__.replace(), first.__code__.replace()
+    rec = _Armed(call, steady, code, getattr(fallback, "aten", fallback), sites, label, random, boxed)
+    _ARMED[id(steady)] = _ARMED[id(code)] = rec
+    weakref.finalize(call, _forget, id(steady), id(code))
+    if config.native_extern_check:
+        call.__code__ = code
+        STATS["armed"] += 1
+    else:  # (steady code throughout; a graph with symbolic sizes still asks ``recheck`` at new sizes)
+        rec.off = True
+        call.__code__ = steady
     return call
+
+
+def _forget(*ids):
+    for i in ids:
+        _ARMED.pop(i, None)
+
+
+def recheck(inputs: tuple, sizes_checked: set, sizes: tuple):
+    """A graph with symbolic sizes called with sizes no first call has checked: this call runs the
+    first-call code (the extern results at these sizes are checked; a mismatch runs ATen from now on)."""
+    rec = _ARMED[id(sys._getframe(1).f_code)]
+    if rec.off:  # (the check is off: these sizes are taken as they come)
+        sizes_checked.add(sizes)
+        fn = rec.steady_fn
+    else:
+        fn = rec.first_fn
+    return fn(list(inputs)) if rec.boxed else fn(*inputs)
 
 
 def begin(inputs: tuple) -> "Check":
@@ -199,12 +231,15 @@ class Check:
         inputs, self.inputs = self.inputs, ()
         return self.rec.fallback(*inputs)
 
-    def passed(self):
-        """Every check passed: later calls run the steady-state code; the inputs are let go."""
+    def passed(self, sizes_checked: set | None = None, sizes: tuple = ()):
+        """Every check passed: later calls run the steady-state code; the inputs are let go. A graph
+        with symbolic sizes remembers these sizes (other sizes are checked at their first call)."""
         self.inputs = ()
         rec = self.rec
         if not rec.failed:
             fn = rec.fn()
             if fn is not None:
                 fn.__code__ = rec.steady
+            if sizes_checked is not None:
+                sizes_checked.add(sizes)
             STATS["passed"] += 1

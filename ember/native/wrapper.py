@@ -98,6 +98,7 @@ class WrapperCodegen:
         self.pools: list[str] = []
         self.check_sites: list = []  # (op, buffer, result position, device) per first-call check (extern_check)
         self.check_random = False  # an extern drawing random numbers runs at or before a checked site
+        self.sizes_key = None  # symbolic sizes: the tuple of size symbols whose new values are checked again
         # the C++ path (CPU tensors) pools its large buffers across calls (cpu_pool)
         self.pool_large = any(getattr(ek, "renderer", "triton") == "cpp" for _, ek, _ in kernels.values())
 
@@ -158,6 +159,18 @@ class WrapperCodegen:
             lines[-1] += "):"
             B.extend(lines)
             B.append(f"    return fallback({', '.join(params)})")
+        self._checked = self._planned_on()
+        checked_steps = [i for i, step in enumerate(sched.steps) if not isinstance(step, Kernel)
+                         and any(o is not None and o[1] is not None and o[0] in self._checked for o in step.outputs)]
+        last_checked = checked_steps[-1] if checked_steps else -1
+        self.check_random = any(_draws_random(step.target) for step in sched.steps[:last_checked + 1]
+                                if not isinstance(step, Kernel))
+        symbols = ", ".join(s.name for s in sorted(sv.sources, key=lambda s: int(s.name[1:])))
+        self.sizes_key = f"({symbols},)" if symbols and checked_steps else None
+        if self.sizes_key:  # symbolic sizes: the first call of each new set of them is checked too
+            B.append(SteadyOnly(f"if {self.sizes_key} not in sizes_checked:  # (new sizes: extern_check.py)"))
+            B.append(SteadyOnly(f"    return recheck_extern_results(({''.join(p + ', ' for p in params)}), "
+                                f"sizes_checked, {self.sizes_key})"))
         last_ref = self._last_references()
         # inputs the call may drop at their last use (a boxed caller hands over its only references:
         # a backward graph's saved activations then die as the backward consumes them, as in eager)
@@ -165,12 +178,6 @@ class WrapperCodegen:
         droppable = ({b.name for b in placeholders} - keep) if self.boxed else set()
         parked: list = []  # (body position, buffer): dead buffers put in the pool, for reuse
         self._reuse_views: set = set()  # buffers made by reuse as as_strided views of a dead one
-        self._checked = self._planned_on()
-        checked_steps = [i for i, step in enumerate(sched.steps) if not isinstance(step, Kernel)
-                         and any(o is not None and o[1] is not None and o[0] in self._checked for o in step.outputs)]
-        last_checked = checked_steps[-1] if checked_steps else -1
-        self.check_random = any(_draws_random(step.target) for step in sched.steps[:last_checked + 1]
-                                if not isinstance(step, Kernel))
         for i, step in enumerate(sched.steps):
             if isinstance(step, Kernel):
                 name, ek, _ = self.kernels[id(step)]
@@ -191,7 +198,8 @@ class WrapperCodegen:
             else:
                 self._extern(step)
                 if i == last_checked:  # (nothing after this can mismatch: the inputs may go)
-                    B.append(FirstOnly("check.passed()  # later calls run the steady-state code"))
+                    B.append(FirstOnly(f"check.passed({'sizes_checked, ' + self.sizes_key if self.sizes_key else ''})"
+                                       "  # later calls run the steady-state code"))
             for buf, last in sched.last_use.items():
                 if last == i and buf not in sched.outputs and buf not in self.inputs:
                     if buf in allocated:
@@ -491,11 +499,14 @@ class WrapperCodegen:
             lines += [head[0].format(f"{fn}_first")] + head[1:] + first
             lines.append("")
             lines.append(f"    {fn} = arm_extern_check({fn}, {fn}_first, fallback, EXTERN_SITES, {self._label()!r}, "
-                         f"{self.check_random})")
+                         f"{self.check_random}, {self.boxed})")
+            if self.sizes_key:  # (both bodies name it: they close over the same variables)
+                lines.insert(lines.index(head[0].format(fn)), "    sizes_checked = set()  # size symbols' values "
+                             "whose first call passed the checks")
             at = lines.index("def make_call(constants, fallback):") - 2
             lines[at:at] = [f"EXTERN_SITES = {self.check_sites!r}  # (op, buffer, result, device) per first-call check"]
             lines.insert(lines.index(""), "from ember.native.extern_check import arm as arm_extern_check, "
-                                          "begin as begin_first_call")
+                                          "begin as begin_first_call, recheck as recheck_extern_results")
         if not self.boxed:
             lines += ["    return call", ""]
             return "\n".join(lines)

@@ -172,7 +172,7 @@ def test_random_numbers_drawn_before_the_mismatch_are_drawn_again(renderer, nati
     x = torch.randn(4, 6, device=_device(renderer))
     compiled = _compile(fn, [x], renderer, native_cache)
     arm_line = open(compiled.ember_native["wrapper"]).read().split("arm_extern_check(call, call_first")[1]
-    assert arm_line.split("\n")[0].endswith(", True)")  # (the generator's state is saved at the first call)
+    assert arm_line.split("\n")[0].endswith(", True, False)")  # (the generator's state is saved at the first call)
     torch.manual_seed(1)
     out, after = compiled(x), torch.rand(3)
     torch.manual_seed(1)
@@ -286,6 +286,33 @@ def test_a_boxed_graph_keeps_its_inputs_for_the_aten_run(renderer, native_cache)
         args = [x, w]
         torch.testing.assert_close(boxed(args) if boxed else compiled(*args), fn(x, w))
         assert args == [] or not boxed  # (the list was taken over)
+
+
+@pytest.mark.parametrize("renderer", RENDERERS)
+@pytest.mark.parametrize("check", [True, False], ids=["check", "no_check"])
+def test_symbolic_sizes_are_checked_at_each_new_set(renderer, check, native_cache, monkeypatch, caplog):
+    """A graph with symbolic sizes checks the first call of each new set of sizes: a fake function
+    right at the traced sizes and wrong at others is caught where it is wrong."""
+    monkeypatch.setattr(config, "native_extern_check", check)
+    fn = lambda x: (OPS.rows5(x).sin() + 1,)  # noqa: E731
+    dev = _device(renderer)
+    x = torch.randn(5, 7, device=dev)  # (at 5 rows the fake is right)
+    compiled = compile_aten_graph(trace(fn, [x], "symbolic"), [x], force_triton=renderer == "triton",
+                                  options={"cache_dir": native_cache, "cpu_codegen": "cpp"})
+    assert compiled.ember_native["reason"] is None and "s1" in compiled.ember_native["sizes"]
+    stats = dict(extern_check.STATS)
+    right = []
+    with caplog.at_level(logging.WARNING, logger="ember.native"):
+        for shape in [(5, 7), (5, 3), (5, 3), (8, 7), (5, 7)]:
+            x = torch.randn(*shape, device=dev)
+            right.append(_same(compiled(x), fn(x)))
+    if check:
+        assert right == [True] * 5 and len(_mismatch_logs(caplog)) == 1
+        # checked: (5, 7), (5, 3) once, (8, 7) mismatched; then ATen for (8, 7) and every later call
+        assert extern_check.STATS["compared"] - stats["compared"] == 3
+        assert extern_check.STATS["aten_calls"] - stats["aten_calls"] == 2
+    else:
+        assert right == [True, True, True, False, True]
 
 
 # no false alarms: real models' extern calls (matmuls, convolutions, attention) return what was planned
