@@ -27,7 +27,7 @@ def main(renderer, cache_dir):
         ref = fn(x)
         for _ in range(3):
             out = compiled(x)
-            right &= all(a.dtype == b.dtype and a.shape == b.shape and torch.allclose(a, b) for a, b in zip(out, ref))
+            right &= all(a.dtype == b.dtype and a.shape == b.shape and torch.allclose(a, b, atol=1e-5) for a, b in zip(out, ref))
     print("RESULT " + json.dumps({"hit": all(hits), "right": bool(right), "mismatches": extern_check.STATS["mismatches"],
                                   "honest_passed": extern_check.STATS["passed"]}))
 
