@@ -71,9 +71,9 @@ STATS = {"armed": 0, "compared": 0, "passed": 0, "mismatches": 0, "aten_calls": 
 
 log = logging.getLogger("ember.native")
 
-# id(first-call code object) -> _Armed: the first-call code finds its record through its own frame
-# (a unique copy of the code per armed function: the code cannot name the function, as that would be
-# one more closure variable than the steady-state body has)
+# id(code object) -> _Armed, for each armed function's own copies of its first-call and steady codes:
+# ``begin`` and ``recheck`` find the record through their caller's frame (the code cannot name its
+# function: that would be one more closure variable in one body than in the other)
 _ARMED: dict = {}
 
 

@@ -238,7 +238,10 @@ class WrapperCodegen:
             for a in ir.buffer_args((step.args, step.kwargs)):
                 if baked or self.view(a.name, a.sizes, a.strides, a.offset) != a.name:
                     names.add(a.name)
-        return names
+        # a result planned on the meta device is one whose device the op decides at run time (attention's
+        # philox seed and offset: host tensors, or the device's under CUDA-graph capture, Note [Seed and
+        # Offset] in torch/_meta_registrations.py): no code reads it, it only travels to the backward op
+        return {n for n in names if n not in self.layouts or self.layouts[n].device.type != "meta"}
 
     def _last_references(self) -> dict:
         """buffer -> index of the last step whose code names it (read, written or passed)."""

@@ -97,4 +97,16 @@ def _(x):
     return x.new_empty(5, x.shape[1])
 
 
+@torch.library.custom_op(f"{NS}::with_seed", mutates_args=())
+def with_seed(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x * 2 and a host int64 seed, whose fake is on the meta device (as attention's philox seed:
+    its device is decided at run time)."""
+    return x * 2, torch.tensor([7, 8], dtype=torch.int64)
+
+
+@with_seed.register_fake
+def _(x):
+    return torch.empty_like(x), torch.empty((2,), dtype=torch.uint64, device="meta")
+
+
 OPS = torch.ops.emberlie

@@ -315,6 +315,23 @@ def test_symbolic_sizes_are_checked_at_each_new_set(renderer, check, native_cach
         assert right == [True, True, True, False, True]
 
 
+@pytest.mark.parametrize("renderer", RENDERERS)
+def test_a_result_planned_on_the_meta_device_is_not_checked(renderer, native_cache, caplog):
+    """Attention's philox seed and offset are planned on the meta device: their device (and dtype) is
+    the op's run-time choice, no code reads them, they travel to the backward op as they are."""
+    fn = lambda x: (lambda y, seed: ((y + 1).sin(), seed))(*OPS.with_seed(x))  # noqa: E731
+    x = torch.randn(4, 6, device=_device(renderer))
+    compiled = _compile(fn, [x], renderer, native_cache)
+    src = open(compiled.ember_native["wrapper"]).read()
+    assert "check.differs(0, buf0[0]" in src and "differs(1" not in src  # (only the first result is checked)
+    with caplog.at_level(logging.WARNING, logger="ember.native"):
+        for _ in range(2):
+            out = compiled(x)
+            torch.testing.assert_close(out[0], fn(x)[0])
+            assert out[1].tolist() == [7, 8]
+    assert not _mismatch_logs(caplog)
+
+
 # no false alarms: real models' extern calls (matmuls, convolutions, attention) return what was planned
 
 
