@@ -165,6 +165,7 @@ def _layout_fallback(run, key):
             _log(f"ember.native: graph {key[:16]} called with input sizes or strides it was not compiled for "
                  "(its wrapper's first lines list them: EMBER_LOGS=output_code); running its ATen graph as is")
         return run(*args)
+    fallback.aten = run  # (the ATen graph without this message: extern_check's fallback after a mismatch)
     return fallback
 
 

@@ -20,7 +20,7 @@ import sympy
 import torch
 
 from ember.native import cpu_pool, ir
-from ember.native.scheduler import Kernel, Schedule
+from ember.native.scheduler import Kernel, Schedule, _draws_random
 from ember.native.symbolic import eq, is_static, known_nonneg, print_expr
 
 
@@ -60,6 +60,14 @@ def _flat(tree):
         yield tree
 
 
+class FirstOnly(str):
+    """A body line of the first-call variant only (extern_check.py: the checks of extern results)."""
+
+
+class SteadyOnly(str):
+    """A body line of the steady-state variant only (its first-call form is written as FirstOnly lines)."""
+
+
 # the module defining each ember_native op (a wrapper loaded from the cache in a new process imports it)
 OP_MODULES = {"addmm_act": "small_mm", "addmm_act2": "small_mm", "mm_rows": "pad_mm"}
 
@@ -88,6 +96,9 @@ class WrapperCodegen:
         self.launches: list[str] = []
         self.static_launches: list[str] = []
         self.pools: list[str] = []
+        self.check_sites: list = []  # (op, buffer, result position, device) per first-call check (extern_check)
+        self.check_random = False  # an extern drawing random numbers runs at or before a checked site
+        self.sizes_key = None  # symbolic sizes: the tuple of size symbols whose new values are checked again
         # the C++ path (CPU tensors) pools its large buffers across calls (cpu_pool)
         self.pool_large = any(getattr(ek, "renderer", "triton") == "cpp" for _, ek, _ in kernels.values())
 
@@ -148,6 +159,18 @@ class WrapperCodegen:
             lines[-1] += "):"
             B.extend(lines)
             B.append(f"    return fallback({', '.join(params)})")
+        self._checked = self._planned_on()
+        checked_steps = [i for i, step in enumerate(sched.steps) if not isinstance(step, Kernel)
+                         and any(o is not None and o[1] is not None and o[0] in self._checked for o in step.outputs)]
+        last_checked = checked_steps[-1] if checked_steps else -1
+        self.check_random = any(_draws_random(step.target) for step in sched.steps[:last_checked + 1]
+                                if not isinstance(step, Kernel))
+        symbols = ", ".join(s.name for s in sorted(sv.sources, key=lambda s: int(s.name[1:])))
+        self.sizes_key = f"({symbols},)" if symbols and checked_steps else None
+        if self.sizes_key:  # symbolic sizes: the first call of each new set of them is checked too
+            B.append(SteadyOnly(f"if {self.sizes_key} not in sizes_checked:  # (new sizes: extern_check.py)"))
+            B.append(SteadyOnly(f"    return recheck_extern_results(({''.join(p + ', ' for p in params)}), "
+                                f"sizes_checked, {self.sizes_key})"))
         last_ref = self._last_references()
         # inputs the call may drop at their last use (a boxed caller hands over its only references:
         # a backward graph's saved activations then die as the backward consumes them, as in eager)
@@ -174,6 +197,9 @@ class WrapperCodegen:
                     B.append(f"{call}({', '.join(grid + self._launch_args(step, ek))})")
             else:
                 self._extern(step)
+                if i == last_checked:  # (nothing after this can mismatch: the inputs may go)
+                    B.append(FirstOnly(f"check.passed({'sizes_checked, ' + self.sizes_key if self.sizes_key else ''})"
+                                       "  # later calls run the steady-state code"))
             for buf, last in sched.last_use.items():
                 if last == i and buf not in sched.outputs and buf not in self.inputs:
                     if buf in allocated:
@@ -196,6 +222,26 @@ class WrapperCodegen:
                 B.append(f"{dst}.copy_({src})")
         B.append(f"return {self._outputs(self.g.outputs)}")
         return self._module(params, consts)
+
+    def _planned_on(self) -> set:
+        """Buffers whose planned metadata the generated code depends on (extern_check.py): read by a
+        kernel, viewed (``as_strided``) or taken whole by a baked extern override, returned, or copied
+        into a mutated input. An extern result outside this set is unused or only passed whole to
+        other extern calls, which read the real tensor as eager does: its first call is not checked."""
+        names = set(self.sched.outputs)
+        for step in self.sched.steps:
+            if isinstance(step, Kernel):
+                names.update(step.reads)
+                names.update(self.kernels[id(step)][1].args)
+                continue
+            baked = step.name in self.extern_overrides  # (its layouts are baked into the callable)
+            for a in ir.buffer_args((step.args, step.kwargs)):
+                if baked or self.view(a.name, a.sizes, a.strides, a.offset) != a.name:
+                    names.add(a.name)
+        # a result planned on the meta device is one whose device the op decides at run time (attention's
+        # philox seed and offset: host tensors, or the device's under CUDA-graph capture, Note [Seed and
+        # Offset] in torch/_meta_registrations.py): no code reads it, it only travels to the backward op
+        return {n for n in names if n not in self.layouts or self.layouts[n].device.type != "meta"}
 
     def _last_references(self) -> dict:
         """buffer -> index of the last step whose code names it (read, written or passed)."""
@@ -326,24 +372,61 @@ class WrapperCodegen:
         call = f"{gname}({', '.join(args)})"
         contiguous = baked and all(o is not None and o[1] is not None and tuple(o[1].strides) == (o[1].sizes[1], 1)
                                    for o in e.outputs)
-        if contiguous:  # its results are always new contiguous [M, N] tensors: nothing to check
+        if contiguous:  # its results are always new contiguous [M, N] tensors: no layout to fix
             self.body.append(f"{', '.join(o[0] for o in e.outputs)} = {call}")
+            for j, o in enumerate(e.outputs):
+                self._check(e, j, o[0], o, repaired=False)
             return
         if not e.multi:
             out = e.outputs[0]
-            self.body.append(f"{out[0] if out else '_'} = {self._fixed(call, out)}")
+            if out is None or not self._checks(out):
+                self.body.append(f"{out[0] if out else '_'} = {self._fixed(call, out)}")
+                return
+            # the first call checks the result before anything reads it (extern_check.py)
+            fixed = self._fixed(out[0], out)
+            self.body.append(SteadyOnly(f"{out[0]} = {self._fixed(call, out)}"))
+            self.body.append(FirstOnly(f"{out[0]} = {call}"))
+            self._check(e, 0, out[0], out, repaired=fixed != out[0])
+            if fixed != out[0]:
+                self.body.append(FirstOnly(f"{out[0]} = {fixed}"))
             return
         self.body.append(f"{e.name} = {call}")
+        for j, o in enumerate(e.outputs):
+            if o is not None and self._checks(o):
+                self._check(e, j, f"{e.name}[{j}]", o, repaired=self._fixed("x", o) != "x")
         for j, o in enumerate(e.outputs):
             if o is not None:
                 self.body.append(f"{o[0]} = {self._fixed(f'{e.name}[{j}]', o)}")
         self.body.append(f"del {e.name}")
+
+    def _checks(self, out) -> bool:
+        """Is this extern result checked at the first call (a tensor the code plans with)?"""
+        return out is not None and out[1] is not None and out[0] in self._checked
+
+    def _check(self, e, j, expr, out, repaired: bool):
+        """The first call's check of extern result ``expr`` against its planned layout (extern_check.py);
+        ``repaired``: ``fixed_layout`` copies it into the planned strides, so strides do not count."""
+        if not self._checks(out):
+            return
+        lay = out[1]
+        op = str(e.target) + (f" ({self.extern_overrides[e.name].split('(')[0]})" if e.name in self.extern_overrides else "")
+        site = len(self.check_sites)
+        self.check_sites.append((op, out[0], j, str(lay.device)))
+        self.body.append(FirstOnly(
+            f"if check.differs({site}, {expr}, {lay.dtype}, {render_const(tuple(lay.sizes))}, "
+            f"{render_const(tuple(lay.strides))}, {self.dev(lay.device)}, {repaired}):"))
+        self.body.append(FirstOnly("    return check.aten()"))
 
     def _fixed(self, expr, out):
         if out is None or out[1] is None or (is_static(out[1].numel) and out[1].numel <= 1):
             return expr
         lay = out[1]
         return f"fixed_layout({expr}, {render_const(tuple(lay.sizes))}, {render_const(tuple(lay.strides))})"
+
+    def _label(self) -> str:
+        """How the first-call check's messages name this graph ("graph <key>: ", from the header)."""
+        first = self.header.splitlines()[0] if self.header else ""
+        return first.split(":")[0] + ": " if first.startswith("graph ") else ""
 
     def _outputs(self, tree) -> str:
         if isinstance(tree, ir.OutBuf):
@@ -402,18 +485,36 @@ class WrapperCodegen:
         if consts:
             lines.append(f"    {', '.join(consts)}, = constants")
         lines.append("")
+        steady = ["        " + l for l in self.body if not isinstance(l, FirstOnly)]
+        first = (["        check = begin_first_call((" + "".join(p + ", " for p in params) + "))",
+                  "        if check.failed:  # (an extern result mismatched at an earlier first call)",
+                  "            return check.aten()"]
+                 + ["        " + l for l in self.body if not isinstance(l, SteadyOnly)])
+        fn = "run" if self.boxed else "call"
+        head = ["    def {}(" + (", ".join(params) if not self.boxed else "args") + "):"]
+        if self.boxed and params:
+            head += [f"        {', '.join(params)}, = args", "        args.clear()"]
+        lines += [head[0].format(fn)] + head[1:] + steady
+        if self.check_sites:
+            # the first call: the same code, each extern result the code plans with checked before
+            # anything reads it; a mismatch runs the ATen graph (ember/native/extern_check.py)
+            lines.append("")
+            lines += [head[0].format(f"{fn}_first")] + head[1:] + first
+            lines.append("")
+            lines.append(f"    {fn} = arm_extern_check({fn}, {fn}_first, fallback, EXTERN_SITES, {self._label()!r}, "
+                         f"{self.check_random}, {self.boxed})")
+            if self.sizes_key:  # (both bodies name it: they close over the same variables)
+                lines.insert(lines.index(head[0].format(fn)), "    sizes_checked = set()  # size symbols' values "
+                             "whose first call passed the checks")
+            at = lines.index("def make_call(constants, fallback):") - 2
+            lines[at:at] = [f"EXTERN_SITES = {self.check_sites!r}  # (op, buffer, result, device) per first-call check"]
+            lines.insert(lines.index(""), "from ember.native.extern_check import arm as arm_extern_check, "
+                                          "begin as begin_first_call, recheck as recheck_extern_results")
         if not self.boxed:
-            lines.append(f"    def call({', '.join(params)}):")
-            lines += ["        " + l for l in self.body]
             lines += ["    return call", ""]
             return "\n".join(lines)
         # ``run`` takes the inputs boxed (one list, which it empties: the caller keeps no reference, so
         # an input dies at its last use); ``call`` is the positional form
-        lines.append("    def run(args):")
-        if params:
-            lines.append(f"        {', '.join(params)}, = args")
-            lines.append("        args.clear()")
-        lines += ["        " + l for l in self.body]
         lines.append("")
         lines.append(f"    def call({', '.join(params)}):")
         lines.append(f"        return run([{', '.join(params)}])")
