@@ -92,6 +92,20 @@ class _Armed:
         self.steady_fn = types.FunctionType(steady, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
 
 
+# results whose device (and form) the op picks at run time, by their schema names: attention's philox
+# seed and offset are host tensors outside a CUDA-graph capture and device tensors inside one (Note
+# [Seed and Offset] in torch/_meta_registrations.py), and their fakes say one or the other
+# (efficient attention's fake: cuda:0; the H100 run of GPT-2 training in fp32 got a host tensor).
+# No generated code reads them: they travel to the backward op, which takes either.
+RUNTIME_PLACED_RESULTS = frozenset({"philox_seed", "philox_offset", "rng_state", "unused"})
+
+
+def runtime_placed(target, j: int) -> bool:
+    """Is result ``j`` of extern ``target`` one whose placement the op decides (not checked)?"""
+    returns = getattr(getattr(target, "_schema", None), "returns", ())
+    return j < len(returns) and returns[j].name in RUNTIME_PLACED_RESULTS
+
+
 def arm(call, first, fallback, sites, label: str = "", random: bool = False, boxed: bool = False):
     """``call`` (the steady-state function ``make_call`` returns), made to run ``first``'s code until
     a first call passes every check. ``fallback(*inputs)`` runs the graph's ATen code; ``sites``:

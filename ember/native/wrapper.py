@@ -19,7 +19,7 @@ import math
 import sympy
 import torch
 
-from ember.native import cpu_pool, ir
+from ember.native import cpu_pool, extern_check, ir
 from ember.native.scheduler import Kernel, Schedule, _draws_random
 from ember.native.symbolic import eq, is_static, known_nonneg, print_expr
 
@@ -406,7 +406,7 @@ class WrapperCodegen:
     def _check(self, e, j, expr, out, repaired: bool):
         """The first call's check of extern result ``expr`` against its planned layout (extern_check.py);
         ``repaired``: ``fixed_layout`` copies it into the planned strides, so strides do not count."""
-        if not self._checks(out):
+        if not self._checks(out) or extern_check.runtime_placed(e.target, j):
             return
         lay = out[1]
         op = str(e.target) + (f" ({self.extern_overrides[e.name].split('(')[0]})" if e.name in self.extern_overrides else "")

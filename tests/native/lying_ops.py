@@ -109,4 +109,21 @@ def _(x):
     return torch.empty_like(x), torch.empty((2,), dtype=torch.uint64, device="meta")
 
 
+_LIB = torch.library.Library(NS, "FRAGMENT")
+# named results, as attention's: a result named philox_seed is placed by the op at run time
+_LIB.define("named_seed(Tensor x) -> (Tensor out, Tensor philox_seed)")
+
+
+@torch.library.impl(f"{NS}::named_seed", "CompositeExplicitAutograd", lib=_LIB)
+def named_seed(x):
+    """x * 2 and a seed of two int64s where the fake says a 0-dim one on x's device (efficient
+    attention's fake says cuda:0, its CUDA kernel returns a host tensor outside a capture)."""
+    return x * 2, torch.tensor([7, 8], dtype=torch.int64)
+
+
+@torch.library.register_fake(f"{NS}::named_seed", lib=_LIB)
+def _(x):
+    return torch.empty_like(x), torch.empty((), dtype=torch.int64, device=x.device)
+
+
 OPS = torch.ops.emberlie
