@@ -185,6 +185,10 @@ def adopt_recorded(mod, key: str, base: str | None) -> dict | None:
     cache_root = _triton_cache_dir()
     if not cache_root:
         return None
+    from ember.native import runtime
+    prewarm = runtime._DRIVER_PREWARM
+    if prewarm and prewarm.is_alive():  # (Triton's driver, which adopting reads: not created twice at once)
+        prewarm.join()
     info: dict = {}
     adopt(mod, launches, cache_root, info)
     STATS["adopted"] += info.get("kernels_loaded", 0)
