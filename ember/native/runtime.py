@@ -96,8 +96,12 @@ def _direct_launcher(run, packed):
 
 
 # Per-call fast functions of launch sites, generated once per shape of call (number of arguments, the
-# alignment checks, how many fixed launcher arguments and constexprs): the factory's source -> its code
+# alignment checks, how many fixed launcher arguments and constexprs): the factory's source -> its
+# factory (compiled here, or from the code objects a graph's launch record keeps: ``prime_factories``)
 _FAST_FACTORIES: dict = {}
+# the same factories by the shape of call they were made for (what ``_fast_source`` is a function of):
+# a site finds its factory without spelling the source (GPT-2 training's warm start adopts 377 sites)
+_FAST_BY_SHAPE: dict = {}
 
 
 # Pass the kernel's tensors to Triton's C launcher as their addresses (ints): for a tensor the launcher
@@ -148,16 +152,43 @@ def _fast_source(nargs, checks, n_extra: int, n_consts: int, pointers=frozenset(
     return "\n".join(lines) + "\n"
 
 
+_FACTORY_FILE = "<ember launch site>"
+
+
 def _fast_function(site, fast, nargs):
     """``site.run`` for the fast path ``fast`` (see ``Launch.fast``)."""
     launch, g0, g1, g2, stream, device, function, extra, checks, consts = fast
-    src = _fast_source(nargs, checks, len(extra), len(consts), site.pointers())
-    make = _FAST_FACTORIES.get(src)
+    shape = (nargs, tuple(checks), len(extra), len(consts), site.pointers())
+    make = _FAST_BY_SHAPE.get(shape)
     if make is None:
-        ns: dict = {}
-        exec(compile(src, "<ember launch site>", "exec"), ns)  # noqa: S102 - our own generated code
-        make = _FAST_FACTORIES[src] = ns["make"]
+        src = _fast_source(*shape)
+        make = _FAST_FACTORIES.get(src)
+        if make is None:
+            make = _FAST_FACTORIES[src] = _factory(compile(src, _FACTORY_FILE, "exec"))
+        _FAST_BY_SHAPE[shape] = make
     return make(site, launch, g0, g1, g2, stream, device, function, tuple(extra), tuple(consts))
+
+
+def _factory(code):
+    ns: dict = {}
+    exec(code, ns)  # noqa: S102 - our own generated code (or its code object, stored by us: prime_factories)
+    return ns["make"]
+
+
+def factory_codes(sources) -> dict:
+    """{source: code object} of the fast-path factories of ``sources`` (``Launch.fast_source``), for
+    ``prime_factories`` in a later process: compiling them was 33 ``compile()`` calls, 0.04 s of
+    GPT-2 training's warm first call on the H100."""
+    return {src: compile(src, _FACTORY_FILE, "exec") for src in sources if isinstance(src, str)}
+
+
+def prime_factories(codes: dict) -> None:
+    """Take the stored code objects of fast-path factories (``factory_codes``), each under the exact
+    source it was compiled from: a site whose factory source is one of them runs it uncompiled; any
+    other source compiles as before."""
+    for src, code in codes.items():
+        if isinstance(src, str) and src not in _FAST_FACTORIES and getattr(code, "co_filename", None) == _FACTORY_FILE:
+            _FAST_FACTORIES[src] = _factory(code)
 
 
 class Launch:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 
 from ember import diskcache
@@ -33,6 +34,51 @@ _HOOKED = False
 def _path(key: str, base: str | None) -> str:
     from ember.native import cache
     return os.path.join(cache.root(base), "graphs", key[:2], f"{key}.launches.json")
+
+
+_CODE_KIND = "native-launch-factories"
+
+
+def _code_path(key: str, base: str | None) -> str:
+    """Where the code objects of a graph's fast-path factories are kept (``runtime.factory_codes``):
+    marshal data, for this interpreter's bytecode only."""
+    return f"{_path(key, base)[:-5]}.{sys.implementation.cache_tag or 'py'}.code"
+
+
+def _code_key(key: str) -> str:
+    return f"{key}:{sys.implementation.cache_tag}"
+
+
+def _store_factories(mod, key: str, base: str | None, root: str) -> None:
+    """Keep the code objects of the fast-path factories ``mod``'s sites run (each under its exact
+    source text), for ``_prime_factories`` in a later process."""
+    import marshal
+
+    from ember.native import runtime
+    from ember.native.dynamic_launch import DynamicLaunch
+    sources = {site.fast_source for _name, site, _owner in _sites(mod, DynamicLaunch)
+               if isinstance(site, runtime.Launch) and site.fast is not None}
+    if sources:
+        diskcache.write_entry(_code_path(key, base), root, _CODE_KIND, _code_key(key),
+                              marshal.dumps(runtime.factory_codes(sorted(sources))))
+
+
+def _prime_factories(key: str, base: str | None) -> None:
+    """The stored fast-path factories of a graph's sites (``_store_factories``), taken by ``runtime``
+    before its sites adopt their kernels (none stored, or not loadable: they are compiled)."""
+    import marshal
+
+    from ember.native import runtime
+    path = _code_path(key, base)
+    payload = diskcache.read_entry(path, _CODE_KIND, _code_key(key)) if os.path.exists(path) else None
+    if payload is None:
+        return
+    try:
+        codes = marshal.loads(payload)
+    except (ValueError, EOFError, TypeError):
+        return
+    if isinstance(codes, dict):
+        runtime.prime_factories(codes)
 
 
 def _triton_cache_dir() -> str | None:
@@ -189,6 +235,7 @@ def adopt_recorded(mod, key: str, base: str | None) -> dict | None:
     prewarm = runtime._DRIVER_PREWARM
     if prewarm and prewarm.is_alive():  # (Triton's driver, which adopting reads: not created twice at once)
         prewarm.join()
+    _prime_factories(key, base)
     info: dict = {}
     adopt(mod, launches, cache_root, info)
     STATS["adopted"] += info.get("kernels_loaded", 0)
@@ -236,6 +283,7 @@ def flush() -> int:
                 payload = json.dumps({"env": _env(), "launches": launches}).encode()
                 if diskcache.write_entry(path, cache.root(base), _KIND, key, payload):
                     done += 1
+                    _store_factories(mod, key, base, cache.root(base))
         except Exception:  # noqa: BLE001 - at exit: a record not written only costs the next start time
             continue
     STATS["recorded"] += done
