@@ -148,6 +148,7 @@ def _import(mods):
 PHASES = (
     ("frontend: trace+compile (_compile)", "ember.frontend.convert", "_compile"),
     ("frontend: cache load", "ember.frontend.persist", "load"),
+    ("frontend: cache key", "ember.frontend.persist", "key_of"),
     ("frontend: cache record", "ember.frontend.persist", "record_of"),
     ("frontend: cache store", "ember.frontend.persist", "store"),
     ("aot: build_variant", "ember.aot.pipeline", "build_variant"),
@@ -156,6 +157,8 @@ PHASES = (
     ("aot: trace_joint", "ember.aot.pipeline", "trace_joint"),
     ("aot: trace_joint_analyzed", "ember.aot.pipeline", "trace_joint_analyzed"),
     ("aot: cache load", "ember.aot.cache", "load"),
+    ("aot: cache key", "ember.aot.cache", "key_of"),
+    ("aot: mask_simplify", "ember.aot.mask_simplify", "simplify_attention_masks"),
     ("aot: cache store", "ember.aot.cache", "store"),
     ("native: compile_aten_graph", "ember.native.backend", "compile_aten_graph"),
     ("native: passes", "ember.native.passes", "run"),

@@ -9,7 +9,8 @@ process only compiles them (which the backend's cache then answers too).
 The key hashes everything the trace reads, and a graph the key cannot describe is not cached:
 
 * the captured graph's nodes: op, name, target and arguments, what its generated code is made of
-  (``_graph_text``; a graph it cannot spell exactly, by that code); every ``call_function`` target
+  (``graph_text``, of the graph as captured, before ``mask_simplify`` rewrites it; a graph it cannot
+  spell exactly, by that code); every ``call_function`` target
   must come from torch or the Python standard operators (anything else, a user function allowed
   in the graph, a custom op, could change without the code changing), and ``get_attr`` tensors are
   hashed with their values;
@@ -147,15 +148,17 @@ def _function_name(fn) -> str:
     return f"{mod}.{getattr(fn, '__qualname__', type(fn).__name__)}"
 
 
-def key_of(gm: fx.GraphModule, args: list, opts) -> str:
-    """The cache key of tracing ``gm`` for ``args`` now; raises NotCacheable."""
+def key_of(gm: fx.GraphModule, args: list, opts, text: str | None = None) -> str:
+    """The cache key of tracing ``gm`` for ``args`` now; raises NotCacheable. ``text``: the graph's
+    ``graph_text`` as captured (``pipeline.Captured``: before ``mask_simplify`` rewrote it), else
+    ``gm``'s now."""
     if not config.aot_cache:
         raise NotCacheable("EMBER_AOT_CACHE is off")
     if torch._C._are_functorch_transforms_active():
         raise NotCacheable("a functorch transform is active")
     h = hashlib.sha256(ember_fingerprint().encode())
     h.update(_options_key(opts).encode())
-    h.update(_graph_text(gm).encode())
+    h.update((graph_text(gm) if text is None else text).encode())
     for n in gm.graph.nodes:
         if n.op == "call_function" and not _trusted(n.target):
             raise NotCacheable(f"the graph calls {getattr(n.target, '__module__', '?')}.{getattr(n.target, '__name__', n.target)}")
@@ -172,7 +175,7 @@ def key_of(gm: fx.GraphModule, args: list, opts) -> str:
 
 
 class _Unplain(Exception):
-    """A node argument ``_graph_text`` cannot spell exactly: the key hashes the generated code instead."""
+    """A node argument ``graph_text`` cannot spell exactly: the key hashes the generated code instead."""
 
 
 # node arguments spelled by type and repr (repr is exact for these: floats round-trip, a string is quoted)
@@ -230,7 +233,7 @@ def _found(qualified: str):
     return None
 
 
-def _graph_text(gm: fx.GraphModule) -> str:
+def graph_text(gm: fx.GraphModule) -> str:
     """What running ``gm`` does, as text for the key: per node its op, name, target and arguments;
     the Python code fx generates is a function of exactly these (and of a pytree codegen's specs:
     such graphs are keyed by their code). Generating that code for the key cost 0.05-0.09 s of a
@@ -246,6 +249,9 @@ def _graph_text(gm: fx.GraphModule) -> str:
         return "\n".join(parts)
     except _Unplain:
         return "code:" + gm.code
+
+
+_graph_text = graph_text  # (its earlier name)
 
 
 def describe_inputs(h, args) -> None:

@@ -69,8 +69,10 @@ class AOTCompiledGraph:
     """Callable form of one captured graph; ``compiled(*inputs)`` returns what ``gm(*inputs)`` returns."""
 
     def __init__(self, gm: fx.GraphModule, example_inputs: list, options: AOTOptions):
-        mask_simplify.simplify_attention_masks(gm)  # (size-only attention masks: dropped or is_causal)
+        # size-only attention masks (``mask_simplify``) are rewritten before the first trace, not here
+        # (``Captured.prepare``): a graph whose traced parts come from the cache never needs them
         self.gm, self.options = gm, options
+        self.captured = Captured(gm)
         self.id = next(_graph_ids)
         self.name = f"{type(gm).__name__}#{self.id}"
         self._tidx = [i for i, a in enumerate(example_inputs) if isinstance(a, torch.Tensor)]
@@ -111,13 +113,14 @@ class AOTCompiledGraph:
     def _variant(self, key, args: list):
         try:
             with COMPILE_LOCK:
-                variant = build_variant(self.gm, args, self.options, self.name, self._symbolic)
+                variant = build_variant(self.gm, args, self.options, self.name, self._symbolic, self.captured)
         except Exception as exc:  # noqa: BLE001 - any tracing failure: the eager graph is still right
             if self.options.strict:
                 raise
             reason = f"tracing it failed with {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             counters.eager_fallback("aot_variant", f"{self.name}: {reason}")
             warn_user(f"ember aot_autograd: running {self.name} eagerly, {reason}")
+            self.captured.prepare()
             variant = EagerVariant(self.gm, reason)
             elog.artifact(ARTIFACT, f"# ===== ember aot: {self.name}, eager variant: {reason}")
         self.variants[key] = variant
@@ -127,19 +130,58 @@ class AOTCompiledGraph:
         return "\n\n".join(describe_variant(v, self.name) for v in self.variants.values())
 
 
+class Captured:
+    """The captured graph's one rewrite before it is traced, and the text its cache keys are of.
+
+    ``mask_simplify`` replaces size-only attention masks (an analysis that runs the masks' ops on
+    real tensors: 0.1 s of GPT-2 training's warm first call on the H100). Its result is in the
+    traced graphs a cache entry holds, so a variant loaded from the cache never needs it: it runs
+    at the first trace (or eager variant), once per graph. Every variant's key is of the graph as
+    captured (``key_text``, read before the rewrite), so a warm process, which never rewrites, and
+    a cold one, which rewrote at its first variant, key each variant alike. Sound: the rewrite is
+    a function of what that key holds (the graph's nodes, its constants, the inputs' sizes), and
+    of ember's code, which every key holds too."""
+
+    __slots__ = ("gm", "text", "rewritten")
+
+    def __init__(self, gm: fx.GraphModule):
+        self.gm, self.text, self.rewritten = gm, None, False
+
+    def key_text(self) -> str:
+        if self.text is None:
+            self.text = aot_cache.graph_text(self.gm)
+        return self.text
+
+    def prepare(self) -> None:
+        """Rewrite the graph's masks (once), keeping its captured text for later keys first."""
+        if self.rewritten:
+            return
+        if self.text is None and config.aot_cache:
+            try:
+                self.key_text()
+            except Exception:  # noqa: BLE001 - a graph the key cannot spell: no key is taken of it
+                pass
+        self.rewritten = True
+        mask_simplify.simplify_attention_masks(self.gm)  # (size-only attention masks: dropped or is_causal)
+
+
 _UNREAD = object()
 
 
-def build_variant(gm: fx.GraphModule, args: list, opts: AOTOptions, name: str = "graph", symbolic=_UNREAD):
+def build_variant(gm: fx.GraphModule, args: list, opts: AOTOptions, name: str = "graph", symbolic=_UNREAD,
+                  captured: Captured | None = None):
     """Analyze, trace, partition and compile ``gm`` for the autograd situation of ``args``; the
     traced graphs come from the on-disk cache (``cache.py``) when an earlier process stored them.
-    ``symbolic``: ``analysis.symbolic_templates(gm)``, when the caller has it."""
+    ``symbolic``: ``analysis.symbolic_templates(gm)``, when the caller has it; ``captured``: the
+    caller's ``Captured`` of ``gm`` (one is made otherwise)."""
     if symbolic is _UNREAD:
         symbolic = analysis.symbolic_templates(gm)
+    if captured is None:
+        captured = Captured(gm)
     key = None
     if symbolic is None:  # (graphs with size symbols are traced every time)
         try:
-            key = aot_cache.key_of(gm, args, opts)
+            key = aot_cache.key_of(gm, args, opts, captured.key_text() if config.aot_cache else None)
         except Exception as e:  # noqa: BLE001 - NotCacheable, or a gap in the key: trace as usual
             aot_cache.STATS["uncacheable"] += 1
             if not isinstance(e, aot_cache.NotCacheable):
@@ -152,6 +194,8 @@ def build_variant(gm: fx.GraphModule, args: list, opts: AOTOptions, name: str = 
         except deferred.StaleCacheEntry as e:  # nodes read for the first time, and not what the key says
             aot_cache.stale(key, e)
             parts = None
+    if parts is None or parts["kind"] == "eager":
+        captured.prepare()
     if parts is None:
         _before_trace(opts, gm, args)
         parts = _trace_parts(gm, args, opts, name, symbolic)

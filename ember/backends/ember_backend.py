@@ -163,9 +163,10 @@ def ember_default(gm, example_inputs, mode=None, options=None):
 
 
 def _prewarm():
-    """What the first kernel build of a process waits for (Triton's cache key and driver): started in
-    the background when a function is compiled on a machine with a GPU, so it overlaps the frontend's
-    trace (``runtime.prewarm_triton``; the build workers start at the first graph generated)."""
+    """What the first kernel launch of a process waits for (cuBLAS, Triton's driver): started in the
+    background when a function is compiled on a machine with a GPU, so it overlaps the frontend's
+    work (``runtime.prewarm_triton``; the build workers start at the first graph generated, Triton's
+    cache key when a frame is traced: ``_prewarm_trace``)."""
     if torch.cuda.is_available():
         from ember.native import runtime
         runtime.prewarm_cuda()
@@ -173,11 +174,17 @@ def _prewarm():
 
 
 def _prewarm_trace():
-    """Started when the frontend begins tracing a frame (not at decoration, which loads nothing
-    heavy on CPU): the C++ compiler's check (``cpp_build.probe_in_background``), which the first CPU
-    graph would otherwise wait for before its AOT trace; it then overlaps the frontend's trace."""
+    """Started when the frontend begins tracing a frame (not at decoration: a warm start, whose
+    frames come from the frontend's cache, traces none). With a GPU: Triton's cache key, which the
+    first kernel build waits for (``runtime.prewarm_triton_key``). On CPU: the C++ compiler's check
+    (``cpp_build.probe_in_background``), which the first CPU graph would otherwise wait for before
+    its AOT trace. Either then overlaps the frontend's trace."""
     from ember.config import config
-    if torch.cuda.is_available() or config.native_cpu != "cpp" or config.native_force_triton:
+    if torch.cuda.is_available():
+        from ember.native import runtime
+        runtime.prewarm_triton_key()
+        return
+    if config.native_cpu != "cpp" or config.native_force_triton:
         return
     from ember.native import cpp_build
     cpp_build.probe_in_background()

@@ -162,7 +162,7 @@ def _quiesce() -> None:
     otherwise, so they may still run at its second call) and the kernel batches handed to the build
     workers. Each would take the GIL or a core from the timed calls, which would read as host time."""
     from ember.native import build_pool, runtime
-    for t in (runtime._PREWARM, runtime._CUDA_PREWARM):
+    for t in (runtime._PREWARM, runtime._DRIVER_PREWARM, runtime._CUDA_PREWARM):
         if hasattr(t, "join"):
             t.join()
     build_pool.wait()

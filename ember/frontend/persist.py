@@ -393,7 +393,7 @@ def _cook(recipe, ns: dict, local_values: dict):
     if kind == "at":
         _, expr, type_recipe, fp = recipe
         try:
-            obj = eval(expr, ns, dict(local_values))  # noqa: S307 - a guard source's expression, from an entry we trust
+            obj = eval(_expr_code(expr), ns, dict(local_values))  # noqa: S307 - a guard source's expression, from an entry we trust
         except Exception as e:  # noqa: BLE001 - the path does not resolve on these arguments
             raise Doubt(f"{expr} cannot be read ({type(e).__name__})") from None
         if type(obj) is not _cook(type_recipe, ns, local_values):
@@ -556,6 +556,7 @@ def store(key: str, record: dict) -> None:
         STATS["stores"] += 1
         for text in (record["guards_source"], record["source"]):  # the code objects a warm start executes
             _entry_code(record["name"], text)
+        _store_exprs(record)
 
 
 def _read_blobs(key: str, quiet: bool = False):
@@ -629,6 +630,7 @@ def _install(record, cache, local_values, args, kwargs):
     from ember.frontend.guards import GLOBAL_STATE_NS, GuardSet, global_state
     from ember.frontend.variables.objects import new_object
     root = cache.root
+    _load_exprs(record)
     ns = {"__MISS": MISS, "__global_state": global_state, "__new_object": new_object, **GLOBAL_STATE_NS}
     if root.skip_first:
         ns["__root_self"] = root.self_obj
@@ -669,7 +671,7 @@ def _install(record, cache, local_values, args, kwargs):
     if record["has_graph"]:
         gm = rebuild_graph(record["graph"])
         try:
-            example_inputs = [eval(e, ns, dict(local_values)) for e in record["inputs"]]  # noqa: S307 - ours
+            example_inputs = [eval(_expr_code(e), ns, dict(local_values)) for e in record["inputs"]]  # noqa: S307 - ours
         except Exception as e:  # noqa: BLE001
             raise Doubt(f"a graph input cannot be read ({type(e).__name__})") from None
         compiled = cache.backend(gm, example_inputs)
@@ -693,3 +695,66 @@ def _entry_code(name: str, text: str):
     digest = diskcache.sha256(source)
     path = os.path.join(config.cache_dir, "code", digest[:2], f"{digest}.code")
     return diskcache.compile_cached(source, f"<ember entry {name} (from the frontend cache)>", path, config.cache_dir)
+
+
+# The expressions an install evaluates (guard sources re-finding objects, the graph's inputs: ~320
+# for GPT-2 training), compiled once per process, and kept on disk per record as their code objects:
+# compiling them was ~15 ms of a warm start on a CPU. A code object is found by its exact source
+# text, compiled in ``eval`` mode as ``eval(text)`` compiles it, so evaluating it is ``eval(text)``.
+_EXPR_CODE: dict = {}
+_EXPR_FILE = "<ember frontend expression>"
+_EXPR_KIND = "frontend-expressions"
+
+
+def _expr_code(text: str):
+    code = _EXPR_CODE.get(text)
+    if code is None:
+        code = _EXPR_CODE[text] = compile(text, _EXPR_FILE, "eval")
+    return code
+
+
+def _exprs_of(record) -> list:
+    out = list(record["inputs"])
+    for recipe in (*record["ns"].values(), *record["funcs"]):
+        if recipe[0] == "at":
+            out.append(recipe[1])
+    return out
+
+
+def _exprs_path(record):
+    """(path, key) of a record's stored expression code objects: named by the SHA-256 of the
+    expressions and the interpreter's bytecode tag."""
+    tag = sys.implementation.cache_tag or ""
+    digest = diskcache.sha256("\0".join([tag, *_exprs_of(record)]).encode())
+    return os.path.join(config.cache_dir, "code", digest[:2], f"{digest}.exprs"), digest
+
+
+def _store_exprs(record) -> None:
+    import marshal
+    try:
+        path, key = _exprs_path(record)
+        codes = {e: _expr_code(e) for e in _exprs_of(record)}
+        diskcache.write_entry(path, config.cache_dir, _EXPR_KIND, key, marshal.dumps(codes))
+    except Exception as e:  # noqa: BLE001 - an expression that does not compile: it fails at install, as before
+        _note(f"ember frontend cache: expressions not kept: {type(e).__name__}: {e}")
+
+
+def _load_exprs(record) -> None:
+    """Take a record's stored expression code objects (``_store_exprs``); none stored, or not to
+    trust: each compiles when evaluated."""
+    import marshal
+    try:
+        path, key = _exprs_path(record)
+    except Exception:  # noqa: BLE001 - a record of another shape: _install says why
+        return
+    if not os.path.exists(path) or not diskcache.secure_dir(os.path.dirname(path), config.cache_dir, create=False):
+        return
+    payload = diskcache.read_entry(path, _EXPR_KIND, key)
+    try:
+        codes = marshal.loads(payload) if payload is not None else None
+    except (ValueError, EOFError, TypeError):
+        return
+    if isinstance(codes, dict):
+        for text, code in codes.items():
+            if type(text) is str and getattr(code, "co_filename", None) == _EXPR_FILE:
+                _EXPR_CODE.setdefault(text, code)

@@ -207,6 +207,8 @@ def _compile(gm, example_inputs, opts, renderer="triton"):
         runtime.precompile(getattr(mod, "LAUNCHES", ()), runtime.compile_threads())
         if use_cache and (loaded is None or loaded.get("kernels_jit")):
             warm_launch.remember(key, base, mod)  # (its kernels are recorded at exit for the next process)
+            if hit:  # (kernels that take Triton's JIT at their first launch: its cache key is needed)
+                runtime.prewarm_triton_key()
     constants = [_constant(gm, t, info["device"]) for t in info["constants"]]
     call = mod.make_call(constants, _layout_fallback(gm.forward, key))
     call.ember_native = dict(info, cache_hit=hit, compile_s=time.perf_counter() - t0, reason=None)

@@ -96,8 +96,12 @@ def _direct_launcher(run, packed):
 
 
 # Per-call fast functions of launch sites, generated once per shape of call (number of arguments, the
-# alignment checks, how many fixed launcher arguments and constexprs): the factory's source -> its code
+# alignment checks, how many fixed launcher arguments and constexprs): the factory's source -> its
+# factory (compiled here, or from the code objects a graph's launch record keeps: ``prime_factories``)
 _FAST_FACTORIES: dict = {}
+# the same factories by the shape of call they were made for (what ``_fast_source`` is a function of):
+# a site finds its factory without spelling the source (GPT-2 training's warm start adopts 377 sites)
+_FAST_BY_SHAPE: dict = {}
 
 
 # Pass the kernel's tensors to Triton's C launcher as their addresses (ints): for a tensor the launcher
@@ -148,16 +152,43 @@ def _fast_source(nargs, checks, n_extra: int, n_consts: int, pointers=frozenset(
     return "\n".join(lines) + "\n"
 
 
+_FACTORY_FILE = "<ember launch site>"
+
+
 def _fast_function(site, fast, nargs):
     """``site.run`` for the fast path ``fast`` (see ``Launch.fast``)."""
     launch, g0, g1, g2, stream, device, function, extra, checks, consts = fast
-    src = _fast_source(nargs, checks, len(extra), len(consts), site.pointers())
-    make = _FAST_FACTORIES.get(src)
+    shape = (nargs, tuple(checks), len(extra), len(consts), site.pointers())
+    make = _FAST_BY_SHAPE.get(shape)
     if make is None:
-        ns: dict = {}
-        exec(compile(src, "<ember launch site>", "exec"), ns)  # noqa: S102 - our own generated code
-        make = _FAST_FACTORIES[src] = ns["make"]
+        src = _fast_source(*shape)
+        make = _FAST_FACTORIES.get(src)
+        if make is None:
+            make = _FAST_FACTORIES[src] = _factory(compile(src, _FACTORY_FILE, "exec"))
+        _FAST_BY_SHAPE[shape] = make
     return make(site, launch, g0, g1, g2, stream, device, function, tuple(extra), tuple(consts))
+
+
+def _factory(code):
+    ns: dict = {}
+    exec(code, ns)  # noqa: S102 - our own generated code (or its code object, stored by us: prime_factories)
+    return ns["make"]
+
+
+def factory_codes(sources) -> dict:
+    """{source: code object} of the fast-path factories of ``sources`` (``Launch.fast_source``), for
+    ``prime_factories`` in a later process: compiling them was 33 ``compile()`` calls, 0.04 s of
+    GPT-2 training's warm first call on the H100."""
+    return {src: compile(src, _FACTORY_FILE, "exec") for src in sources if isinstance(src, str)}
+
+
+def prime_factories(codes: dict) -> None:
+    """Take the stored code objects of fast-path factories (``factory_codes``), each under the exact
+    source it was compiled from: a site whose factory source is one of them runs it uncompiled; any
+    other source compiles as before."""
+    for src, code in codes.items():
+        if isinstance(src, str) and src not in _FAST_FACTORIES and getattr(code, "co_filename", None) == _FACTORY_FILE:
+            _FAST_FACTORIES[src] = _factory(code)
 
 
 class Launch:
@@ -313,30 +344,35 @@ def compile_threads() -> int:
     return config.compile_threads or min(16, os.cpu_count() or 1)
 
 
-_PREWARM = None  # the thread computing triton_key() and creating Triton's driver, once started
+_PREWARM = None  # the thread computing triton_key() (what the first kernel build waits for), once started
+_DRIVER_PREWARM = None  # the thread creating Triton's driver (what the first launch waits for), once started
 _POOL_WORKERS = 0  # build workers wanted (prewarm_triton), started at the first graph this process generates
 
 
 def prewarm_triton(pool_workers: int = 0) -> None:
-    """Start, once per process, what every first kernel build waits for: Triton's cache key (a hash
-    of its sources, 0.4 s on the H100 host) and its CUDA driver (whose C helper module Triton
-    compiles with the system C compiler on a cold cache, 0.3 s), in a daemon thread (hashing and the
-    compiler subprocess release the GIL). Triton is imported here, in the calling thread, so the two
-    threads never import at once.
+    """Start, once per process, what the first launch of a kernel waits for: Triton's CUDA driver
+    (whose C helper module Triton compiles with the system C compiler on a cold cache, 0.3 s), in a
+    daemon thread (the compiler subprocess releases the GIL). Triton is imported here, in the
+    calling thread, so the two threads never import at once.
+
+    Triton's cache key (``triton_key``: a hash of its sources and of libtriton, 0.4 GB, 0.3-0.4 s
+    on the H100 host) is only needed to build a kernel, so it is started by ``prewarm_triton_key``
+    when a frame is traced or a graph generated, not here: a warm start, whose kernels all come
+    from their recorded binaries, never builds one, and its first call ran beside that hash (the
+    thread takes the GIL back some 800 times, once per MiB read and hashed).
 
     The kernel-build worker processes (``build_pool``, ``pool_workers`` of them) are not started
     here but by ``want_builds``, when the native backend generates a graph: a process whose graphs
     all come from the disk cache (a warm start) has nothing to build, and must not spend its first
     seconds of steady state beside a dozen worker processes importing Triton and hashing its sources."""
-    global _PREWARM, _POOL_WORKERS
+    global _DRIVER_PREWARM, _POOL_WORKERS
     _POOL_WORKERS = max(_POOL_WORKERS, pool_workers)
-    if _PREWARM is not None or environment.triton_interpret:
+    if _DRIVER_PREWARM is not None or environment.triton_interpret:
         return
     try:
         from triton.runtime import driver
-        from triton.runtime.cache import triton_key
     except ImportError:
-        _PREWARM = False
+        _DRIVER_PREWARM = False
         return
     from ember.native import triton_cache
     triton_cache.ensure_safe()  # (creating the driver loads a C module from Triton's cache)
@@ -344,8 +380,32 @@ def prewarm_triton(pool_workers: int = 0) -> None:
 
     def work():
         try:
-            triton_key()
             driver.active  # noqa: B018 - creating it builds (or loads) the C helper module
+        except Exception:  # noqa: BLE001 - the first launch meets the same error and reports it
+            pass
+    _DRIVER_PREWARM = threading.Thread(target=work, name="ember-triton-driver", daemon=True)
+    _DRIVER_PREWARM.start()
+
+
+def prewarm_triton_key() -> None:
+    """Start, once per process, Triton's cache key (``triton_key``), which every kernel build waits
+    for, in a daemon thread (hashing releases the GIL): when the frontend starts tracing a frame of
+    CUDA tensors (``ember_backend``'s ``prewarm_trace``), when the autograd layer or the native
+    backend misses its cache (``want_builds``), and when a cached graph's kernels were not all
+    recorded (their first launch builds or looks them up through Triton's JIT)."""
+    global _PREWARM
+    if _PREWARM is not None or environment.triton_interpret:
+        return
+    try:
+        from triton.runtime.cache import triton_key
+    except ImportError:
+        _PREWARM = False
+        return
+    import threading
+
+    def work():
+        try:
+            triton_key()
         except Exception:  # noqa: BLE001 - the first build meets the same error and reports it
             pass
     _PREWARM = threading.Thread(target=work, name="ember-triton-prewarm", daemon=True)
@@ -385,9 +445,13 @@ def prewarm_cuda() -> None:
 
 
 def want_builds() -> None:
-    """A graph is about to be generated (a native-cache miss): start the build workers that
-    ``prewarm_triton`` asked for (they import Triton while this process lowers and emits the graph)."""
-    if _POOL_WORKERS > 1 and not environment.triton_interpret:
+    """A graph is about to be traced or generated (an autograd-layer or native-cache miss): start
+    Triton's cache key (``prewarm_triton_key``) and the build workers that ``prewarm_triton`` asked
+    for (they import Triton while this process lowers and emits the graph)."""
+    if environment.triton_interpret:
+        return
+    prewarm_triton_key()
+    if _POOL_WORKERS > 1:
         from ember.native import build_pool
         build_pool.start(_POOL_WORKERS)
 

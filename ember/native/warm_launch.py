@@ -10,7 +10,8 @@ names, signature, constants), and the pointer alignment the kernel was specializ
 
 ``remember`` notes the graphs a process compiled (or loaded without a record); at exit ``flush``
 writes a record per graph whose sites have their kernels (an ``ember.diskcache`` entry of kind
-``native-launches`` next to the graph's record). A later process ``adopt_recorded``: each site gets its
+``native-launches`` next to the graph's record: each distinct binary once, ``pack``; and the code
+objects of the sites' fast-path factories beside it). A later process ``adopt_recorded``: each site gets its
 ``CompiledKernel`` straight from those files (``Launch.adopt``, the path AOT packages take), so the
 first call runs no JIT. Anything unexpected (a file gone, another Triton's internals, a record not
 to trust) leaves that site on the JIT path, which finds the same binary: slower to start, same result.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 
 from ember import diskcache
@@ -33,6 +35,51 @@ _HOOKED = False
 def _path(key: str, base: str | None) -> str:
     from ember.native import cache
     return os.path.join(cache.root(base), "graphs", key[:2], f"{key}.launches.json")
+
+
+_CODE_KIND = "native-launch-factories"
+
+
+def _code_path(key: str, base: str | None) -> str:
+    """Where the code objects of a graph's fast-path factories are kept (``runtime.factory_codes``):
+    marshal data, for this interpreter's bytecode only."""
+    return f"{_path(key, base)[:-5]}.{sys.implementation.cache_tag or 'py'}.code"
+
+
+def _code_key(key: str) -> str:
+    return f"{key}:{sys.implementation.cache_tag}"
+
+
+def _store_factories(mod, key: str, base: str | None, root: str) -> None:
+    """Keep the code objects of the fast-path factories ``mod``'s sites run (each under its exact
+    source text), for ``_prime_factories`` in a later process."""
+    import marshal
+
+    from ember.native import runtime
+    from ember.native.dynamic_launch import DynamicLaunch
+    sources = {site.fast_source for _name, site, _owner in _sites(mod, DynamicLaunch)
+               if isinstance(site, runtime.Launch) and site.fast is not None}
+    if sources:
+        diskcache.write_entry(_code_path(key, base), root, _CODE_KIND, _code_key(key),
+                              marshal.dumps(runtime.factory_codes(sorted(sources))))
+
+
+def _prime_factories(key: str, base: str | None) -> None:
+    """The stored fast-path factories of a graph's sites (``_store_factories``), taken by ``runtime``
+    before its sites adopt their kernels (none stored, or not loadable: they are compiled)."""
+    import marshal
+
+    from ember.native import runtime
+    path = _code_path(key, base)
+    payload = diskcache.read_entry(path, _CODE_KIND, _code_key(key)) if os.path.exists(path) else None
+    if payload is None:
+        return
+    try:
+        codes = marshal.loads(payload)
+    except (ValueError, EOFError, TypeError):
+        return
+    if isinstance(codes, dict):
+        runtime.prime_factories(codes)
 
 
 def _triton_cache_dir() -> str | None:
@@ -110,11 +157,49 @@ class _LauncherSource:
         self.constants = {tuple(k): v for k, v in entry["constants"]}
 
 
+_KERNEL_FIELDS = ("hash", "files", "arg_names", "signature", "constants")  # (a binary's; the rest is the site's)
+
+
+def pack(launches: dict) -> tuple[list, dict]:
+    """(kernels, sites) of ``describe``'s entries as a record keeps them: each distinct binary once
+    (its hash, files, launcher source), each site its index there (``"kernel"``), alignment checks,
+    number of arguments and owner. A layer's kernels repeat per layer (GPT-2 training: 377 sites, 39
+    binaries): the record is a tenth of the size, and ``adopt`` tells binaries apart by index
+    instead of comparing every site's signature and constants."""
+    kernels: list = []
+    index: dict = {}
+    sites: dict = {}
+    for name, entry in launches.items():
+        ident = _ident(entry)
+        if ident not in index:
+            index[ident] = len(kernels)
+            kernels.append({f: entry[f] for f in _KERNEL_FIELDS})
+        sites[name] = dict({k: v for k, v in entry.items() if k not in _KERNEL_FIELDS}, kernel=index[ident])
+    return kernels, sites
+
+
+def _ident(entry: dict) -> tuple:
+    """A recorded binary's identity: the same hash, files and launcher source."""
+    return (entry["hash"], tuple(sorted(entry["files"].items())), _frozen(entry["arg_names"]),
+            _frozen(entry["signature"]), _frozen(entry["constants"]))
+
+
+class Packed(dict):
+    """The sites of a packed record (``pack``), with the record's ``kernels`` they index."""
+
+    def __init__(self, sites: dict, kernels: list):
+        super().__init__(sites)
+        self.kernels = kernels
+
+
 def adopt(mod, launches: dict, cache_root: str, info: dict) -> None:
     """Give each launch site of ``mod`` named in ``launches`` its kernel straight from the recorded
     binary and metadata (Triton's ``CompiledKernel``: the cubin is loaded, the launcher comes from
     Triton's cache), so the first call runs no Triton JIT. A site this cannot handle keeps the JIT
-    path; ``info`` counts ``kernels_loaded`` and ``kernels_jit`` and says why in ``reason``."""
+    path; ``info`` counts ``kernels_loaded`` and ``kernels_jit`` and says why in ``reason``.
+    ``launches``: per site, ``describe``'s entry, or (a ``Packed`` record, ``pack``) the site's part
+    of it, whose ``"kernel"`` indexes the record's ``kernels``."""
+    kernels = getattr(launches, "kernels", None)
     try:
         from triton.compiler.compiler import CompiledKernel
         from ember.native.dynamic_launch import DynamicLaunch
@@ -135,18 +220,23 @@ def adopt(mod, launches: dict, cache_root: str, info: dict) -> None:
             site = getattr(mod, name, None)
         ok = False
         try:
-            ident = (entry["hash"], tuple(sorted(entry["files"].items())), _frozen(entry["signature"]),
-                     _frozen(entry["constants"]))
+            if kernels is None:
+                binary, ident = entry, _ident(entry)
+            else:
+                ident = entry["kernel"]
+                if type(ident) is not int or not 0 <= ident < len(kernels):
+                    raise ValueError(f"kernel index {ident!r} is not in the record")
+                binary = kernels[ident]
             kernel = loaded.get(ident)
             if kernel is None:
-                group = {f: os.path.abspath(os.path.join(root, rel)) for f, rel in entry["files"].items()}
+                group = {f: os.path.abspath(os.path.join(root, rel)) for f, rel in binary["files"].items()}
                 if not all(p.startswith(root + os.sep) and os.path.isfile(p) for p in group.values()):
                     raise FileNotFoundError("a recorded binary is not in Triton's cache")
-                kernel = loaded[ident] = CompiledKernel(_LauncherSource(entry), group, entry["hash"])
+                kernel = loaded[ident] = CompiledKernel(_LauncherSource(binary), group, binary["hash"])
             checks = tuple(tuple(c) for c in entry["checks"])
             fn = getattr(site, "fn", None)
             if isinstance(fn, KernelRef) and fn._fn is None:  # (what adopting reads of it: its module not imported)
-                fn.arg_names = list(entry["arg_names"])
+                fn.arg_names = list(binary["arg_names"])
             if isinstance(site, DynamicLaunch):
                 kernel.run  # noqa: B018 - loads the binary and the launcher now, or raises here
                 site.template = (kernel, checks, entry["nargs"])
@@ -179,14 +269,21 @@ def adopt_recorded(mod, key: str, base: str | None) -> dict | None:
     # binaries are for one GPU architecture and Triton (a cache directory may be shared by machines)
     if not isinstance(record, dict) or record.get("env") != _env() or not isinstance(record.get("launches"), dict):
         return None
-    launches = record["launches"]
+    launches, kernels = record["launches"], record.get("kernels")
+    if kernels is not None and not isinstance(kernels, list):
+        return None
     from ember.native import triton_cache
     triton_cache.ensure_safe()  # (the launcher modules load from Triton's cache: checked, maybe redirected)
     cache_root = _triton_cache_dir()
     if not cache_root:
         return None
+    from ember.native import runtime
+    prewarm = runtime._DRIVER_PREWARM
+    if prewarm and prewarm.is_alive():  # (Triton's driver, which adopting reads: not created twice at once)
+        prewarm.join()
+    _prime_factories(key, base)
     info: dict = {}
-    adopt(mod, launches, cache_root, info)
+    adopt(mod, launches if kernels is None else Packed(launches, kernels), cache_root, info)
     STATS["adopted"] += info.get("kernels_loaded", 0)
     STATS["jit"] += info.get("kernels_jit", 0)
     return info
@@ -229,9 +326,11 @@ def flush() -> int:
             from ember.native import cache
             path = _path(key, base)
             if diskcache.secure_dir(os.path.dirname(path), cache.root(base)):
-                payload = json.dumps({"env": _env(), "launches": launches}).encode()
+                kernels, sites = pack(launches)
+                payload = json.dumps({"env": _env(), "kernels": kernels, "launches": sites}).encode()
                 if diskcache.write_entry(path, cache.root(base), _KIND, key, payload):
                     done += 1
+                    _store_factories(mod, key, base, cache.root(base))
         except Exception:  # noqa: BLE001 - at exit: a record not written only costs the next start time
             continue
     STATS["recorded"] += done

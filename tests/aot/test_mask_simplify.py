@@ -144,3 +144,73 @@ def test_hugging_face_gpt2_and_bert_lose_their_built_masks():
     with torch.no_grad():
         torch.testing.assert_close(ember.compile(bert)(ids, attention_mask=am).last_hidden_state,
                                    bert(ids, attention_mask=am).last_hidden_state, atol=1e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------- with the autograd layer's cache
+
+@pytest.fixture
+def aot_cache_dir(tmp_path, monkeypatch):
+    from ember.aot import cache as aot_cache
+    from ember.config import config
+    monkeypatch.setattr(config, "cache_dir", str(tmp_path))
+    monkeypatch.setattr(config, "aot_cache", True)
+    monkeypatch.setattr(aot_cache, "STATS", dict.fromkeys(aot_cache.STATS, 0))
+    return aot_cache
+
+
+def _sdpa_causal(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=_causal_bool(q, k))
+
+
+def test_a_graph_loaded_from_the_cache_is_not_analyzed_again(aot_cache_dir, monkeypatch):
+    """The rewrite is in the traced graphs a cache entry holds: a compile that loads them (a warm
+    process) never evaluates the masks again, and still runs the rewritten attention."""
+    q, k, v = _qkv()
+    want = _sdpa_causal(q, k, v)
+    calls = []
+    real = mask_simplify.simplify_attention_masks
+    monkeypatch.setattr(mask_simplify, "simplify_attention_masks", lambda gm: calls.append(gm) or real(gm))
+    before = dict(mask_simplify.STATS)
+    from tests.aot.aot_helpers import Recorder
+    graphs = []
+    for _ in range(2):  # two compiles, as two processes would do them: nothing shared but the disk
+        rec = Recorder()
+        got = ember.compile(_sdpa_causal, fullgraph=True, backend=rec)(q, k, v)
+        torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
+        (variant,) = rec.variants
+        graphs.append(variant.graph)
+    assert aot_cache_dir.STATS["stores"] == 1 and aot_cache_dir.STATS["hits"] == 1
+    assert len(calls) == 1 and mask_simplify.STATS["causal"] - before["causal"] == 1  # (loaded: not analyzed)
+    for g in graphs:  # the loaded graph runs the attention as the traced one does: no mask, is_causal
+        (sdpa,) = [n for n in g.graph.nodes if "attention" in str(n.target)]
+        assert len(sdpa.all_input_nodes) == 3 and True in sdpa.args, sdpa.format_node()  # (q, k, v; is_causal)
+    assert graphs[0].code == graphs[1].code
+
+
+def test_every_variant_is_keyed_by_the_graph_as_captured(aot_cache_dir):
+    """A second variant (here: the call under no_grad after a training call) is built after the
+    first one rewrote the graph; its key is still of the captured graph, so a process whose first
+    call is that variant (which never rewrote) finds it."""
+    q, k, v = _qkv(grad=True)
+    cf = ember.compile(_sdpa_causal, fullgraph=True)
+    cf(q, k, v).sum().backward()
+    with torch.no_grad():
+        want = _sdpa_causal(q, k, v)
+        torch.testing.assert_close(cf(q, k, v), want, atol=2e-5, rtol=1e-5)
+    assert aot_cache_dir.STATS["stores"] == 2 and aot_cache_dir.STATS["hits"] == 0
+    with torch.no_grad():
+        torch.testing.assert_close(ember.compile(_sdpa_causal, fullgraph=True)(q, k, v), want, atol=2e-5, rtol=1e-5)
+    assert aot_cache_dir.STATS["hits"] == 1 and aot_cache_dir.STATS["stores"] == 2
+
+
+def test_a_changed_mask_is_another_key(aot_cache_dir):
+    """The key holds the mask's nodes as captured: a graph whose mask differs (a sliding window, which
+    stays a mask) misses and is traced, never given the causal graph's entry."""
+    q, k, v = _qkv()
+    ember.compile(_sdpa_causal, fullgraph=True)(q, k, v)
+
+    def windowed(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=_window(q, k))
+    torch.testing.assert_close(ember.compile(windowed, fullgraph=True)(q, k, v), windowed(q, k, v),
+                               atol=2e-5, rtol=1e-5)
+    assert aot_cache_dir.STATS["hits"] == 0 and aot_cache_dir.STATS["stores"] == 2

@@ -144,3 +144,36 @@ def test_default_backend_cuda(run):
     warm = run(BACKEND="ember", DEV="cuda")
     assert cold["ok"] and warm["ok"] and warm["compiled"] == 0 and warm["loaded"] == 1
     assert warm["sum"] == cold["sum"]
+
+
+def test_an_installs_expressions_come_compiled_from_the_store(tmp_path, monkeypatch):
+    """The expressions an install evaluates (guard sources re-finding objects, the graph's inputs) are
+    kept per record as code objects, each under its exact text: a warm process evaluates them
+    without compiling; a tampered store is ignored (they compile, same values)."""
+    import builtins
+
+    from ember.config import config
+    from ember.frontend import persist
+    monkeypatch.setattr(config, "cache_dir", str(tmp_path))
+    monkeypatch.setattr(persist, "_EXPR_CODE", {})
+    record = {"inputs": ["args[0]", "self['w'] + 1"], "funcs": [("at", "self['f']", None, None)],
+              "ns": {"a": ("lit", 1), "b": ("at", "args[1] * 2", None, None)}}
+    persist._store_exprs(record)
+    monkeypatch.setattr(persist, "_EXPR_CODE", {})  # (a later process)
+    compiled = []
+    real = builtins.compile
+    monkeypatch.setattr(builtins, "compile", lambda *a, **k: compiled.append(a[0]) or real(*a, **k))
+    persist._load_exprs(record)
+    assert sorted(persist._EXPR_CODE) == sorted(["args[0]", "self['w'] + 1", "self['f']", "args[1] * 2"])
+    local = {"args": (5, 7), "self": {"w": 2, "f": "F"}}
+    got = [eval(persist._expr_code(e), {}, dict(local)) for e in persist._exprs_of(record)]  # noqa: S307
+    assert got == [5, 3, 14, "F"] and compiled == []
+    path, _ = persist._exprs_path(record)
+    data = open(path, "rb").read()
+    with open(path, "wb") as f:
+        f.write(data[:-1] + bytes([data[-1] ^ 1]))
+    monkeypatch.setattr(persist, "_EXPR_CODE", {})
+    persist._load_exprs(record)
+    assert persist._EXPR_CODE == {}
+    assert [eval(persist._expr_code(e), {}, dict(local)) for e in persist._exprs_of(record)] == got  # noqa: S307
+    assert len(compiled) == 4

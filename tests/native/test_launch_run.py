@@ -173,3 +173,42 @@ def test_gpu_sites_run_their_generated_function(native_cache):
         y = first(fn(x))
     torch.cuda.synchronize()
     torch.testing.assert_close(y, x * 2 + 1)
+
+
+def test_fast_path_factories_come_from_the_graphs_stored_code(fake_driver, tmp_path, monkeypatch):
+    """A warm start's sites take their factories' code objects from what the compiling process stored
+    beside the graph's launch record (no compile() per shape of call); a site whose source is not
+    among them still compiles its own, and a tampered store is ignored."""
+    import builtins
+    import types
+
+    from ember.native import cache, runtime, warm_launch
+    monkeypatch.setattr(runtime, "_FAST_FACTORIES", {})
+    monkeypatch.setattr(runtime, "_FAST_BY_SHAPE", {})
+    site = Launch(_Jit(), (8,), {"XBLOCK": 128, "num_warps": 4}, fresh=(2,))
+    site.run(_Ptr(4096), _Ptr(4100), _Ptr(8192), 1000)
+    key, base = "ef" * 32, str(tmp_path)
+    warm_launch._store_factories(types.SimpleNamespace(launch0=site), key, base, cache.root(base))
+    # a later process: nothing compiled yet
+    monkeypatch.setattr(runtime, "_FAST_FACTORIES", {})
+    monkeypatch.setattr(runtime, "_FAST_BY_SHAPE", {})
+    compiled = []
+    real_compile = builtins.compile
+    monkeypatch.setattr(builtins, "compile", lambda *a, **k: compiled.append(a[1]) or real_compile(*a, **k))
+    warm_launch._prime_factories(key, base)
+    again = Launch(_Jit(), (8,), {"XBLOCK": 128, "num_warps": 4}, fresh=(2,))
+    again.run(_Ptr(4096), _Ptr(4100), _Ptr(8192), 1000)
+    assert again.fast_source == site.fast_source and runtime._FACTORY_FILE not in compiled
+    a, b, out = _Ptr(4096 + 64), _Ptr(4100 + 32), _Ptr(7)
+    again.run(a, b, out, 1000)  # (the stored factory runs the launch as a compiled one does)
+    assert again.fn.kernel.run.direct[-1][-5:] == (a.addr, b.addr, out.addr, 1000, 128)
+    other = Launch(_Jit(), (8,), {"XBLOCK": 128, "num_warps": 4})  # (another shape of call: no fresh buffer)
+    other.run(_Ptr(4096), _Ptr(4100), _Ptr(8192), 1000)
+    assert compiled.count(runtime._FACTORY_FILE) == 1
+    path = warm_launch._code_path(key, base)
+    data = open(path, "rb").read()
+    with open(path, "wb") as f:
+        f.write(data[:-1] + bytes([data[-1] ^ 1]))
+    monkeypatch.setattr(runtime, "_FAST_FACTORIES", {})
+    warm_launch._prime_factories(key, base)  # (checksum: not trusted, nothing taken)
+    assert runtime._FAST_FACTORIES == {}

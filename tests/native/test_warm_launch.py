@@ -175,3 +175,39 @@ def test_a_wrapper_imports_a_kernel_module_only_when_its_function_is_read(tmp_pa
     assert imported == [str(tmp_path / "k.py")]
     ref.arg_names  # noqa: B018
     assert len(imported) == 1  # (once)
+
+
+def test_a_packed_record_keeps_each_binary_once_and_adopts_as_the_entries_do(tmp_path, monkeypatch):
+    """``pack``: sites sharing a binary (a layer's kernels, once per layer) share one kernel entry in
+    the record; ``adopt`` of the packed record loads each binary once and gives every site what the
+    unpacked entries give it; a site whose index is not in the record keeps the JIT."""
+    pytest.importorskip("triton")
+    import triton.compiler.compiler as tcc
+    cache = tmp_path / "c"
+    (cache / "ab").mkdir(parents=True)
+    (cache / "ab" / "k.cubin").write_bytes(b"x")
+    (cache / "ab" / "m.cubin").write_bytes(b"x")
+    other = dict(_entry({"k.cubin": "ab/m.cubin"}), hash="h2")
+    entries = {"launch0": _entry({"k.cubin": "ab/k.cubin"}), "launch1": _entry({"k.cubin": "ab/k.cubin"}),
+               "launch2": other, "launch3": dict(_entry({"k.cubin": "ab/k.cubin"}), checks=[[0, False]], nargs=2)}
+    kernels, sites = warm_launch.pack(entries)
+    assert [k["hash"] for k in kernels] == ["h", "h2"] and [s["kernel"] for s in sites.values()] == [0, 0, 1, 0]
+    assert sites["launch3"] == {"checks": [[0, False]], "nargs": 2, "kernel": 0}
+    record = json.loads(json.dumps({"kernels": kernels, "launches": sites}))  # (as stored)
+    made = []
+    monkeypatch.setattr(tcc, "CompiledKernel", lambda src, group, h: made.append(h) or ("kernel", h))
+    results = []
+    for launches in (entries, warm_launch.Packed(record["launches"], record["kernels"])):
+        mod = types.SimpleNamespace(**{n: _Site() for n in entries})
+        info = {}
+        made.clear()
+        warm_launch.adopt(mod, launches, str(cache), info)
+        assert info == {"kernels_loaded": 4} and sorted(made) == ["h", "h2"]
+        results.append({n: getattr(mod, n).adopted for n in entries})
+    assert results[0] == results[1]
+    assert results[1]["launch3"] == [(("kernel", "h"), ((0, False),), 2)]
+    bad = warm_launch.Packed(dict(record["launches"], launch1=dict(record["launches"]["launch1"], kernel=7)),
+                             record["kernels"])
+    mod, info = types.SimpleNamespace(**{n: _Site() for n in entries}), {}
+    warm_launch.adopt(mod, bad, str(cache), info)
+    assert info["kernels_loaded"] == 3 and info["kernels_jit"] == 1 and not mod.launch1.adopted

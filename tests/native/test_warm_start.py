@@ -75,3 +75,45 @@ def test_want_builds_starts_the_wished_pool(monkeypatch):
     assert calls == []  # asking is not starting
     runtime.want_builds()
     assert calls == [6]
+
+
+def _no_threads(monkeypatch):
+    """Stand-ins for the prewarm threads: which ones start, none running."""
+    import threading
+    started = []
+
+    class Thread:
+        def __init__(self, target, name, daemon):
+            self.name = name
+
+        def start(self):
+            started.append(self.name)
+    monkeypatch.setattr(threading, "Thread", Thread)
+    for attr in ("_PREWARM", "_DRIVER_PREWARM"):
+        monkeypatch.setattr(runtime, attr, None)
+    monkeypatch.setattr(runtime, "_POOL_WORKERS", 0)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # (read per call: Triton itself was imported before)
+    from ember.native import build_pool, triton_cache
+    monkeypatch.setattr(build_pool, "start", lambda n: None)
+    monkeypatch.setattr(triton_cache, "ensure_safe", lambda: None)
+    return started
+
+
+def test_decorating_does_not_hash_triton_a_trace_or_a_miss_does(monkeypatch):
+    """Triton's cache key (a hash of libtriton, 0.3-0.4 s) is only needed to build a kernel: the
+    backend's start at decoration creates Triton's driver only (what a warm start's launches need);
+    the key starts when a frame is traced (the backend's ``prewarm_trace``) or a cache misses."""
+    from ember.backends import ember_backend
+    started = _no_threads(monkeypatch)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(runtime, "prewarm_cuda", lambda: None)
+    ember_backend._prewarm()
+    assert started == ["ember-triton-driver"]
+    ember_backend._prewarm_trace()
+    assert started == ["ember-triton-driver", "ember-triton-prewarm"]
+    ember_backend._prewarm_trace()  # (once per process)
+    runtime.want_builds()
+    assert started == ["ember-triton-driver", "ember-triton-prewarm"]
+    monkeypatch.setattr(runtime, "_PREWARM", None)
+    runtime.want_builds()  # (a miss without a trace: a frame from the frontend's cache, a graph not)
+    assert started == ["ember-triton-driver", "ember-triton-prewarm", "ember-triton-prewarm"]
