@@ -1,0 +1,162 @@
+"""Cold-compile timeline of one compile_time.py row on the GPU: when each Triton build batch went to
+the build pool, each kernel's build seconds, when and how long first launches waited, when each
+compile phase first started and its total, then the steady step time (issue 29 probe).
+
+    python benchmarks/probes/buildtimes.py llama_train OUTDIR [--label cap32] [--steps 20]
+    EMBER_NATIVE_MAX_FUSED_BUFFERS=0 python benchmarks/probes/buildtimes.py llama_train OUTDIR --label cap0
+
+Fresh ember and Triton caches, one process, no eager run first (so ``total_s`` also holds what any
+first call pays: CUDA context, cuBLAS; compile_time.py's ``compile_s`` does not). Writes
+``OUTDIR/buildtimes-ROW[-LABEL].json`` and copies the 4 slowest kernels' sources next to it.
+Steady state: the median (and min/max) of ``--steps`` step times after 5 calls (the auto-CUDA-graph
+decision is taken on calls 2-4), each synchronized.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import importlib
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # benchmarks/
+sys.path.insert(0, HERE)
+
+# (label, module, attribute) timed besides llama_cold.PHASES: the GPU-only steps before a first launch
+GPU_PHASES = (
+    ("native: _compile (one graph)", "ember.native.backend", "_compile"),
+    ("native: precompile", "ember.native.runtime", "precompile"),
+    ("pool: specializations", "ember.native.build_pool", "specializations"),
+    ("pool: start", "ember.native.build_pool", "start"),
+    ("warm_launch: remember", "ember.native.warm_launch", "remember"),
+)
+
+
+def wrap(phases, T0, PH):
+    for label, modname, attr in phases:
+        try:
+            mod = importlib.import_module(modname)
+        except ImportError:
+            continue
+        owner, name = mod, attr
+        if "." in attr:
+            cls, name = attr.split(".")
+            owner = getattr(mod, cls, None)
+        f = getattr(owner, name, None) if owner is not None else None
+        if f is None:
+            continue
+
+        def make(f, label):
+            @functools.wraps(f)
+            def g(*a, **k):
+                t = time.perf_counter()
+                rec = PH[label]
+                if T0[0] is not None and rec["first"] is None:
+                    rec["first"] = round(t - T0[0], 3)
+                try:
+                    return f(*a, **k)
+                finally:
+                    rec["s"] += time.perf_counter() - t
+                    rec["n"] += 1
+                    if T0[0] is not None:
+                        rec["last_end"] = round(time.perf_counter() - T0[0], 3)
+            return g
+        setattr(owner, name, make(f, label))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("row")
+    p.add_argument("out")
+    p.add_argument("--label", default="")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--device", default="cuda", help="cpu with --quick: a smoke run of this script")
+    p.add_argument("--quick", action="store_true")
+    a = p.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    cd = tempfile.mkdtemp(prefix="buildtimes_")
+    os.environ["EMBER_CACHE_DIR"] = cd + "/e"
+    os.environ["TRITON_CACHE_DIR"] = cd + "/t"
+    import torch
+    import compile_time as ct
+    build, inputs = ct.make(a.row, a.device, a.quick)
+    sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
+    import ember  # noqa: F401
+    import ember.aot  # noqa: F401
+    import ember.frontend.convert  # noqa: F401
+    import ember.native.backend  # noqa: F401
+    from ember.native import build_pool as bp
+    from llama_cold import PHASES
+    T0, EV = [None], []
+    PH = collections.defaultdict(lambda: dict(first=None, s=0.0, n=0, last_end=None))
+    wrap(PHASES + GPU_PHASES, T0, PH)
+    orig = bp.BuildPool.build
+
+    def build_patched(self, jobs):
+        t = time.perf_counter() - T0[0]
+        EV.append(dict(ev="batch", t=round(t, 3), n=len(jobs)))
+        res = orig(self, jobs)
+        byid = {j["id"]: j for j in jobs}
+        for i, r in res.items():
+            j = byid[i]
+            EV.append(dict(ev="job", batch_t=round(t, 3), name=j["name"], path=j["path"], cost=j["cost"],
+                           s=r.get("s"), ok=r.get("ok")))
+        EV.append(dict(ev="batch_done", t=round(time.perf_counter() - T0[0], 3)))
+        return res
+    bp.BuildPool.build = build_patched
+    ow = bp.wait
+
+    def wait_p(site=None):
+        t = time.perf_counter()
+        ow(site)
+        d = time.perf_counter() - t
+        if d > 0.01:
+            EV.append(dict(ev="wait", t=round(t - T0[0], 3), s=round(d, 3)))
+    bp.wait = wait_p
+    T0[0] = time.perf_counter()
+    step = build(ct.compiler_fn("ember"))
+    step(*inputs)
+    sync()
+    total = time.perf_counter() - T0[0]
+    steps = []
+    for i in range(5 + a.steps):
+        t = time.perf_counter()
+        step(*inputs)
+        sync()
+        if i >= 5:
+            steps.append((time.perf_counter() - t) * 1e3)
+    from ember.native.backend import COUNTERS
+    jobs = sorted([e for e in EV if e["ev"] == "job"], key=lambda e: -(e["s"] or 0))
+    suffix = f"-{a.label}" if a.label else ""
+    for j in jobs[:4]:
+        try:
+            shutil.copy(j["path"], os.path.join(a.out, f"{a.row}{suffix}-slow-{j['name']}.py"))
+        except OSError as e:
+            print("copy", e)
+    caps = {k: v for k, v in os.environ.items() if k.startswith("EMBER_NATIVE")}
+    step_ms = dict(median=round(statistics.median(steps), 3), min=round(min(steps), 3), max=round(max(steps), 3),
+                   n=len(steps)) if steps else None
+    phases = {k: dict(v, s=round(v["s"], 3)) for k, v in PH.items()}
+    rec = dict(row=a.row, label=a.label, env=caps, total_s=round(total, 3), step_ms=step_ms, stats=dict(bp.STATS),
+               native=dict(COUNTERS), phases=phases, events=EV, device=torch.cuda.get_device_name() if a.device.startswith("cuda") else a.device)
+    json.dump(rec, open(os.path.join(a.out, f"buildtimes-{a.row}{suffix}.json"), "w"), indent=1)
+    print(f"{a.row} {a.label}: first result {total:.2f} s; steady step {step_ms} ms; kernels {COUNTERS}; "
+          f"pool {dict(bp.STATS)}")
+    for e in EV:
+        if e["ev"] != "job":
+            print("  ", e)
+    for k, v in sorted(phases.items(), key=lambda kv: kv[1]["first"] if kv[1]["first"] is not None else 1e9):
+        print(f"   phase {k:<34} first at {v['first']} s, {v['s']:.3f} s total x{v['n']}, last end {v['last_end']}")
+    for j in jobs[:8]:
+        print(f"   build {j['s']:.3f} s  {j['cost']:6d} chars  {j['name']}")
+
+
+if __name__ == "__main__":
+    main()
