@@ -36,7 +36,69 @@ GPU_PHASES = (
     ("pool: specializations", "ember.native.build_pool", "specializations"),
     ("pool: start", "ember.native.build_pool", "start"),
     ("warm_launch: remember", "ember.native.warm_launch", "remember"),
+    ("aot: partition", "ember.aot.partition", "partition"),
+    ("cudagraphs: compile_auto", "ember.cudagraphs.auto", "compile_auto"),
+    ("runtime: prewarm_triton", "ember.native.runtime", "prewarm_triton"),
 )
+
+
+class Sampler:
+    """The main thread's stack every ``interval`` s from a daemon thread (a statistical profile that
+    costs ~1% where cProfile costs 2-3x): where the first call's wall time goes on the GPU host,
+    including what the CPU probes cannot see (Triton's JIT, CUDA, waits). ``report`` gives inclusive
+    and own time per function (ember, torch, triton and transformers frames) and, per half second of
+    the timeline, the innermost ember function seen most."""
+
+    def __init__(self, interval=0.005):
+        import threading
+        self.interval, self.samples, self.stop = interval, [], threading.Event()
+        self.main = threading.main_thread().ident
+        self.thread = threading.Thread(target=self.run, name="buildtimes-sampler", daemon=True)
+
+    def start(self, t0):
+        self.t0 = t0
+        self.thread.start()
+
+    def run(self):
+        while not self.stop.wait(self.interval):
+            f = sys._current_frames().get(self.main)
+            stack = []
+            while f is not None:
+                c = f.f_code
+                stack.append(f"{_short(c.co_filename)}:{c.co_name}")
+                f = f.f_back
+            self.samples.append((time.perf_counter() - self.t0, stack))
+
+    def report(self, top=40):
+        self.stop.set()
+        self.thread.join()
+        incl, own, buckets = collections.Counter(), collections.Counter(), collections.defaultdict(collections.Counter)
+        ms = self.interval * 1e3
+        for t, stack in self.samples:
+            own[stack[0] if stack else "?"] += 1
+            for fn in set(stack):
+                incl[fn] += 1
+            ember = next((fn for fn in stack if not fn.startswith(("buildtimes.py", "threading.py"))
+                          and fn.split(":")[0] in _EMBER_FILES), None)
+            buckets[int(t * 2) / 2][ember or (stack[0] if stack else "?")] += 1
+        return dict(interval_ms=ms, n=len(self.samples),
+                    inclusive_ms=[(k, round(v * ms)) for k, v in incl.most_common(top)],
+                    own_ms=[(k, round(v * ms)) for k, v in own.most_common(top)],
+                    timeline=[(b, [(k, round(v * ms)) for k, v in c.most_common(3)]) for b, c in sorted(buckets.items())])
+
+
+def _short(path: str) -> str:
+    base = os.path.basename(path)
+    return f"{os.path.basename(os.path.dirname(path))}/{base}" if base == "__init__.py" else base
+
+
+def _ember_files():
+    import ember
+    root = os.path.dirname(ember.__file__)
+    return {_short(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs if f.endswith(".py")}
+
+
+_EMBER_FILES: set = set()
 
 
 def wrap(phases, T0, PH):
@@ -79,6 +141,7 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--device", default="cuda", help="cpu with --quick: a smoke run of this script")
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--no-sample", action="store_true", help="no stack sampling of the first call")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     cd = tempfile.mkdtemp(prefix="buildtimes_")
@@ -120,11 +183,16 @@ def main():
         if d > 0.01:
             EV.append(dict(ev="wait", t=round(t - T0[0], 3), s=round(d, 3)))
     bp.wait = wait_p
+    _EMBER_FILES.update(_ember_files())
+    sampler = None if a.no_sample else Sampler()
     T0[0] = time.perf_counter()
+    if sampler:
+        sampler.start(T0[0])
     step = build(ct.compiler_fn("ember"))
     step(*inputs)
     sync()
     total = time.perf_counter() - T0[0]
+    profile = sampler.report() if sampler else None
     steps = []
     for i in range(5 + a.steps):
         t = time.perf_counter()
@@ -145,7 +213,7 @@ def main():
                    n=len(steps)) if steps else None
     phases = {k: dict(v, s=round(v["s"], 3)) for k, v in PH.items()}
     rec = dict(row=a.row, label=a.label, env=caps, total_s=round(total, 3), step_ms=step_ms, stats=dict(bp.STATS),
-               native=dict(COUNTERS), phases=phases, events=EV, device=torch.cuda.get_device_name() if a.device.startswith("cuda") else a.device)
+               native=dict(COUNTERS), phases=phases, events=EV, sampled=profile, device=torch.cuda.get_device_name() if a.device.startswith("cuda") else a.device)
     json.dump(rec, open(os.path.join(a.out, f"buildtimes-{a.row}{suffix}.json"), "w"), indent=1)
     print(f"{a.row} {a.label}: first result {total:.2f} s; steady step {step_ms} ms; kernels {COUNTERS}; "
           f"pool {dict(bp.STATS)}")
@@ -156,6 +224,16 @@ def main():
         print(f"   phase {k:<34} first at {v['first']} s, {v['s']:.3f} s total x{v['n']}, last end {v['last_end']}")
     for j in jobs[:8]:
         print(f"   build {j['s']:.3f} s  {j['cost']:6d} chars  {j['name']}")
+    if profile:
+        print(f"   sampled main thread every {profile['interval_ms']} ms, {profile['n']} samples; inclusive ms:")
+        for k, v in profile["inclusive_ms"][:30]:
+            print(f"     {v:6d}  {k}")
+        print("   own ms:")
+        for k, v in profile["own_ms"][:15]:
+            print(f"     {v:6d}  {k}")
+        print("   timeline (half seconds: innermost ember function, ms):")
+        for b, top in profile["timeline"]:
+            print(f"     {b:5.1f}  " + "; ".join(f"{k} {v}" for k, v in top))
 
 
 if __name__ == "__main__":
