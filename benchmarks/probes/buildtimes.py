@@ -3,7 +3,7 @@ the build pool, each kernel's build seconds, when and how long first launches wa
 compile phase first started and its total, then the steady step time (issue 29 probe).
 
     python benchmarks/probes/buildtimes.py llama_train OUTDIR [--label cap32] [--steps 20]
-    EMBER_NATIVE_MAX_FUSED_BUFFERS=0 python benchmarks/probes/buildtimes.py llama_train OUTDIR --label cap0
+    python benchmarks/probes/buildtimes.py llama_train OUTDIR --label s39 --s39-fusion   # A/B arm: s39's kernels
 
 Fresh ember and Triton caches, one process, no eager run first (so ``total_s`` also holds what any
 first call pays: CUDA context, cuBLAS; compile_time.py's ``compile_s`` does not). Writes
@@ -142,6 +142,9 @@ def main():
     p.add_argument("--device", default="cuda", help="cpu with --quick: a smoke run of this script")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--no-sample", action="store_true", help="no stack sampling of the first call")
+    p.add_argument("--s39-fusion", action="store_true", help="session 39's kernels: no fusion cap "
+                   "(native_max_fused_buffers=0) and libdevice values inlined in every reader "
+                   "(lowering.GraphLowering.REALIZE_LIBDEVICE_NUMEL=0), for an A/B against the defaults")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     cd = tempfile.mkdtemp(prefix="buildtimes_")
@@ -149,13 +152,18 @@ def main():
     os.environ["TRITON_CACHE_DIR"] = cd + "/t"
     import torch
     import compile_time as ct
-    build, inputs = ct.make(a.row, a.device, a.quick)
+    with torch.device(a.device):  # (the 1.2B model initialized on the GPU: seconds less than on the CPU)
+        build, inputs = ct.make(a.row, a.device, a.quick)
     sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
     import ember  # noqa: F401
     import ember.aot  # noqa: F401
     import ember.frontend.convert  # noqa: F401
     import ember.native.backend  # noqa: F401
     from ember.native import build_pool as bp
+    if a.s39_fusion:
+        from ember.native import lowering
+        ember.config.native_max_fused_buffers = 0
+        lowering.GraphLowering.REALIZE_LIBDEVICE_NUMEL = 0
     from llama_cold import PHASES
     T0, EV = [None], []
     PH = collections.defaultdict(lambda: dict(first=None, s=0.0, n=0, last_end=None))
@@ -170,7 +178,7 @@ def main():
         for i, r in res.items():
             j = byid[i]
             EV.append(dict(ev="job", batch_t=round(t, 3), name=j["name"], path=j["path"], cost=j["cost"],
-                           s=r.get("s"), ok=r.get("ok")))
+                           s=r.get("s"), launcher_s=r.get("launcher_s"), ok=r.get("ok")))
         EV.append(dict(ev="batch_done", t=round(time.perf_counter() - T0[0], 3)))
         return res
     bp.BuildPool.build = build_patched
@@ -212,7 +220,7 @@ def main():
     step_ms = dict(median=round(statistics.median(steps), 3), min=round(min(steps), 3), max=round(max(steps), 3),
                    n=len(steps)) if steps else None
     phases = {k: dict(v, s=round(v["s"], 3)) for k, v in PH.items()}
-    rec = dict(row=a.row, label=a.label, env=caps, total_s=round(total, 3), step_ms=step_ms, stats=dict(bp.STATS),
+    rec = dict(row=a.row, label=a.label, env=caps, s39_fusion=a.s39_fusion, total_s=round(total, 3), step_ms=step_ms, stats=dict(bp.STATS),
                native=dict(COUNTERS), phases=phases, events=EV, sampled=profile, device=torch.cuda.get_device_name() if a.device.startswith("cuda") else a.device)
     json.dump(rec, open(os.path.join(a.out, f"buildtimes-{a.row}{suffix}.json"), "w"), indent=1)
     print(f"{a.row} {a.label}: first result {total:.2f} s; steady step {step_ms} ms; kernels {COUNTERS}; "
@@ -223,7 +231,7 @@ def main():
     for k, v in sorted(phases.items(), key=lambda kv: kv[1]["first"] if kv[1]["first"] is not None else 1e9):
         print(f"   phase {k:<34} first at {v['first']} s, {v['s']:.3f} s total x{v['n']}, last end {v['last_end']}")
     for j in jobs[:8]:
-        print(f"   build {j['s']:.3f} s  {j['cost']:6d} chars  {j['name']}")
+        print(f"   build {j['s']:.3f} s (launcher {j.get('launcher_s')})  {j['cost']:6d} chars  {j['name']}")
     if profile:
         print(f"   sampled main thread every {profile['interval_ms']} ms, {profile['n']} samples; inclusive ms:")
         for k, v in profile["inclusive_ms"][:30]:

@@ -34,8 +34,12 @@ def main():
     p.add_argument("--layers", type=int, default=24, help="llama rows: decoder layers")
     p.add_argument("--top", type=int, default=6, help="largest kernels listed per graph")
     p.add_argument("--json", default=None, help="write the per-kernel table here")
+    p.add_argument("--s39-fusion", action="store_true", help="session 39's kernels: no fusion cap, libdevice "
+                   "values inlined in every reader (lowering.GraphLowering.REALIZE_LIBDEVICE_NUMEL=0)")
+    p.add_argument("--keep", default=None, help="generate into this ember cache directory (kept: "
+                   "cpu_kernel_builds.py builds its kernels); default a fresh temporary one")
     a = p.parse_args()
-    os.environ["EMBER_CACHE_DIR"] = tempfile.mkdtemp(prefix="fusion_size_")
+    os.environ["EMBER_CACHE_DIR"] = a.keep or tempfile.mkdtemp(prefix="fusion_size_")
     os.environ["TRITON_INTERPRET"] = "1"
     os.environ["EMBER_NATIVE_FORCE_TRITON"] = "1"
     here = os.path.dirname(os.path.abspath(__file__))
@@ -44,6 +48,10 @@ def main():
     torch.set_num_threads(max(1, (os.cpu_count() or 1)))
     import ember
     import ember.native.backend as nb
+    from ember.native import lowering
+    if a.s39_fusion:
+        ember.config.native_max_fused_buffers = 0
+        lowering.GraphLowering.REALIZE_LIBDEVICE_NUMEL = 0
     from ember.native import triton_emit
 
     graphs = []  # one list of kernel records per compiled graph
@@ -106,7 +114,8 @@ def main():
     t0 = time.perf_counter()
     step(*inputs)
     first = time.perf_counter() - t0
-    caps = {"max_fused_buffers": ember.config.native_max_fused_buffers}
+    caps = {"max_fused_buffers": ember.config.native_max_fused_buffers,
+            "realize_libdevice_numel": lowering.GraphLowering.REALIZE_LIBDEVICE_NUMEL}
     print(f"{a.row}: model {made:.1f} s, first call (compile, no run) {first:.1f} s, of which scheduling {sched_s[0]:.2f} s; caps {caps}")
     total_launch, total_src = 0, set()
     for gi, ks in enumerate(graphs):
