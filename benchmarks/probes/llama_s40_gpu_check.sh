@@ -6,6 +6,7 @@
 # result, steady step time, a sampled profile of the main thread. ~5 minutes on the H100.
 #
 #   bash benchmarks/probes/llama_s40_gpu_check.sh OUTDIR      # AB_COMPILE_TIME=1: + compile_time.py at cap 0
+#   SKIP_COMPILE_TIME=1 bash benchmarks/probes/llama_s40_gpu_check.sh OUTDIR   # the A/B timelines only (~2.5 min)
 #
 # What proves the change: OUTDIR/bt-llama_train-new.txt's slowest build far under the s39 arm's
 # (~4.9 s: triton_red_fused_embedding_add_to_copy_rsqrt_mul_view_1, 151 buffers) and its backward's
@@ -17,9 +18,11 @@ OUT=${1:?usage: llama_s40_gpu_check.sh OUTDIR}
 mkdir -p "$OUT/bt"
 cd "$(dirname "$0")/../.."
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
-echo "== compile_time.py (session 40 defaults)"
-python benchmarks/compile_time.py --device cuda --workloads llama_infer,llama_train --compilers ember --no-import \
-    --timeout 200 --out "$OUT/compile_time-llama-s40.json" 2>&1 | tail -n 12
+if [ "${SKIP_COMPILE_TIME:-0}" != "1" ]; then
+  echo "== compile_time.py (session 40 defaults)"
+  python benchmarks/compile_time.py --device cuda --workloads llama_infer,llama_train --compilers ember --no-import \
+      --timeout 200 --out "$OUT/compile_time-llama-s40.json" 2>&1 | tail -n 12
+fi
 echo "== paired cold timelines: new (defaults) vs s39 (--s39-fusion), one fresh process each"
 # bytecode cached first, as compile_time.py does (the H100 machine sets PYTHONDONTWRITEBYTECODE: modules
 # imported during a compile would otherwise compile from source inside the timed first call)
