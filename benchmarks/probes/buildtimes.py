@@ -5,8 +5,9 @@ compile phase first started and its total, then the steady step time (issue 29 p
     python benchmarks/probes/buildtimes.py llama_train OUTDIR [--label cap32] [--steps 20]
     python benchmarks/probes/buildtimes.py llama_train OUTDIR --label s39 --s39-fusion   # A/B arm: s39's kernels
 
-Fresh ember and Triton caches, one process, no eager run first (so ``total_s`` also holds what any
-first call pays: CUDA context, cuBLAS; compile_time.py's ``compile_s`` does not). Writes
+Fresh ember and Triton caches, one process; without ``--eager-first`` no eager run first (so
+``total_s`` also holds what any first call pays: CUDA context, cuBLAS, cuDNN; compile_time.py's
+``compile_s`` does not; with it, ``total_s`` measures what ``compile_s`` does). Writes
 ``OUTDIR/buildtimes-ROW[-LABEL].json`` and copies the 4 slowest kernels' sources next to it.
 Steady state: the median (and min/max) of ``--steps`` step times after 5 calls (the auto-CUDA-graph
 decision is taken on calls 2-4), each synchronized.
@@ -142,6 +143,9 @@ def main():
     p.add_argument("--device", default="cuda", help="cpu with --quick: a smoke run of this script")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--no-sample", action="store_true", help="no stack sampling of the first call")
+    p.add_argument("--eager-first", action="store_true", help="one eager step before the compile, as "
+                   "compile_time.py runs (CUDA context, cuBLAS, cuDNN's attention plans and the optimizer's "
+                   "state then exist: total_s is then comparable to its compile_s)")
     p.add_argument("--s39-fusion", action="store_true", help="session 39's kernels: no fusion cap "
                    "(native_max_fused_buffers=0) and libdevice values inlined in every reader "
                    "(lowering.GraphLowering.REALIZE_LIBDEVICE_NUMEL=0), for an A/B against the defaults")
@@ -191,6 +195,9 @@ def main():
         if d > 0.01:
             EV.append(dict(ev="wait", t=round(t - T0[0], 3), s=round(d, 3)))
     bp.wait = wait_p
+    if a.eager_first:  # (training: the step mutates the weights; the compiled step's numbers do not matter here)
+        build(ct.compiler_fn("eager"))(*inputs)
+        sync()
     _EMBER_FILES.update(_ember_files())
     sampler = None if a.no_sample else Sampler()
     T0[0] = time.perf_counter()
@@ -220,7 +227,7 @@ def main():
     step_ms = dict(median=round(statistics.median(steps), 3), min=round(min(steps), 3), max=round(max(steps), 3),
                    n=len(steps)) if steps else None
     phases = {k: dict(v, s=round(v["s"], 3)) for k, v in PH.items()}
-    rec = dict(row=a.row, label=a.label, env=caps, s39_fusion=a.s39_fusion, total_s=round(total, 3), step_ms=step_ms, stats=dict(bp.STATS),
+    rec = dict(row=a.row, label=a.label, env=caps, s39_fusion=a.s39_fusion, eager_first=a.eager_first, total_s=round(total, 3), step_ms=step_ms, stats=dict(bp.STATS),
                native=dict(COUNTERS), phases=phases, events=EV, sampled=profile, device=torch.cuda.get_device_name() if a.device.startswith("cuda") else a.device)
     json.dump(rec, open(os.path.join(a.out, f"buildtimes-{a.row}{suffix}.json"), "w"), indent=1)
     print(f"{a.row} {a.label}: first result {total:.2f} s; steady step {step_ms} ms; kernels {COUNTERS}; "

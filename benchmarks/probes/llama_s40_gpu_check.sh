@@ -37,7 +37,7 @@ for row in llama_train llama_infer; do
   arms="new s39"; [ "$row" = llama_infer ] && arms="s39 new"  # (alternating which arm runs first)
   for arm in $arms; do
     flag=""; [ "$arm" = s39 ] && flag="--s39-fusion"
-    timeout 150 python benchmarks/probes/buildtimes.py "$row" "$OUT/bt" --label "$arm" --steps 20 $flag \
+    timeout 150 python benchmarks/probes/buildtimes.py "$row" "$OUT/bt" --label "$arm" --steps 20 --eager-first $flag \
         > "$OUT/bt-$row-$arm.txt" 2>&1
     echo "rc=$? $row $arm"
     grep -v "torchao\|_pytree\|Enum subclass" "$OUT/bt-$row-$arm.txt" | head -n 30
