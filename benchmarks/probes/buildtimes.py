@@ -29,6 +29,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # benchmarks/
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository: its ember
 
 # (label, module, attribute) timed besides llama_cold.PHASES: the GPU-only steps before a first launch
 GPU_PHASES = (

@@ -27,6 +27,7 @@ echo "== paired cold timelines: new (defaults) vs s39 (--s39-fusion), one fresh 
 # bytecode cached first, as compile_time.py does (the H100 machine sets PYTHONDONTWRITEBYTECODE: modules
 # imported during a compile would otherwise compile from source inside the timed first call)
 unset PYTHONDONTWRITEBYTECODE
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # (this tree's ember, not an installed one)
 export PYTHONPYCACHEPREFIX=/tmp/llama_s40_pycache
 python -m compileall -q -j 8 ember benchmarks > /dev/null 2>&1
 python -c "import sys, importlib; sys.path.insert(0, 'benchmarks'); import gpu_suite
