@@ -238,7 +238,7 @@ def plan(gm, example_inputs, opts, renderer="triton"):
         if cpu_mm.small_linears(gm, opts.packed_linear):  # (a few-row Linear in MKL's faster orientation)
             gm = cpu_mm.graph_copy(gm)  # (on a copy: the caller's graph may be compiled again with other options)
             cpu_mm.transpose_small_mm(gm, opts.packed_linear)
-    g, L = lowering.lower(gm, example_inputs)
+    g, L = lowering.lower(gm, example_inputs, libdevice=renderer == "triton")
     if renderer == "cpp":
         _check_cpp_ops(g)
     g = split_reduction.split_reductions(g, opts, renderer)

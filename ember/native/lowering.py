@@ -32,7 +32,7 @@ import sympy
 import torch
 import torch.fx
 
-from ember.native import ir
+from ember.native import ir, ops
 from ember.native.symbolic import (FloorDiv, SymbolicUnsupported, active, eq, has_symbolic_inputs, is_static, norm,
                                     norm_sizes)
 
@@ -261,9 +261,18 @@ class GraphLowering:
     # what comes after reads one buffer instead of three. Small reads (a norm's weight, a gather's
     # indices) do not count.
     REALIZE_FULL_READS = 2
+    # ... or, at most this many elements, once it calls a libdevice op (ops.LIBDEVICE): each kernel
+    # that inlined it would carry that code (a Llama's rotary cos/sin table, [512, 64] at 512 tokens,
+    # was recomputed inside 2 kernels per layer, 48 sin/cos calls per step; on the H100 host those
+    # kernels took 1.3-2.3 s to build where their peers took 0.3-0.8 s:
+    # benchmarks/results/llama_buildtimes-h100-s40.json). Stored, it is one small kernel, read like
+    # any table. Small only: a large value (GPT-2's tanh GELU) costs a full pass to store and reread.
+    # Triton only (``libdevice``): a C++ kernel calls its math functions, inlining nothing.
+    REALIZE_LIBDEVICE_NUMEL = 1 << 20
 
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs):
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs, libdevice: bool = True):
         self.gm, self.example_inputs = gm, list(example_inputs)
+        self.libdevice = libdevice
         self.inputs: list[ir.InputBuffer] = []
         self.nodes: list = []
         self.layouts: dict[str, ir.Layout] = {}
@@ -355,6 +364,9 @@ class GraphLowering:
             return True
         if users < 2:
             return False
+        if self.libdevice and any(x.op in ops.LIBDEVICE for x in exprs) and \
+                self.sv.hint(math.prod(v.sizes)) <= self.REALIZE_LIBDEVICE_NUMEL:
+            return True
         if len(bufs) > self.REALIZE_READS or \
                 sum(1 for x in exprs if x.op not in ("load", "const", "index")) > self.REALIZE_OPCOUNT:
             return True
@@ -818,7 +830,9 @@ def _padded_strides(sizes, order, align) -> tuple:
     return tuple(strides)
 
 
-def lower(gm: torch.fx.GraphModule, example_inputs) -> tuple[ir.GraphIR, GraphLowering]:
+def lower(gm: torch.fx.GraphModule, example_inputs, libdevice: bool = True) -> tuple[ir.GraphIR, GraphLowering]:
+    """``libdevice``: the graph renders as Triton, whose libdevice calls are inlined code
+    (``GraphLowering.REALIZE_LIBDEVICE_NUMEL``); False for the C++ renderer."""
     from ember.native import lower_ops, lower_pool, lower_views  # noqa: F401  (fill the tables)
-    L = GraphLowering(gm, example_inputs)
+    L = GraphLowering(gm, example_inputs, libdevice)
     return L.run(), L

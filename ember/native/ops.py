@@ -382,6 +382,12 @@ _build()
 # ops the C++ path leaves to ATen (tests/native/test_cpp_default.py proves every other op in C++)
 CPP_ATEN = {name: op.cpp_aten for name, op in OPS.items() if op.cpp_aten}
 HEAVY = frozenset(name for name, op in OPS.items() if op.heavy)
+# ops whose Triton spelling calls libdevice, whose code is inlined at every element of a block: each
+# call costs the kernel's build ~1000 lines of PTX and ~0.1 s on an sm_90 target (tl.sin, built on
+# a CPU by benchmarks/probes/cpu_kernel_builds.py's method). Every heavy op, and sin/cos (cheap enough
+# at run time not to count as heavy). lowering.should_realize stores a small value computing one
+# once, rather than rebuilding it in every kernel that reads it (a Llama's rotary cos/sin table).
+LIBDEVICE = HEAVY | {"sin", "cos"}
 LOWP_RENDERED = frozenset(name for name, op in OPS.items() if op.render_lowp)
 SIGNATURE = {name: (op.arity, op.kind) for name, op in OPS.items()}  # for ir.op, which runs often
 

@@ -35,6 +35,15 @@ class NativeOptions(BackendOptions):
     split_outer_rows: int = option(256, "the least rows per chunk of a split strided reduction", min=2)
     fusion: bool = option(True, "fuse pointwise and reduction nodes into one kernel (False: one kernel per "
                                 "realized node, for comparisons)")
+    # a fusion past this size costs more to build than it saves at run time: on the H100 host Triton
+    # took 4.9 s over one kernel of a 24-layer Llama's backward that recomputes the residual stream
+    # and its 49 RMSNorm outputs (151 buffers; every sum stays live across the loop body: registers
+    # spill), 2.0 s over the 24 rotary-embedded key outputs its forward fused into one kernel (49
+    # buffers), each the critical path of its cold compile (benchmarks/results/
+    # llama_buildtimes-h100-s40.json; counts: benchmarks/probes/fusion_size.py)
+    max_fused_buffers: int = option(32, "largest number of distinct buffers (inputs and outputs) one fused kernel "
+                                       "reads or writes; 0: no limit (compile_aten_graph fills it from "
+                                       "ember.config.native_max_fused_buffers)", min=0)
     verify: bool = option(True, "run ir.verify on the lowered graph")
     cache: bool = option(True, "read and write the on-disk graph cache")
     cache_dir: str | None = option(None, "root of the on-disk caches (None: ember.config.cache_dir)", accepts=(str,))
@@ -93,6 +102,7 @@ def resolve(options=None) -> NativeOptions:
     given.setdefault("emulate_precision_casts", config.emulate_precision_casts)
     given.setdefault("cpu_codegen", config.native_cpu)
     given.setdefault("cpu_simd", config.native_cpu_simd)
+    given.setdefault("max_fused_buffers", config.native_max_fused_buffers)
     opts = NativeOptions.from_dict(given)
     if opts.cpu_codegen not in CPU_CODEGENS:
         raise ValueError(f"native option cpu_codegen={opts.cpu_codegen!r}: use one of {', '.join(CPU_CODEGENS)} "

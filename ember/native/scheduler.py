@@ -253,6 +253,7 @@ class Scheduler:
         options = options or NativeOptions()
         self.single_limit = options.single_program_numel
         self.fusion = options.fusion
+        self.max_buffers = options.max_fused_buffers  # 0: no limit (see _io)
         self.layouts = g.buffers()
         self.sv = g.sizevars
         self.producer = {}
@@ -390,9 +391,28 @@ class Scheduler:
                 r = index.xreplace(placed[q.name][1])
                 if sympy.expand(w - r) != 0 and not _same_index(w, r, ranges):
                     return None
+        if self.max_buffers and len(self._io(a, b)) > self.max_buffers:
+            return None
         if self._reaches(a, b, True) or self._reaches(b, a, True):
             return None
         return shape
+
+    def _io(self, a, b) -> set:
+        """The buffers the kernel of a+b would read or write in memory: what its members read from
+        outside it, and what they write that a graph output or a node outside it reads (the
+        arguments of the kernel, as ``_kernel`` finds them: ``reads`` and ``writes``)."""
+        members = a.members + b.members
+        written = {n.name for n in members}
+        io = set()
+        for n in members:
+            for buf, _, _ in self.reads[id(n)]:
+                if buf not in written:
+                    io.add(buf)
+            if n.name in self.outputs or any(
+                    isinstance(c, ir.ExternNode) or self.group_of[id(c)] not in (a, b)
+                    for c in self.consumers.get(n.name, ())):
+                io.add(n.name)
+        return io
 
     # -- fusion --------------------------------------------------------------------------------
     def fuse(self):
