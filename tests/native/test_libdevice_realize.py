@@ -39,3 +39,4 @@ def test_large_value_stays_inlined(monkeypatch):
 
 def test_outputs_match_eager(native_cache):
     run_case(rope_like, _inputs(), cache_dir=native_cache)
+
