@@ -46,8 +46,9 @@ an error:
   happened yet: a native graph writes its inputs only at its very end (``copy_`` of mutated inputs,
   after every extern call; aot's epilogue writes running statistics after the graph returns), the
   kernels that ran wrote only buffers the wrapper allocated, and the inputs are held until the
-  last check (a boxed backward graph frees its inputs at their last use: on the first call, only
-  after the last check). Random numbers: a graph with a random extern op at or before a checked
+  last check. A boxed backward graph frees its inputs at their last use, so it checks only the
+  extern results made before its first input is dropped (holding a backward's saved activations
+  through a late check cost GPT-2 training's first step 0.94 GB on the H100). Random numbers: a graph with a random extern op at or before a checked
   site saves the generators' states at the start of the first call and restores them before the
   ATen run, so the ATen run draws what eager would have drawn. What cannot be undone is an extern
   op's own side effect outside its results (a custom op that prints or counts): it runs twice on
