@@ -48,7 +48,14 @@ def is_torch_callable(fn) -> bool:
 # break and runs eagerly, as torch.compile leaves them out of its graphs too.
 def bypasses_dispatcher(fn) -> bool:
     """``fn`` is a ``torch._C`` binding outside the dispatcher, which must not see fake tensors."""
-    return isinstance(fn, types.BuiltinFunctionType) and getattr(fn, "__module__", None) == "torch._C"
+    return isinstance(fn, types.BuiltinFunctionType) and getattr(fn, "__module__", None) == "torch._C" \
+        and fn.__name__ not in TYPE_ONLY_C_BINDINGS
+
+
+# bindings that read only their arguments' types and answer a bool, which for a fake tensor is a plain
+# tensor's answer (torch.overrides.has_torch_function*: inlined nn.Module code such as
+# MultiheadAttention.forward asks it of its tensors)
+TYPE_ONLY_C_BINDINGS = frozenset({"_has_torch_function", "_has_torch_function_unary", "_has_torch_function_variadic"})
 
 
 def constant_result(result):

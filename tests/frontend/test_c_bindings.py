@@ -66,6 +66,21 @@ def test_tensor_free_c_bindings_stay_in_the_graph():
     assert _graphs() - before == 1
 
 
+def test_has_torch_function_stays_in_the_graph():
+    # torch.overrides.has_torch_function* are torch._C bindings too, but read only types
+    def f(x, y):
+        z = x * 2  # (work on both sides of the call: a break there would make two graphs)
+        if torch.overrides.has_torch_function((x, y)) or torch.overrides.has_torch_function_unary(x) \
+                or torch.overrides.has_torch_function_variadic(x, y):
+            return z - y
+        return z + y
+
+    x, y = torch.randn(3), torch.randn(3)
+    before = _graphs()
+    torch.testing.assert_close(ember.compile(f)(x, y), x * 2 + y)
+    assert _graphs() - before == 1
+
+
 @pytest.mark.gpu
 def test_jiterator_runs_eagerly_on_cuda():
     # session 40's CUDA OpInfo sweep: every jiterator_* op crashed the process with an illegal memory
