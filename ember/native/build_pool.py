@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 
-from ember.native import build_threads, build_worker, triton_cache, triton_keys
+from ember.native import build_threads, build_worker, triton_cache
 from ember.config import environment
 
 STATS = {"submitted": 0, "built": 0, "failed": 0, "launchers": 0, "key_mismatch": 0, "worker_deaths": 0, "stalls": 0,
@@ -51,7 +51,7 @@ class BuildPool:
 
     @staticmethod
     def _spawn():
-        p = subprocess.Popen([sys.executable, os.path.abspath(build_worker.__file__), *triton_keys.worker_args()],
+        p = subprocess.Popen([sys.executable, os.path.abspath(build_worker.__file__)],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                              bufsize=0, close_fds=True, env=triton_cache.worker_env())
         # (it imports Triton for ~0.3 s before its first build: lowered well before it starts ptxas)

@@ -126,29 +126,12 @@ def build(req: dict) -> dict:
     return out
 
 
-def _install_key(value: str) -> None:
-    """Triton's ``triton_key()`` answers ``value``: the parent's key, read from ember's cache under a
-    fingerprint of the files Triton hashes (``ember/native/triton_keys.py``, which this file does
-    not import: it would import the ember package)."""
-    import triton.runtime.cache as cache
-
-    def triton_key() -> str:
-        return value
-    cache.triton_key = triton_key
-    autotuner = sys.modules.get("triton.runtime.autotuner")
-    if autotuner is not None and hasattr(autotuner, "triton_key"):
-        autotuner.triton_key = triton_key
-
-
 def main() -> int:
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and os.path.abspath(sys.path[0] or ".") == here:  # run as a script: this package's
         del sys.path[0]  # modules (cache, ir, ...) must not shadow top-level names
-    if len(sys.argv) == 3 and sys.argv[1] == "--triton-key":  # the parent's stored key (triton_keys.py)
-        _install_key(sys.argv[2])
-    else:
-        from triton.runtime.cache import triton_key  # before the first request: workers start ahead of need
-        triton_key()  # (a hash of Triton's sources, ~0.4 s, once per process)
+    from triton.runtime.cache import triton_key  # before the first request: workers start ahead of need
+    triton_key()  # (a hash of Triton's sources, ~0.4 s, once per process)
     sys.stdout.write('{"ready": true}\n')
     sys.stdout.flush()
     for line in sys.stdin:

@@ -392,25 +392,20 @@ def prewarm_triton_key() -> None:
     for, in a daemon thread (hashing releases the GIL): when the frontend starts tracing a frame of
     CUDA tensors (``ember_backend``'s ``prewarm_trace``), when the autograd layer or the native
     backend misses its cache (``want_builds``), and when a cached graph's kernels were not all
-    recorded (their first launch builds or looks them up through Triton's JIT). A key stored by an
-    earlier process over the same Triton files (``triton_keys``) is installed instead, in ~3 ms."""
+    recorded (their first launch builds or looks them up through Triton's JIT)."""
     global _PREWARM
     if _PREWARM is not None or environment.triton_interpret:
         return
     try:
-        import triton.runtime.cache  # noqa: F401
+        from triton.runtime.cache import triton_key
     except ImportError:
         _PREWARM = False
         return
-    from ember.native import triton_keys
-    if triton_keys.load():  # stored by an earlier process, the files unchanged (~3 ms): no hash at all,
-        _PREWARM = False  # no thread to wait for; build workers started after this get the key on their
-        return  # command line (triton_keys.worker_args)
     import threading
 
     def work():
         try:
-            triton_keys.compute_and_store()
+            triton_key()
         except Exception:  # noqa: BLE001 - the first build meets the same error and reports it
             pass
     _PREWARM = threading.Thread(target=work, name="ember-triton-prewarm", daemon=True)

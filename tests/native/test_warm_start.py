@@ -96,8 +96,6 @@ def _no_threads(monkeypatch):
     from ember.native import build_pool, triton_cache
     monkeypatch.setattr(build_pool, "start", lambda n: None)
     monkeypatch.setattr(triton_cache, "ensure_safe", lambda: None)
-    from ember.native import triton_keys
-    monkeypatch.setattr(triton_keys, "load", lambda: False)  # (no key stored by an earlier test)
     return started
 
 
