@@ -24,7 +24,7 @@ _EXTRA = [
     aten.native_batch_norm_backward, aten.gelu, aten.gelu_backward, aten.silu, aten.silu_backward,
     aten.nll_loss_forward, aten.nll_loss_backward, aten.nll_loss2d_forward, aten.nll_loss2d_backward,
     aten.full_like, aten.logsumexp, aten.std, aten.std_mean, aten.mse_loss, aten.mse_loss_backward,
-    aten.embedding_dense_backward, aten.threshold_backward, aten.tanh_backward, aten.sigmoid_backward,
+    aten.threshold_backward, aten.tanh_backward, aten.sigmoid_backward,
     aten.rms_norm, aten._fused_rms_norm, aten.binary_cross_entropy_with_logits, aten.smooth_l1_loss,
     aten.huber_loss, aten.l1_loss, aten.soft_margin_loss, aten.tril, aten.triu, aten.masked_fill,
     aten.addcmul, aten.addcdiv, aten.lerp, aten.hardswish, aten.hardsigmoid, aten.mish, aten.softplus,
@@ -34,9 +34,15 @@ _EXTRA = [
     aten._batch_norm_with_update, aten._batch_norm_with_update_functional, aten._batch_norm_no_update,
 ]
 
-# lowered directly (see lower_ops.py) or kept as extern calls
+# lowered directly (see lower_ops.py) or kept as extern calls. The embedding's backward stays ATen's
+# (eager's kernel: its gradient bit for bit, scale_grad_by_freq included). Decomposed, it became zeros
+# + index_put(accumulate=True), an extern too (the scheduler has no scatter stores), whose ATen path
+# adds min/max/remainder/assert launches on the indices and loads kernels eager never uses: 133 ms of
+# CPU in GPT-2 training's warm first step on the H100 (gpt2_train-first-step-h100-s41.txt; that step
+# 0.50 -> 0.30 s and 0.31 -> 0.29 s in two paired runs: embedding_backward_ab-h100-s41.json)
 _KEEP = [aten.var_mean.correction, aten.var.correction, aten.addmm.default, aten.mm.default, aten.bmm.default,
          aten.convolution.default, aten.convolution_backward.default, aten.embedding.default,
+         aten.embedding_dense_backward.default,
          aten.index_select.default, aten.gather.default, aten.cat.default, aten.constant_pad_nd.default]
 
 
