@@ -79,6 +79,7 @@ def _build_special() -> dict:
         torch.no_grad: _grad_cls,
         torch.enable_grad: _grad_cls,
         torch.set_grad_enabled: _grad_cls,
+        torch._C._set_grad_enabled: _grad_cls,  # (a graph op alone would not switch the mode the trace runs in)
         torch.autocast: _autocast_cls,
         torch.compiler.is_compiling: constant_result(True),
         torch.compiler.is_dynamo_compiling: constant_result(True),
@@ -214,8 +215,21 @@ def mark_disabled(fn, reason: str) -> None:
     DISABLED[fn] = reason
 
 
+# Functions of torch that are graph breaks by design, named by (module, qualified name): ember never
+# imports torch._dynamo, and a program that calls them has imported it. ``torch._dynamo.graph_break()``
+# is an empty function; traced, it would vanish, and torch.optim relies on the break it makes
+# (``_use_grad_for_differentiable`` breaks after switching grad mode, so that the optimizer's graph
+# is captured under that mode).
+BREAKS_BY_NAME = {
+    ("torch._dynamo.decorators", "graph_break"): "torch._dynamo.graph_break()",
+}
+
+
 def disabled_reason(value):
-    return _lookup(DISABLED, value)
+    reason = _lookup(DISABLED, value)
+    if reason is None and isinstance(value, types.FunctionType):
+        reason = BREAKS_BY_NAME.get((value.__module__, value.__qualname__))
+    return reason
 
 
 def forbid(fn, message: str) -> None:
