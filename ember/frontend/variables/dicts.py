@@ -234,7 +234,6 @@ def _build_dict(tx, value, source):
     return DictVariable(items, source, py_type=type(value), key_vts=key_vts, default_factory=factory)
 
 
-
 def _tensor_keyed_items(tx, value: dict, source, keys: list):
     """Items of a dict keyed by tensors (an optimizer's ``state``, keyed by its parameters). A tensor
     hashes and compares as its identity in a dict, so the keys are guarded to be the same objects in

@@ -102,8 +102,9 @@ class TensorVariable(VariableTracker):
     def _grad(self, tx) -> VariableTracker:
         """``p.grad`` of a leaf the frame received (a parameter, an input): the gradient is one more
         input of the graph, guarded as any (None, or its metadata), read afresh at every call. Nothing
-        traced changes it: a write (``p.grad = None``), ``backward()`` and autograd.grad are breaks,
-        after which the resumed code reads it again (an in-place op on it is an input mutation).
+        traced replaces it: a write (``p.grad = None``) and ``backward()`` / ``torch.autograd.backward``
+        are breaks, after which the resumed code reads it again (an in-place op on it is an input
+        mutation).
         A tensor made in the graph, or a non-leaf (eager warns at each read), stays a break."""
         real = helpers.input_value(tx, self.source) if self.source is not None else None
         if real is None or not real.is_leaf:
