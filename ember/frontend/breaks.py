@@ -257,6 +257,34 @@ def stop_result(frame, tracer) -> StopResult:
     return StopResult(frame.ip, list(frame.stack), values, contexts)
 
 
+class ReturnUnderModes(VariableTracker):
+    """A return with autocast still entered (``torch.autocast(...).__enter__()`` without its exit):
+    the graph leaves autocast as it found it (a backend runs it as a whole) and the entry enters it
+    again after the graph, as a break does. Grad mode needs none of this: the entry sets the mode
+    the traced code left (convert._finish)."""
+
+    def __init__(self, value, contexts: list):
+        self.value = value
+        self.contexts = contexts
+
+    def reconstruct(self, cg) -> str:
+        for c in self.contexts:
+            cg.lines.append(c.reenter_line(cg))
+        return cg.reconstruct(self.value)
+
+
+def return_under_modes(result, tracer):
+    """``result`` as the entry returns it, with the non-grad contexts still open re-entered after the graph."""
+    contexts = [c for c in tracer.active_contexts() if not isinstance(c, GradModeContextVariable)]
+    if not contexts:
+        return result
+    if any(c is None or not hasattr(c, "close_for_break") for c in contexts):
+        raise Unsupported("returning inside a context ember cannot re-enter")
+    for c in reversed(contexts):
+        c.close_for_break(tracer)
+    return ReturnUnderModes(result, contexts)
+
+
 class ScopedReturn(VariableTracker):
     """A loop segment's ``return``: tagged, so that its driver returns it (``(RETURN, (value,), None)``)."""
 

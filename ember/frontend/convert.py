@@ -27,7 +27,7 @@ from ember.frontend.dynamic import SHAPE_GUARD_GLOBALS, FrameShapeState
 from ember.frontend.guards import GLOBAL_STATE_NS, GuardKind, GuardSet, global_state
 from ember.frontend import resume
 from ember.frontend.breaks import (BreakContext, BreakRecord, ScopedReturn, break_call, frame_function, log_break,
-                                   resume_frame_state, stop_result)
+                                   resume_frame_state, return_under_modes, stop_result)
 from ember.frontend.interpreter import BreakHere, CellVariable, InstructionTranslator, StopHere, Tracer
 from ember.frontend.output_graph import OutputGraph, is_random_target
 from ember.frontend.sources import ConstSource, LocalSource
@@ -264,11 +264,16 @@ def _trace(root: RootSpec, output: OutputGraph, info, args: tuple, kwargs: dict,
     else:
         if info is not None and info.scope is not None:  # a segment's return: its driver returns it
             result = ScopedReturn(result)
+        result = return_under_modes(result, tracer)
     finally:
+        # the traced code switched grad mode for real as it went: this is the mode it leaves
+        # (to its caller, or to the native code of a break) when the graph has run
+        grad_at_end = torch.is_grad_enabled()
         tracer.restore_modes()
         torch._C._set_grad_enabled(grad_at_start)
     local_values = dict(bound.arguments)
-    return _finish(root, output, result, backend, t0, self_name, guard_filter_fn, local_values)
+    return _finish(root, output, result, backend, t0, self_name, guard_filter_fn, local_values,
+                   grad_at_end if grad_at_end != grad_at_start else None)
 
 
 def _run_resume(tracer, info, arguments) -> Any:
@@ -300,11 +305,19 @@ def _root_callable(tracer, root: RootSpec, self_name: str | None):
     return VariableTracker.build(tracer, root.fn, output.object_source(root.fn, root.name))
 
 
-def _finish(root, output: OutputGraph, result, backend, t0, self_name, guard_filter_fn, local_values) -> CacheEntry:
+def _finish(root, output: OutputGraph, result, backend, t0, self_name, guard_filter_fn, local_values,
+            grad_after: bool | None = None) -> CacheEntry:
     entry_id = next(_entry_ids)
     cg = EntryCodegen(output.namespace)
     # 1. the return value (decides the graph outputs), rendered after the call
     cg.lines = body = []
+    if grad_after is not None:
+        # the graph's _set_grad_enabled nodes switch grad mode for the ops inside it only: a backend
+        # runs the graph as a whole (the autograd layer under no_grad, restoring the caller's mode).
+        # A mode the traced code leaves switched (``torch.set_grad_enabled(False)`` as a call, a
+        # with-block entered before a break and left here) is the entry's to set, after the graph,
+        # as the code that follows it (the caller, a break's native code) sees it in eager
+        body.append(f"{cg.const(torch._C._set_grad_enabled, 'set_grad_enabled')}({grad_after})")
     return_expr = cg.reconstruct(result)
     body.extend(output.side_effects.codegen(cg))
     graph = output.graph

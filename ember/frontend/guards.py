@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import math
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -60,6 +61,34 @@ class KeysBut:
 
     def of(self, d) -> tuple:
         return tuple([k for k in d if k not in self.ignored])
+
+
+class IdentityKeys:
+    """A DICT_KEYS expectation for keys that compare by identity (tensors: ``==`` compares their
+    elements): the same objects, in the same order. Equal (as a guard's expectation) by the keys' ids."""
+
+    __slots__ = ("keys",)
+
+    def __init__(self, keys: tuple):
+        self.keys = keys
+
+    def __eq__(self, other):
+        return isinstance(other, IdentityKeys) and len(other.keys) == len(self.keys) and \
+            all(a is b for a, b in zip(self.keys, other.keys))
+
+    def __hash__(self):
+        return hash(tuple(map(id, self.keys)))
+
+    def matches(self, d) -> bool:
+        return len(d) == len(self.keys) and all(map(operator.is_, d, self.keys))
+
+    def __repr__(self):
+        return f"IdentityKeys({len(self.keys)} keys)"
+
+    def __reduce__(self):
+        # an identity holds in this process only (and the keys are tensors: parameters' data would go
+        # to disk): an entry guarded so is not stored by the frontend cache
+        raise TypeError("a guard on the identity of dict keys cannot be stored")
 
 
 def global_state() -> tuple:
@@ -199,6 +228,8 @@ def _render_one(g: Guard, v: str | None, load, const) -> str:
     if k is GuardKind.DICT_KEYS:
         if isinstance(e, KeysBut):
             return f"tuple([k for k in {v} if k not in {e.ignored!r}]) == {const(e.keys, 'keys')}"
+        if isinstance(e, IdentityKeys):
+            return f"{const(e.matches, 'same_keys')}({v})"
         return f"tuple({v}) == {const(tuple(e), 'keys')}"
     if k is GuardKind.NO_HOOKS:
         return f"not ({v}._forward_hooks or {v}._forward_pre_hooks)"
@@ -285,6 +316,8 @@ def _explain_one(g: Guard, val, evaluate) -> str | None:
     if k is GuardKind.LEN:
         return None if len(val) == e else f"len({n}) changed: {e} -> {len(val)}"
     if k is GuardKind.DICT_KEYS:
+        if isinstance(e, IdentityKeys):
+            return None if e.matches(val) else f"{n} keys are not the same objects now"
         if isinstance(e, KeysBut):
             now = e.of(val)
             return None if now == e.keys else f"{n} keys changed: {list(e.keys)} -> {list(now)} (ignoring {list(e.ignored)})"

@@ -130,6 +130,45 @@ class ItemSource(Source):
 
 
 @dataclass(frozen=True)
+class DictKeysSource(Source):
+    """``tuple(d)``: a dict's keys in order, for keys that are no constants (tensors: an optimizer's
+    state, keyed by its parameters), indexed by position (ItemSource)."""
+
+    parent: Source
+
+    def render(self, p: str) -> str:
+        return f"tuple({p})"
+
+    def expr(self) -> str:
+        return self.render(self.parent.expr())
+
+    def name(self) -> str:
+        return f"{self.parent.name()}.keys()"
+
+    def base(self) -> Source:
+        return self.parent
+
+
+@dataclass(frozen=True)
+class DictValuesSource(Source):
+    """``tuple(d.values())``: the values of such a dict, by position."""
+
+    parent: Source
+
+    def render(self, p: str) -> str:
+        return f"tuple({p}.values())"
+
+    def expr(self) -> str:
+        return self.render(self.parent.expr())
+
+    def name(self) -> str:
+        return f"{self.parent.name()}.values()"
+
+    def base(self) -> Source:
+        return self.parent
+
+
+@dataclass(frozen=True)
 class CellSource(Source):
     """The contents of closure cell ``index`` of a function found at ``parent``."""
 

@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import os
 import sys
 import types
 
@@ -79,6 +80,7 @@ def _build_special() -> dict:
         torch.no_grad: _grad_cls,
         torch.enable_grad: _grad_cls,
         torch.set_grad_enabled: _grad_cls,
+        torch._C._set_grad_enabled: _grad_cls,  # (a graph op alone would not switch the mode the trace runs in)
         torch.autocast: _autocast_cls,
         torch.compiler.is_compiling: constant_result(True),
         torch.compiler.is_dynamo_compiling: constant_result(True),
@@ -214,8 +216,36 @@ def mark_disabled(fn, reason: str) -> None:
     DISABLED[fn] = reason
 
 
+# Functions of torch that are graph breaks by design, named by (module, qualified name): ember never
+# imports torch._dynamo, and a program that calls them has imported it. ``torch._dynamo.graph_break()``
+# is an empty function; traced, it would vanish, and torch.optim relies on the break it makes
+# (``_use_grad_for_differentiable`` breaks after switching grad mode, so that the optimizer's graph
+# is captured under that mode).
+BREAKS_BY_NAME = {
+    ("torch._dynamo.decorators", "graph_break"): "torch._dynamo.graph_break()",
+}
+# The wrappers ``torch._dynamo.disable`` and torch's own ``torch._disable_dynamo`` put around a
+# function (``Optimizer.zero_grad``, ``Optimizer.load_state_dict``...): torch.compile runs the function
+# uncompiled, and so does ember (a break; the call runs as Python). functools.wraps gives the wrapper
+# the function's names, so it is known by its code: (file under torch's directory, code qualname).
+_TORCH_DIR = os.path.dirname(torch.__file__)
+BREAKS_BY_CODE = {
+    (os.path.join(_TORCH_DIR, "_compile.py"), "_disable_dynamo.<locals>.inner"): "torch._disable_dynamo",
+    (os.path.join(_TORCH_DIR, "_dynamo", "eval_frame.py"), "DisableContext.__call__.<locals>._fn"):
+        "torch._dynamo.disable",
+    (os.path.join(_TORCH_DIR, "_dynamo", "external_utils.py"),
+     "get_nonrecursive_disable_wrapper.<locals>.nonrecursive_disable_wrapper"): "torch._dynamo.disable",
+}
+
+
 def disabled_reason(value):
-    return _lookup(DISABLED, value)
+    reason = _lookup(DISABLED, value)
+    if reason is None and isinstance(value, types.FunctionType):
+        reason = BREAKS_BY_NAME.get((value.__module__, value.__qualname__))
+        if reason is None:
+            code = value.__code__
+            reason = BREAKS_BY_CODE.get((code.co_filename, getattr(code, "co_qualname", None)))
+    return reason
 
 
 def forbid(fn, message: str) -> None:

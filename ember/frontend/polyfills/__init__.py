@@ -10,7 +10,9 @@ import collections
 import itertools
 import sys
 
-from ember.frontend.polyfills import iterators as _iterators
+import torch
+
+from ember.frontend.polyfills import foreach as _foreach, iterators as _iterators
 
 
 def _chain_from_iterable(iterables):
@@ -33,6 +35,7 @@ def _dict_fromkeys(cls, iterable, value=None):
 C_FUNCTIONS = {
     itertools.chain.from_iterable: _chain_from_iterable,
     sys.intern: _intern,
+    torch._C._group_tensors_by_device_and_dtype: _foreach.group_tensors_by_device_and_dtype,
 }
 # classes whose construction is traced through a Python equivalent (see make_itertool)
 CLASSES = dict(_iterators.POLYFILLS)

@@ -98,7 +98,8 @@ def _restore_grad(prev: bool, *exc_info):
 
 
 class GradModeClassVariable(VariableTracker):
-    """``torch.no_grad`` / ``enable_grad`` / ``set_grad_enabled`` before they are instantiated."""
+    """``torch.no_grad`` / ``enable_grad`` / ``set_grad_enabled`` before they are instantiated, and
+    ``torch._C._set_grad_enabled`` (the plain switch, which returns None)."""
 
     identity_attr = "cls"
 
@@ -119,7 +120,7 @@ class GradModeClassVariable(VariableTracker):
         ctx = GradModeContextVariable(bool(mode), entered_at_init=True, prev=prev)
         tx.push_mode_restore(lambda: torch._C._set_grad_enabled(prev), ctx)
         _set_grad(tx, bool(mode))
-        return ctx
+        return ConstantVariable(None) if self.cls is torch._C._set_grad_enabled else ctx
 
 
 class AutocastContextVariable(ContextVariable):

@@ -7,9 +7,11 @@ import collections
 import enum
 import types
 
+import torch
+
 from ember.frontend.errors import TracedException, Unsupported
-from ember.frontend.guards import GuardKind
-from ember.frontend.sources import AttrSource, ItemSource
+from ember.frontend.guards import GuardKind, IdentityKeys
+from ember.frontend.sources import AttrSource, DictKeysSource, DictValuesSource, ItemSource
 from ember.frontend.variables.base import (
     ContainerMethods, ConstantVariable, MethodTable, VariableTracker, guard, helpers, register_builder, trackers,
 )
@@ -218,13 +220,40 @@ def _build_dict(tx, value, source):
         return None  # a user subclass: a user object (or a ModelOutput)
     guard(tx, source, GuardKind.TYPE, type(value))
     keys = list(value.keys())
-    if not all(isinstance(k, (int, str, float, bool, type(None), enum.Enum, tuple)) or _is_identity_key(k)
-               for k in keys):
-        raise Unsupported(f"dict with non-constant keys at {source.name()}")
-    guard(tx, source, GuardKind.DICT_KEYS, tuple(keys))
-    items = {k: VariableTracker.build(tx, value[k], ItemSource(source, k)) for k in keys}
-    key_vts = {k: VariableTracker.build_object(tx, k) for k in keys if _is_identity_key(k)}
+    if any(isinstance(k, torch.Tensor) for k in keys):
+        items, key_vts = _tensor_keyed_items(tx, value, source, keys)
+    else:
+        if not all(isinstance(k, (int, str, float, bool, type(None), enum.Enum, tuple)) or _is_identity_key(k)
+                   for k in keys):
+            raise Unsupported(f"dict with non-constant keys at {source.name()}")
+        guard(tx, source, GuardKind.DICT_KEYS, tuple(keys))
+        items = {k: VariableTracker.build(tx, value[k], ItemSource(source, k)) for k in keys}
+        key_vts = {k: VariableTracker.build_object(tx, k) for k in keys if _is_identity_key(k)}
     factory = getattr(value, "default_factory", None)  # a defaultdict's: a missing key calls it
     factory = VariableTracker.build(tx, factory, AttrSource(source, "default_factory")) if factory is not None else None
     return DictVariable(items, source, py_type=type(value), key_vts=key_vts, default_factory=factory)
 
+
+def _tensor_keyed_items(tx, value: dict, source, keys: list):
+    """Items of a dict keyed by tensors (an optimizer's ``state``, keyed by its parameters). A tensor
+    hashes and compares as its identity in a dict, so the keys are guarded to be the same objects in
+    the same order (``==`` would compare elements), and each is a graph input reached by position
+    (``tuple(d)[i]``; the same tensor reached elsewhere, ``group["params"][i]``, is that one input,
+    with an ALIAS guard), so a key tracker and a tracker met elsewhere hash alike. The values are
+    read by position too (``tuple(d.values())[i]``)."""
+    guard(tx, source, GuardKind.DICT_KEYS, IdentityKeys(tuple(keys)))
+    items, key_vts = {}, {}
+    for i, k in enumerate(keys):
+        if isinstance(k, torch.Tensor):
+            kvt = VariableTracker.build(tx, k, ItemSource(DictKeysSource(source), i))
+            if not isinstance(kvt, trackers.TensorVariable):
+                raise Unsupported(f"dict keyed by a tensor ember cannot trace ({kvt.describe()}) at {source.name()}")
+            pk = helpers.hashable_key(kvt)
+        elif isinstance(k, (int, str, float, bool, type(None), enum.Enum)) or _is_identity_key(k):
+            pk, kvt = k, (VariableTracker.build_object(tx, k) if _is_identity_key(k) else None)
+        else:
+            raise Unsupported(f"dict with non-constant keys at {source.name()}")
+        if kvt is not None:
+            key_vts[pk] = kvt
+        items[pk] = VariableTracker.build(tx, value[k], ItemSource(DictValuesSource(source), i))
+    return items, key_vts

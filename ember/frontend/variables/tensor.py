@@ -8,7 +8,7 @@ import torch
 
 from ember.frontend.errors import Unsupported
 from ember.frontend.guards import GuardKind
-from ember.frontend.sources import Source
+from ember.frontend.sources import AttrSource, Source
 from ember.frontend.variables.base import (
     ConstantVariable, MethodTable, VariableTracker, helpers, register_builder, trackers,
 )
@@ -84,7 +84,7 @@ class TensorVariable(VariableTracker):
         if name in _TENSOR_PROPS:
             return tx.output.call(tx, "call_function", getattr, [self, _c(name)], {})
         if name == "grad":
-            raise Unsupported("reading Tensor.grad inside a compiled function")
+            return self._grad(tx)
         if name == "data":
             return tx.output.call(tx, "call_method", "detach", [self], {})
         if name == "__class__":
@@ -98,6 +98,18 @@ class TensorVariable(VariableTracker):
 
     def call_method(self, tx, name: str, args: list, kwargs: dict) -> VariableTracker:
         return TensorMethodVariable(self, name).call(tx, args, kwargs)
+
+    def _grad(self, tx) -> VariableTracker:
+        """``p.grad`` of a leaf the frame received (a parameter, an input): the gradient is one more
+        input of the graph, guarded as any (None, or its metadata), read afresh at every call. Nothing
+        traced replaces it: a write (``p.grad = None``) and ``backward()`` / ``torch.autograd.backward``
+        are breaks, after which the resumed code reads it again (an in-place op on it is an input
+        mutation).
+        A tensor made in the graph, or a non-leaf (eager warns at each read), stays a break."""
+        real = helpers.input_value(tx, self.source) if self.source is not None else None
+        if real is None or not real.is_leaf:
+            raise Unsupported("reading Tensor.grad of a tensor that is not a leaf input of the compiled function")
+        return VariableTracker.build(tx, real.grad, AttrSource(self.source, "grad"))
 
     def sizes(self, tx, kind: str) -> VariableTracker:
         """``x.shape`` / ``x.size()`` / ``x.stride()``: constants where static, symbolic ints where not."""
