@@ -127,7 +127,14 @@ class NestedFunctionVariable(BaseUserFunctionVariable):
             raise Unsupported(f"{self.describe()} with attributes set inside the compiled function crossing a graph break")
         closure = "None"
         if self.closure:
-            closure = "(" + "".join(f"{_cell_expr(cg, c, self)}, " for c in self.closure) + ")"
+            if self.__dict__.get("_rebuilding"):  # its own closure holds it (a recursive local function)
+                raise Unsupported(f"{self.describe()} (a local function whose closure refers to itself) "
+                                  "crossing a graph break")
+            self._rebuilding = True
+            try:
+                closure = "(" + "".join(f"{_cell_expr(cg, c, self)}, " for c in self.closure) + ")"
+            finally:
+                self._rebuilding = False
         defaults = "(" + "".join(f"{cg.reconstruct(d)}, " for d in self.defaults) + ")" if self.defaults else "None"
         fn = (f"{cg.const(types.FunctionType, 'FunctionType')}({cg.const(self.code, 'code')}, "
               f"{cg.const(self.f_globals, 'globals')}, {self.name!r}, {defaults}, {closure})")

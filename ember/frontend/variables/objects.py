@@ -10,7 +10,7 @@ from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ItemSource
 from ember.frontend.variables.base import (
-    CONST_TYPES, ConstantVariable, VariableTracker, guard, guard_id, helpers, identity_of, is_namedtuple_cls,
+    CONST_TYPES, ConstantVariable, VariableTracker, guard, guard_id, guard_no_attr, helpers, identity_of, is_namedtuple_cls,
     register_builder, register_fallback, trackers,
 )
 from ember.frontend.variables.dicts import DictVariable
@@ -270,6 +270,7 @@ class UserObjectVariable(_ObjectProtocol):
             return VariableTracker.build(tx, inst_dict[name], src)
         if static is not None:
             return class_attr_of_instance(tx, self, cls, name, self_source=self.source)
+        guard_no_attr(tx, self, name)  # __getattr__ (or the caller) takes over: the name must stay absent
         raise AttributeError(f"'{cls.__name__}' object has no attribute '{name}'")
 
     def setattr(self, tx, name, value):

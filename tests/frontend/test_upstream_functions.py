@@ -1,0 +1,220 @@
+"""Silent wrong results found by running PyTorch's own dynamo tests (test/dynamo/test_functions.py,
+test_misc.py, test_repros.py) with ember in place of torch.compile: each test compares every call
+with eager, and failed before its fix (the compiled function returned a different value without
+raising)."""
+import types
+
+import pytest
+import torch
+
+import ember
+from ember.testing import cache_of
+
+
+def _check(fn, calls):
+    """Compile ``fn`` once, then call it with each argument tuple in order (``calls`` yields them, so
+    a call may follow a mutation); every result must equal eager's."""
+    ember.reset()
+    opt = ember.compile(fn, backend="eager")
+    for args in calls():
+        expected, actual = fn(*args), opt(*args)
+        assert type(actual) is type(expected)
+        torch.testing.assert_close(actual, expected)
+
+
+# -- an attribute found missing, set later (test_misc.test_config_getattr_default) -----------------
+# getattr(obj, name, default), hasattr(obj, name) and `except AttributeError` went on without the
+# attribute and guarded nothing about it: setting it afterwards reran the branch taken without it.
+
+class _Plain:
+    pass
+
+
+class _Slots:
+    __slots__ = ("flag",)
+
+
+class _OwnGetattribute:
+    def __getattribute__(self, name):
+        return object.__getattribute__(self, name)
+
+
+class _WithGetattr:
+    def __getattr__(self, name):
+        if name == "alias":
+            return 10
+        raise AttributeError(name)
+
+
+class _Mod(torch.nn.Module):
+    def forward(self, x):
+        return x + getattr(self, "flag", 0)
+
+
+def _getattr_default(x, o):
+    return x + getattr(o, "flag", 0)
+
+
+def _hasattr(x, o):
+    return x + 1 if hasattr(o, "flag") else x - 1
+
+
+def _except(x, o):
+    try:
+        return x + o.flag
+    except AttributeError:
+        return x - 1
+
+
+def _set_flag(obj, value=5):
+    setattr(obj, "flag", value)
+    return obj
+
+
+@pytest.mark.parametrize("fn", [_getattr_default, _hasattr, _except], ids=["getattr", "hasattr", "except"])
+@pytest.mark.parametrize("make", [
+    _Plain, _Slots, _OwnGetattribute, _WithGetattr,
+    lambda: type("Cls", (), {}),                 # a class: the attribute set on the class
+    lambda: types.ModuleType("usermod"),         # a module
+    lambda: (lambda: None),                      # a function's attribute
+], ids=["instance", "slots", "own_getattribute", "getattr_fallback", "class", "module", "function"])
+def test_attribute_set_after_it_was_found_missing(fn, make):
+    obj = make()
+
+    def calls():
+        yield torch.zeros(2), obj
+        yield torch.zeros(2), _set_flag(obj)
+        yield torch.zeros(2), _set_flag(obj, 7)
+
+    _check(fn, calls)
+
+
+def test_attribute_set_on_the_class_of_an_instance_after_it_was_found_missing():
+    cls = type("Cfg", (), {})
+    obj = cls()
+
+    def calls():
+        yield torch.zeros(2), obj
+        cls.flag = 5
+        yield torch.zeros(2), obj
+
+    _check(_getattr_default, calls)
+
+
+@pytest.mark.parametrize("value", [3, torch.nn.Parameter(torch.ones(2)), torch.nn.Linear(2, 2)],
+                         ids=["plain", "parameter", "submodule"])
+def test_nn_module_attribute_set_after_it_was_found_missing(value):
+    m = _Mod()
+
+    def fn(x):
+        if hasattr(m, "flag"):
+            return x + 1
+        return x - 1
+
+    def calls():
+        yield (torch.zeros(2),)
+        setattr(m, "flag", value)
+        yield (torch.zeros(2),)
+
+    _check(fn, calls)
+
+
+def test_missing_attribute_guard_does_not_recompile_while_it_stays_missing():
+    obj = _Plain()
+    ember.reset()
+    opt = ember.compile(_getattr_default, backend="eager")
+    for _ in range(3):
+        opt(torch.zeros(2), obj)
+    assert len(cache_of(opt).entries) == 1
+
+
+# -- callable(x) on an instance (test_functions.test_callable_class) --------------------------------
+# answered True for every instance of a user class (hasattr(cls, "__call__") always holds: type.__call__)
+
+class _NotCallable:
+    pass
+
+
+class _Callable:
+    def __call__(self):
+        return 1
+
+
+class _CallableSub(_Callable):
+    pass
+
+
+@pytest.mark.parametrize("arg", [_NotCallable(), _Callable(), _CallableSub(), _NotCallable, 1, [1], (1,),
+                                 torch.nn.Linear(2, 2), len],
+                         ids=["plain", "callable", "inherited", "class", "int", "list", "tuple", "module",
+                              "builtin"])
+def test_callable_of_values(arg):
+    def fn(x, a):
+        return x + 1 if callable(a) else x - 1
+
+    _check(fn, lambda: [(torch.zeros(2), arg)])
+
+
+# -- isinstance against a class whose metaclass has __instancecheck__ (test_misc.test_tensor_types,
+# test_repros.test_isinstance_storage): answered by issubclass(type(x), cls), always False ----------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.bool, torch.float16])
+def test_isinstance_legacy_tensor_types(dtype):
+    def fn(x):
+        return (isinstance(x, torch.FloatTensor), isinstance(x, torch.DoubleTensor),
+                isinstance(x, (torch.LongTensor, torch.BoolTensor)), isinstance(x, torch.HalfTensor),
+                isinstance(x, torch.cuda.FloatTensor), isinstance(x, torch.Tensor), isinstance(x, int))
+
+    def calls():
+        yield (torch.empty(3, dtype=dtype),)
+        yield (torch.nn.Parameter(torch.empty(3, dtype=dtype), requires_grad=False),)
+
+    ember.reset()
+    opt = ember.compile(fn, backend="eager")
+    for (x,) in calls():
+        assert opt(x) == fn(x)
+
+
+def test_isinstance_legacy_storage_made_in_the_trace():
+    def fn(x):
+        bools = torch.BoolStorage.from_buffer(bytearray([0, 1, 2, 3]), "big")
+        return x + 1, isinstance(bools, torch.BoolStorage), isinstance(bools, torch.FloatStorage)
+
+    ember.reset()
+    x = torch.zeros(2)
+    with pytest.warns(UserWarning, match="TypedStorage is deprecated"):
+        expected = fn(x)
+        actual = ember.compile(fn, backend="eager")(x)
+    torch.testing.assert_close(actual[0], expected[0])
+    assert actual[1:] == expected[1:]
+
+
+# -- a dict subclass answering attributes from its items (test_misc.test_user_getattr1): ember's own
+# probe getattr(value, "__qualname__", None) ran the user's __getattr__, whose KeyError escaped -------
+
+class _ItemConfig(dict):
+    def __getattr__(self, name):
+        return self[name]
+
+
+def test_dict_subclass_whose_getattr_raises_keyerror():
+    def fn(cfg, x):
+        return x + cfg.offset
+
+    cfg = _ItemConfig(offset=5)
+    _check(fn, lambda: [(cfg, torch.zeros(3))])
+
+
+# -- a local function whose closure holds itself, crossing a graph break (test_functions'
+# vmap tests: torch.utils._pytree's recursive `helper`): rebuilding it recursed without end -------
+
+def test_recursive_local_function_crossing_a_graph_break():
+    def fn(x):
+        def walk(n):
+            return 0 if n == 0 else 1 + walk(n - 1)
+
+        y = x + 1
+        print("", end="")  # a graph break with walk alive
+        return y + walk(3), walk(2)
+
+    _check(fn, lambda: [(torch.zeros(2),)])
