@@ -332,9 +332,11 @@ def check_cells(code: types.CodeType, region: "Region") -> None:
         if isinstance(const, types.CodeType):
             inner_writes |= {i.argval for i in bc.decode(const) if i.opname in ("STORE_DEREF", "DELETE_DEREF")}
     for name in captured & set(code.co_cellvars):
-        writes = [i for i in instrs if i.opname in ("STORE_DEREF", "DELETE_DEREF") and i.argval == name]
+        writes = [k for k, i in enumerate(instrs) if i.opname in ("STORE_DEREF", "DELETE_DEREF") and i.argval == name]
         if name in inner_writes or len(writes) > 1:
             raise CannotResume(f"the native part makes a closure over '{name}', which is assigned again later")
+        if writes and writes[0] > region.end:  # `class Foo: ... super(Foo, self)`: the closure is made first
+            raise CannotResume(f"the native part makes a closure over '{name}', which is assigned after it")
 
 
 # ---- code generation ---------------------------------------------------------------------------

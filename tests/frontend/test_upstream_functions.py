@@ -218,3 +218,23 @@ def test_recursive_local_function_crossing_a_graph_break():
         return y + walk(3), walk(2)
 
     _check(fn, lambda: [(torch.zeros(2),)])
+
+
+# -- a class defined in the compiled function that names itself in a method (test_misc.test_jit_save:
+# `super(Foo, self).__init__()`): the class statement runs natively at a graph break, its methods'
+# closure captures that frame's cell, and `Foo = <class>` was stored in the continuation's own cell:
+# eager runs, ember raised NameError -------------------------------------------------------------
+
+def test_local_class_referring_to_itself_across_a_graph_break():
+    def fn(x):
+        class Foo(torch.nn.Module):
+            def __init__(self):
+                super(Foo, self).__init__()
+                self.a = 3
+
+            def forward(self, x):
+                return x + self.a
+
+        return Foo()(x)
+
+    _check(fn, lambda: [(torch.ones(2),)])
