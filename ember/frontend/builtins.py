@@ -480,7 +480,20 @@ def _getattr(tx, fn, obj, name, *default):
 
 @handler(hasattr)
 def _hasattr(tx, fn, obj, name):
-    return ConstantVariable(lookup_attr(tx, obj, name.as_constant()) is not _MISSING)
+    name = name.as_constant()
+    try:
+        return ConstantVariable(lookup_attr(tx, obj, name) is not _MISSING)
+    except Unsupported:
+        # the value is not modelled, but a method or plain class attribute exists whatever the
+        # instance holds (a data descriptor, e.g. a property or an unset slot, may raise: not that)
+        try:
+            static, _ = lookup_static(obj.python_type(), name)
+        except Unsupported:
+            static = None
+        descriptor = hasattr(type(static), "__set__") or hasattr(type(static), "__delete__")
+        if static is None or (descriptor and name != "__dict__"):  # (an instance dict is always there)
+            raise
+        return ConstantVariable(True)
 
 
 @handler(iter)

@@ -238,3 +238,75 @@ def test_local_class_referring_to_itself_across_a_graph_break():
         return Foo()(x)
 
     _check(fn, lambda: [(torch.ones(2),)])
+
+
+# -- a submodule assigned under the name of a method of the module's class (test_modules.
+# test_module_attribute_precedence): Python finds the class attribute first (nn.Module.__getattr__
+# only runs when normal lookup fails); ember looked in _modules first --------------------------
+
+class _PrecedenceBase(torch.nn.Module):
+    def linear(self, x):
+        return x * 2.0
+
+
+class _Precedence(_PrecedenceBase):
+    def __init__(self):
+        super().__init__()
+        self.activation = torch.nn.ReLU()
+        self.linear = torch.nn.Linear(3, 3)
+        self.initializer = torch.ones([3, 3])
+        self.scale = 0.5
+
+    def activation(self, x):
+        return x * 1.2
+
+    def initializer(self):
+        return torch.zeros([3, 3])
+
+    def scale(self):
+        return 2.0
+
+    def forward(self, x):
+        return self.activation(self.linear(self.initializer + x)) * self.scale
+
+
+def test_module_attribute_precedence():
+    m = _Precedence()
+    x = torch.randn(3, 3)
+    ember.reset()
+    torch.testing.assert_close(ember.compile(m, backend="eager")(x), m(x))
+
+    def fn(x):
+        return m.activation(x), m.linear(x), m.initializer, m.scale, len(list(m.named_children()))
+
+    _check(fn, lambda: [(x,)])
+
+
+# -- attributes of functools.partial (test_functions.test_partials_hasattr_attr_*): every read but
+# .func was a graph break, so fullgraph=True failed for hasattr(p, "args") and hasattr(p, "__name__")
+
+@pytest.mark.parametrize("attr", ["args", "keywords", "func", "__call__", "__repr__", "__dict__", "__class__",
+                                  "__doc__", "__name__", "__code__", "__qualname__", "__defaults__"])
+def test_partial_hasattr_in_one_graph(attr):
+    import functools
+
+    def fn(t):
+        p = functools.partial(lambda x, y: torch.sin(x) + torch.cos(y), y=t)
+        return p(t) if hasattr(p, attr) else torch.zeros_like(t)
+
+    t = torch.randn(3)
+    ember.reset()
+    torch.testing.assert_close(ember.compile(fn, backend="eager", fullgraph=True)(t), fn(t))
+
+
+def test_partial_args_and_keywords():
+    import functools
+
+    def fn(x, p):
+        q = functools.partial(torch.add, x, alpha=2)
+        return q(*p.args, **p.keywords), len(q.args), sorted(q.keywords)
+
+    p = functools.partial(print, torch.ones(3), alpha=3)
+    _check(lambda x, p: fn(x, p)[0], lambda: [(torch.zeros(3), p)])
+    ember.reset()
+    assert ember.compile(fn, backend="eager")(torch.zeros(3), p)[1:] == fn(torch.zeros(3), p)[1:]
