@@ -383,3 +383,45 @@ def test_break_at_a_method_load_that_pushes_null_runs_to_the_call():
     t = types.SimpleNamespace(add_one=lambda v: v + 1)
     stack = (t,) if depth else ()  # the break is at the load: t is on the stack already
     assert broken(stack, {"t": t, "x": 2}) == fn(t, 2) == 5
+
+
+# -- obj.__class__ = Other inside the trace (test_misc.test_class_reassignment_graph_break): the
+# tracker kept the old class, so isinstance(obj, Other) was False; now a graph break --------------
+
+def test_class_reassignment():
+    class Base:
+        def __init__(self, x):
+            self.x = x
+
+    class Derived(Base):
+        pass
+
+    def fn(x, existing):
+        obj = Base(5)
+        obj.__class__ = Derived
+        existing.__class__ = Derived
+        return x + 1, isinstance(obj, Derived), isinstance(existing, Derived), type(obj) is Derived
+
+    _check(lambda x: fn(x, Base(1))[0], lambda: [(torch.ones(1),)])
+    ember.reset()
+    assert ember.compile(fn, backend="eager")(torch.ones(1), Base(1))[1:] == fn(torch.ones(1), Base(1))[1:]
+
+
+# -- a Python type as a dtype (test_misc.test_with_builtin_type, test_numpy_with_builtin_type,
+# test_dtypes_no_graphbreaks): the graph's generated code printed "<class 'bool'>": SyntaxError ----
+
+def test_python_types_as_dtypes():
+    import numpy as np
+
+    def fn(x):
+        return (x * 5).to(bool).to(float).to(int) + 8, torch.zeros(2, dtype=float), x.new_ones(2, dtype=complex)
+
+    _check(fn, lambda: [(torch.randn(5),)])
+
+    def np_fn(a):
+        return (a * 5).astype(bool).astype(float).astype(int) + 8, np.arange(5, dtype=float), np.arange(3, dtype=int)
+
+    a = np.random.rand(5)
+    ember.reset()
+    for got, want in zip(ember.compile(np_fn, backend="eager")(a), np_fn(a)):
+        assert got.dtype == want.dtype and (got == want).all()

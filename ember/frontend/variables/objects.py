@@ -274,6 +274,8 @@ class UserObjectVariable(_ObjectProtocol):
         raise AttributeError(f"'{cls.__name__}' object has no attribute '{name}'")
 
     def setattr(self, tx, name, value):
+        if name == "__class__":  # the tracker's type would no longer be the object's
+            raise Unsupported(f"assigning __class__ of {self.describe()}")
         cls = type(self.value)
         sa, _ = lookup_static(cls, "__setattr__")
         static, _ = lookup_static(cls, name)
@@ -335,6 +337,8 @@ class NewObjectVariable(_ObjectProtocol):
         return call_python(tx, ga, [self, ConstantVariable(name)])
 
     def setattr(self, tx, name, value):
+        if name == "__class__":  # isinstance and method lookups read self.cls: not modelled
+            raise Unsupported(f"assigning __class__ of {self.describe()}")
         sa = python_dunder(self.cls, "__setattr__")
         if sa is not None:
             call_python(tx, sa, [self, ConstantVariable(name), value])
