@@ -257,6 +257,15 @@ def dict_items_of(tx, v):
     if isinstance(v, ModelOutputVariable):
         yield from [(ConstantVariable(k), val) for k, val in v.values.items()]
         return
+    if isinstance(v, (UserObjectVariable, NewObjectVariable)):
+        # a mapping that is not a dict (a collections.abc.Mapping subclass, anything with keys()):
+        # CPython reads keys() and obj[key], never iterates pairs; iterating its keys as pairs
+        # unpacked each 2-character key into a (key, value) pair
+        keys = lookup_attr(tx, v, "keys")
+        if keys is not _MISSING:
+            for k in iterate(tx, keys.call(tx, [], {})):
+                yield k, tx.getitem(v, k)
+            return
     for pair in iterate(tx, v):
         k, val = pair.unpack(tx)
         yield k, val

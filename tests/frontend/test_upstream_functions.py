@@ -425,3 +425,68 @@ def test_python_types_as_dtypes():
     ember.reset()
     for got, want in zip(ember.compile(np_fn, backend="eager")(a), np_fn(a)):
         assert got.dtype == want.dtype and (got == want).all()
+
+
+# -- dict(m), d.update(m), {**m}, f(**m) of a mapping that is not a dict (test_functions.
+# test_dict_mutable_map, test_unpack_mutable_map): its keys were iterated as (key, value) pairs, so
+# the keys "ab", "cd" made the dict {"a": "b", "c": "d"} without an error ----------------------------
+
+class _Mapping(__import__("collections").abc.MutableMapping):
+    def __init__(self, **kw):
+        self._d = dict(kw)
+
+    def __getitem__(self, k):
+        return self._d[k]
+
+    def __setitem__(self, k, v):
+        self._d[k] = v
+
+    def __delitem__(self, k):
+        del self._d[k]
+
+    def __iter__(self):
+        return iter(self._d)
+
+    def __len__(self):
+        return len(self._d)
+
+
+class _KeysOnly:
+    def keys(self):
+        return ["ab", "cd"]
+
+    def __getitem__(self, k):
+        return len(k) * 10
+
+
+def _kw(x, ab=1, cd=1):
+    return x * ab + cd
+
+
+_MAPPING_USES = {
+    "dict": lambda x, m: (x, sorted(dict(m).items())),
+    "update": lambda x, m: (x, sorted(_updated(m).items())),
+    "merge": lambda x, m: (x, sorted({**m, "y": 1}.items())),
+    "kwargs": lambda x, m: (_kw(x, **m), 0),
+}
+
+
+def _updated(m):
+    e = {"z": 0}
+    e.update(m)
+    return e
+
+
+@pytest.mark.parametrize("use", list(_MAPPING_USES))
+@pytest.mark.parametrize("make", [lambda: _Mapping(ab=2, cd=3), _KeysOnly], ids=["mutable_mapping", "keys_method"])
+def test_mapping_that_is_not_a_dict(make, use):
+    m, body = make(), _MAPPING_USES[use]
+
+    def fn(x):
+        return body(x, m)
+
+    ember.reset()
+    x = torch.ones(2)
+    got, want = ember.compile(fn, backend="eager")(x), fn(x)
+    torch.testing.assert_close(got[0], want[0])
+    assert got[1] == want[1]
