@@ -288,3 +288,21 @@ def test_use_numpy_random_stream_maps_to_ember_config(notices):
         torch._dynamo.config.use_numpy_random_stream = True
         assert ember.config.use_numpy_random_stream is True
     assert ember.config.use_numpy_random_stream is False
+
+
+def test_mock_patch_of_a_config_setting_is_undone_through_the_translation():
+    """unittest.mock.patch deletes the setting on exit and then sets the saved value back (PyTorch's
+    own tests patch torch._dynamo.config this way); the proxy raised AttributeError on the delete."""
+    from unittest import mock
+
+    import torch._dynamo
+
+    limit = ember.config.recompile_limit
+    with Session():
+        before = torch._dynamo.config.suppress_errors
+        with mock.patch.object(torch._dynamo.config, "cache_size_limit", 5):
+            assert ember.config.recompile_limit == 5
+        assert ember.config.recompile_limit == limit
+        with mock.patch("torch._dynamo.config.suppress_errors", not before):
+            assert torch._dynamo.config.suppress_errors is (not before)
+        assert torch._dynamo.config.suppress_errors is before

@@ -56,6 +56,16 @@ class ConfigProxy(types.ModuleType):
         setattr(real, name, value)  # torch checks the name, as without ember
         self._ember_on_set(self._ember_prefix + name, value, (real, name, old))
 
+    def __delattr__(self, name):
+        # unittest.mock.patch(.object) deletes the setting on exit, then sets the saved value back when
+        # the name has gone; torch's config supports that (the delete hides the setting), so must we
+        real = self._ember_real
+        old = getattr(real, name, _MISSING)
+        delattr(real, name)
+        now = getattr(real, name, _MISSING)
+        if now is not _MISSING:  # the delete showed a default: ember follows it
+            self._ember_on_set(self._ember_prefix + name, now, (real, name, old))
+
     def __dir__(self):
         return dir(self._ember_real)
 

@@ -5,6 +5,7 @@ a graph op or is refused when it needs tensor data; containers are handled item 
 """
 from __future__ import annotations
 
+import abc
 import builtins
 import collections
 import dataclasses
@@ -18,7 +19,7 @@ import torch
 
 from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.variables import functions as F, symbolic
-from ember.frontend.variables.base import ConstantVariable, VariableTracker, helpers, identity_of
+from ember.frontend.variables.base import ConstantVariable, VariableTracker, guard_no_attr, helpers, identity_of
 from ember.frontend.variables.deques import DequeVariable
 from ember.frontend.variables.dict_views import DictViewVariable, view_operator
 from ember.frontend.variables.dicts import DictVariable
@@ -256,6 +257,15 @@ def dict_items_of(tx, v):
     if isinstance(v, ModelOutputVariable):
         yield from [(ConstantVariable(k), val) for k, val in v.values.items()]
         return
+    if isinstance(v, (UserObjectVariable, NewObjectVariable)):
+        # a mapping that is not a dict (a collections.abc.Mapping subclass, anything with keys()):
+        # CPython reads keys() and obj[key], never iterates pairs; iterating its keys as pairs
+        # unpacked each 2-character key into a (key, value) pair
+        keys = lookup_attr(tx, v, "keys")
+        if keys is not _MISSING:
+            for k in iterate(tx, keys.call(tx, [], {})):
+                yield k, tx.getitem(v, k)
+            return
     for pair in iterate(tx, v):
         k, val = pair.unpack(tx)
         yield k, val
@@ -381,6 +391,9 @@ def _isinstance(tx, fn, obj, classes):
         raise Unsupported(f"isinstance() on {obj.describe()}")
     if isinstance(obj, TensorVariable) and isinstance(cls, type) and cls is torch.nn.Parameter:
         return ConstantVariable(isinstance(obj.fake, torch.nn.Parameter) or obj.python_type() is torch.nn.Parameter)
+    each = cls if isinstance(cls, tuple) else (cls,)
+    if any(_own_instancecheck(c) for c in each):
+        return ConstantVariable(any(_instancecheck(obj, t, c) for c in each))
     try:
         return ConstantVariable(issubclass(t, cls))
     except TypeError:
@@ -389,6 +402,34 @@ def _isinstance(tx, fn, obj, classes):
         if real is not None:
             return ConstantVariable(isinstance(real, cls))
         raise Unsupported(f"isinstance() against {cls!r}")
+
+
+def _own_instancecheck(c) -> bool:
+    """A class whose metaclass answers isinstance() by more than the type (torch.FloatTensor checks
+    dtype and device, torch.BoolStorage the storage's dtype): issubclass(type(obj), c) is not the answer."""
+    meta = type(c).__instancecheck__
+    return isinstance(c, type) and meta is not type.__instancecheck__ and meta is not abc.ABCMeta.__instancecheck__
+
+
+def _instancecheck(obj, t, c) -> bool:
+    """isinstance(obj, c) for one class of the tuple."""
+    if not _own_instancecheck(c):
+        return issubclass(t, c)
+    if t is c:  # CPython answers an exact type match before asking the metaclass
+        return True
+    if isinstance(obj, TensorVariable) and type(c) is type(torch.FloatTensor):
+        # a legacy tensor type (torch.FloatTensor, torch.cuda.HalfTensor, torch.sparse.FloatTensor):
+        # its dtype, layout and device type; all three are in the tensor's guard
+        f = obj.fake
+        return (f.dtype == c.dtype and (f.layout is not torch.strided) == c.is_sparse and
+                f.device.type == ("cuda" if c.is_cuda else "cpu"))
+    real = getattr(obj, "value", None) if isinstance(obj, (OpaqueObjectVariable, UserObjectVariable)) else None
+    if real is None and obj.is_constant():
+        real = obj.as_constant()
+    if real is None:
+        raise Unsupported(f"isinstance() of {obj.describe()} against {c.__qualname__}, whose metaclass "
+                          "defines __instancecheck__")
+    return isinstance(real, c)
 
 
 @handler(issubclass)
@@ -405,8 +446,9 @@ def _callable(tx, fn, x):
                  F.BoundMethodVariable, F.PartialVariable, F.ConstantMethodVariable, TensorMethodVariable)
     if isinstance(x, callables):
         return ConstantVariable(True)
-    return ConstantVariable(callable(x.python_type()) and hasattr(x.python_type(), "__call__") and
-                            not isinstance(x, (TensorVariable, BaseSequenceVariable, DictVariable)))
+    # what CPython checks (a type slot): __call__ defined on the value's class, not reached through
+    # the metaclass (hasattr(cls, "__call__") holds for every class: type.__call__)
+    return ConstantVariable(any("__call__" in vars(c) for c in x.python_type().__mro__))
 
 
 @handler(type)
@@ -426,11 +468,12 @@ def lookup_attr(tx, obj, name: str):
     try:
         return obj.getattr(tx, name)
     except AttributeError:
-        return _MISSING
+        pass
     except TracedException as exc:
-        if issubclass(exc.exc_type, AttributeError):
-            return _MISSING
-        raise
+        if not issubclass(exc.exc_type, AttributeError):
+            raise
+    guard_no_attr(tx, obj, name)  # the trace goes on without it: setting it later must recompile
+    return _MISSING
 
 
 @handler(getattr)
@@ -446,7 +489,20 @@ def _getattr(tx, fn, obj, name, *default):
 
 @handler(hasattr)
 def _hasattr(tx, fn, obj, name):
-    return ConstantVariable(lookup_attr(tx, obj, name.as_constant()) is not _MISSING)
+    name = name.as_constant()
+    try:
+        return ConstantVariable(lookup_attr(tx, obj, name) is not _MISSING)
+    except Unsupported:
+        # the value is not modelled, but a method or plain class attribute exists whatever the
+        # instance holds (a data descriptor, e.g. a property or an unset slot, may raise: not that)
+        try:
+            static, _ = lookup_static(obj.python_type(), name)
+        except Unsupported:
+            static = None
+        descriptor = hasattr(type(static), "__set__") or hasattr(type(static), "__delete__")
+        if static is None or (descriptor and name != "__dict__"):  # (an instance dict is always there)
+            raise
+        return ConstantVariable(True)
 
 
 @handler(iter)

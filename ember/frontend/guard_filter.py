@@ -27,6 +27,7 @@ TORCH_GUARD_TYPES = {
     GuardKind.GLOBAL_STATE: "GLOBAL_STATE",
     GuardKind.SHAPE: "SHAPE_ENV",
     GuardKind.STORAGE_OFFSET: "TENSOR_MATCH",  # torch.compile checks offsets as part of the tensor match
+    GuardKind.NO_ATTR: "HASATTR",
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import math
 import operator
+import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -31,6 +32,9 @@ class GuardKind(enum.Enum):
     SHAPE = "relations between symbolic sizes (dynamic shapes)"
     # only where the code reads it (x.storage_offset()): views at any offset share one compile otherwise
     STORAGE_OFFSET = "tensor storage offset"
+    # where traced code found an attribute missing (getattr(obj, name, default), hasattr, a __getattr__
+    # fallback): setting it later must recompile, not rerun the branch taken without it
+    NO_ATTR = "attribute absent from the object and its class"
 
 
 @dataclass(frozen=True)
@@ -237,7 +241,46 @@ def _render_one(g: Guard, v: str | None, load, const) -> str:
         return f"{v} is {load(g.other)}"
     if k is GuardKind.STORAGE_OFFSET:
         return f"{v}.storage_offset() == {e!r}"
+    if k is GuardKind.NO_ATTR:
+        return f"{const(lacks_attr, 'lacks_attr')}({v}, {e!r})"
     raise AssertionError(k)
+
+
+def _in_mro(mro, name: str):
+    for c in mro:
+        d = c.__dict__
+        if name in d:
+            return d[name]
+    return _NOT_FOUND
+
+
+_NOT_FOUND = object()
+
+
+def lacks_attr(obj, name: str) -> bool:
+    """``getattr(obj, name)`` would not find ``name`` by a plain lookup: not in the instance dict, the
+    class (for a class: its MRO, then its metaclass), a filled slot, or an nn.Module's parameters,
+    buffers and submodules. ``__getattr__`` is not called: the trace followed it as code. (What
+    ``inspect.getattr_static`` answers, at a fifth of its cost: this runs at every call.)"""
+    if isinstance(obj, type):
+        return _in_mro(obj.__mro__, name) is _NOT_FOUND and _in_mro(type(obj).__mro__, name) is _NOT_FOUND
+    try:
+        d = object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        d = None
+    if d is not None and name in d:
+        return False
+    static = _in_mro(type(obj).__mro__, name)
+    if static is _NOT_FOUND:
+        if isinstance(obj, torch.nn.Module):  # kept outside __dict__, reached through Module.__getattr__
+            return not any(name in d.get(k, ()) for k in ("_parameters", "_buffers", "_modules"))
+        return True
+    if type(static) is types.MemberDescriptorType:  # a slot: missing until assigned
+        try:
+            static.__get__(obj, type(obj))
+        except AttributeError:
+            return True
+    return False
 
 
 def _roundtrips(x) -> bool:
@@ -330,6 +373,8 @@ def _explain_one(g: Guard, val, evaluate) -> str | None:
     if k is GuardKind.STORAGE_OFFSET:
         now = val.storage_offset()
         return None if now == e else f"{n}.storage_offset() changed: {e} -> {now}"
+    if k is GuardKind.NO_ATTR:
+        return None if lacks_attr(val, e) else f"{n}.{e} was missing and is set now"
     raise AssertionError(k)
 
 

@@ -289,6 +289,11 @@ class OutputGraph:
                 str(getattr(target, "__module__", "")).startswith("torch"):
             raise Unsupported(f"torch.{target.__name__}() changes global state, which a graph cannot hold")
         node_args = pytree.tree_map(lambda v: _to_node_arg(v), (args, kwargs), is_leaf=_is_vt)
+        if kind == "call_method" or str(getattr(target, "__module__", "")).startswith(("torch", "ember.")):
+            # a Python type where torch (or torch._numpy, behind ember's NumPy wrappers) takes a dtype
+            # (x.to(bool), dtype=float, a.astype(int)): the graph's code cannot spell a class, and
+            # torch reads them as these dtypes
+            node_args = pytree.tree_map(lambda a: _PY_TYPE_DTYPES.get(a, a) if isinstance(a, type) else a, node_args)
         fake_args = pytree.tree_map(lambda v: _to_fake_arg(v), (args, kwargs), is_leaf=_is_vt)
         if kind == "call_function" and trace_rules.bypasses_dispatcher(target) and any(
                 isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(fake_args)):
@@ -408,6 +413,9 @@ def _is_mutating(kind: str, target, kwargs=None) -> bool:
         return True
     name = target if isinstance(target, str) else getattr(target, "__name__", "")
     return name.endswith("_") and not name.endswith("__")
+
+
+_PY_TYPE_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64, complex: torch.complex128}
 
 
 def _to_node_arg(v):

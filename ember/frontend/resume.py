@@ -228,14 +228,23 @@ def plan_region(code: types.CodeType, start: int, failing: int, stack_nulls: lis
             if ins.opname == "FOR_ITER" and ins.target == end + 1 and instrs[end + 1].opname == "END_FOR":
                 end += bc.FOR_ITER_SKIP
     lowest_null = next((i for i, is_null in enumerate(stack_nulls) if is_null), None)
-    if lowest_null is not None:
-        # a pending call's NULL cannot be packed into a tuple: run on until the call consumes it
+    while True:
+        # a pending call's NULL cannot be packed into a tuple: run on until the call consumes it.
+        # The NULL may be on the stack at entry, or pushed inside the region (a method load that
+        # found a plain attribute: [NULL, attr]) and still there at its end
+        inner = _null_left(instrs, depths, start, end)
+        pending = min((n for n in (lowest_null, inner) if n is not None), default=None)
+        if pending is None:
+            break
+        before = end
         low = _lowest_reached(instrs, depths, start, end)
-        while low > lowest_null and end + 1 < len(instrs) and instrs[end].opname not in _TERMINAL:
+        while low > pending and end + 1 < len(instrs) and instrs[end].opname not in _TERMINAL:
             end += 1
             low = _lowest_reached(instrs, depths, start, end)
         while end + 1 < len(instrs) and instrs[end].opname in _CALL_PREFIX:
             end += 1  # never stop between a PRECALL / KW_NAMES and its CALL
+        if end == before:
+            break
     if scope is None and drive is None:
         end = _past_try_bodies(code, end)
     elif scope is not None and any(scope.stops_copy(i) for i in range(start + 1, end + 1)):
@@ -285,6 +294,33 @@ def _past_try_bodies(code: types.CodeType, end: int) -> int:
     return end
 
 
+def _null_slot(ins, depth: int) -> int | None:
+    """The stack position where ``ins`` may push a NULL (the self-or-NULL slot of a call), or None."""
+    if ins.opname == "PUSH_NULL":
+        return depth
+    if ins.opname == "LOAD_GLOBAL" and isinstance(ins.arg, int) and ins.arg & 1:
+        return depth if bc.PY < (3, 13) else depth + 1
+    if ins.opname == "LOAD_METHOD" or (ins.opname == "LOAD_ATTR" and bc.PY >= (3, 12) and ins.arg & 1):
+        return depth - 1 if bc.PY < (3, 13) else depth
+    if ins.opname == "LOAD_SUPER_ATTR" and ins.arg & 1:
+        return depth - 3 if bc.PY < (3, 13) else depth - 2
+    return None
+
+
+def _null_left(instrs, depths, start: int, end: int) -> int | None:
+    """The lowest position of a NULL pushed in [start, end] and not consumed by its end."""
+    lowest = None
+    for k in range(start, end + 1):
+        if depths[k] is None:
+            continue
+        slot = _null_slot(instrs[k], depths[k])
+        if slot is None:
+            continue
+        if k == end or _lowest_reached(instrs, depths, k + 1, end) > slot:
+            lowest = slot if lowest is None else min(lowest, slot)
+    return lowest
+
+
 def _lowest_reached(instrs, depths, start: int, end: int) -> int:
     """The lowest stack position any instruction in [start, end] pops (calls pop their NULL too)."""
     low = depths[start]
@@ -332,9 +368,11 @@ def check_cells(code: types.CodeType, region: "Region") -> None:
         if isinstance(const, types.CodeType):
             inner_writes |= {i.argval for i in bc.decode(const) if i.opname in ("STORE_DEREF", "DELETE_DEREF")}
     for name in captured & set(code.co_cellvars):
-        writes = [i for i in instrs if i.opname in ("STORE_DEREF", "DELETE_DEREF") and i.argval == name]
+        writes = [k for k, i in enumerate(instrs) if i.opname in ("STORE_DEREF", "DELETE_DEREF") and i.argval == name]
         if name in inner_writes or len(writes) > 1:
             raise CannotResume(f"the native part makes a closure over '{name}', which is assigned again later")
+        if writes and writes[0] > region.end:  # `class Foo: ... super(Foo, self)`: the closure is made first
+            raise CannotResume(f"the native part makes a closure over '{name}', which is assigned after it")
 
 
 # ---- code generation ---------------------------------------------------------------------------

@@ -152,8 +152,11 @@ def python_behind(value):
     function it compiled on the ScriptFunction, and tracing that gives the same tensor ops."""
     if isinstance(value, torch.jit.ScriptFunction):
         return getattr(value, "_torchdynamo_inline", None)
-    if getattr(value, "__qualname__", None) == "wrap_dunder_call_ctx_manager.<locals>.inner" and \
-            getattr(value, "__module__", None) == "torch._dynamo.external_utils":
+    # a plain function only: getattr on any other value may run its class's __getattr__ (a dict
+    # subclass answering attributes from its items raises KeyError, not AttributeError)
+    if isinstance(value, types.FunctionType) and \
+            value.__qualname__ == "wrap_dunder_call_ctx_manager.<locals>.inner" and \
+            value.__module__ == "torch._dynamo.external_utils":
         # torch._dynamo.dont_skip_tracing(fn) (e.g. the _guards_fn of ExportedProgram.module()): a
         # Dynamo config patch around fn, which concerns Dynamo only; trace fn itself
         cells = dict(zip(value.__code__.co_freevars, (c.cell_contents for c in value.__closure__ or ())))

@@ -4,7 +4,7 @@ from __future__ import annotations
 from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.handlers import register, unsupported
 from ember.frontend.interpreter import CellVariable
-from ember.frontend.variables.base import NULL, ConstantVariable, VariableTracker
+from ember.frontend.variables.base import NULL, ConstantVariable, VariableTracker, guard_no_attr
 from ember.frontend.variables.lazy import LazyVariable, realize
 from ember.frontend.variables.objects import SuperVariable
 
@@ -131,6 +131,7 @@ def _getattr(tx, obj, name):
     try:
         return obj.getattr(tx, name)
     except AttributeError as exc:
+        guard_no_attr(tx, obj, name)  # an `except AttributeError` may go on without it
         raise TracedException(AttributeError, [ConstantVariable(str(exc))],
                               f"{obj.describe()} has no attribute '{name}' (AttributeError: {exc})") from None
 

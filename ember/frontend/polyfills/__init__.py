@@ -9,6 +9,7 @@ ordinary inlining. Which C callable each replaces is in the module's ``POLYFILLS
 import collections
 import itertools
 import sys
+import types
 
 import torch
 
@@ -54,6 +55,8 @@ def python_equivalent(value):
         return None
     if fn is not None:
         return fn, ()
+    if not isinstance(value, types.BuiltinMethodType):  # (a probe of any other value may run its __getattr__)
+        return None
     owner = getattr(value, "__self__", None)
     if getattr(value, "__name__", None) == "fromkeys" and isinstance(owner, type) and issubclass(owner, dict) \
             and owner is not dict and getattr(owner, "fromkeys", None) == value:

@@ -379,6 +379,12 @@ def guard(tx, source, kind: GuardKind, expected=None) -> None:
         tx.output.guards.add(source, kind, expected)
 
 
+def guard_no_attr(tx, vt, name: str) -> None:
+    """The trace went on because ``vt.name`` is missing (getattr with a default, hasattr, ``except
+    AttributeError``): guard that it stays missing, so setting it later recompiles."""
+    guard(tx, getattr(vt, "source", None), GuardKind.NO_ATTR, name)
+
+
 def guard_id(tx, value, source) -> None:
     """Guard ``source`` by identity, except for a builtin's bound method (``lst.append``,
     ``dict.fromkeys``): it is made afresh on every attribute read, so an identity guard on it would

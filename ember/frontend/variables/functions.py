@@ -127,7 +127,14 @@ class NestedFunctionVariable(BaseUserFunctionVariable):
             raise Unsupported(f"{self.describe()} with attributes set inside the compiled function crossing a graph break")
         closure = "None"
         if self.closure:
-            closure = "(" + "".join(f"{_cell_expr(cg, c, self)}, " for c in self.closure) + ")"
+            if self.__dict__.get("_rebuilding"):  # its own closure holds it (a recursive local function)
+                raise Unsupported(f"{self.describe()} (a local function whose closure refers to itself) "
+                                  "crossing a graph break")
+            self._rebuilding = True
+            try:
+                closure = "(" + "".join(f"{_cell_expr(cg, c, self)}, " for c in self.closure) + ")"
+            finally:
+                self._rebuilding = False
         defaults = "(" + "".join(f"{cg.reconstruct(d)}, " for d in self.defaults) + ")" if self.defaults else "None"
         fn = (f"{cg.const(types.FunctionType, 'FunctionType')}({cg.const(self.code, 'code')}, "
               f"{cg.const(self.f_globals, 'globals')}, {self.name!r}, {defaults}, {closure})")
@@ -301,10 +308,22 @@ class PartialVariable(CallableVariable):
     def call(self, tx, args, kwargs):
         return self.fn.call(tx, [*self.args, *args], {**self.kwargs, **kwargs})
 
+    def python_type(self):
+        return functools.partial
+
     def getattr(self, tx, name):
         if name == "func":
             return self.fn
-        raise Unsupported(f"reading {name} of functools.partial")
+        if name == "args":
+            return trackers.TupleVariable(list(self.args))
+        if name == "keywords":
+            return trackers.DictVariable(dict(self.kwargs))
+        if name == "__class__":
+            return VariableTracker.build(tx, functools.partial, tx.output.object_source(functools.partial, "partial"))
+        if name == "__dict__" or any(name in vars(c) for c in functools.partial.__mro__):
+            raise Unsupported(f"reading {name} of functools.partial")
+        # not an attribute of partial objects (its __dict__ is guarded empty for a real one: NO_ATTR)
+        raise AttributeError(f"'functools.partial' object has no attribute '{name}'")
 
     def reconstruct(self, cg):
         args = "".join(f", {cg.reconstruct(a)}" for a in self.args)
@@ -610,7 +629,9 @@ def _build_partial(tx, value, source):
         fn = VariableTracker.const(value.func)
         args = [VariableTracker.const(a) for a in value.args]
         kw = {k: VariableTracker.const(v) for k, v in value.keywords.items()}
-    return PartialVariable(fn, args, kw)
+    vt = PartialVariable(fn, args, kw)
+    vt.source = source  # what a missing-attribute guard reads
+    return vt
 
 
 @register_builder(staticmethod, classmethod, kind="object")

@@ -100,15 +100,11 @@ class NNModuleVariable(VariableTracker):
         return f"{type(self.module).__name__} module {self.source.name()}"
 
     def getattr(self, tx, name):
+        # Python's order: a data descriptor of the class, the instance dict, any other class attribute
+        # (a method named like a submodule wins), and only then nn.Module.__getattr__'s parameters,
+        # buffers and submodules
         m = self.module
         d = m.__dict__
-        for slot in ("_parameters", "_buffers", "_modules"):
-            table = d.get(slot)
-            if table is not None and name in table:
-                val = table[name]
-                if val is None:
-                    return ConstantVariable(None)
-                return VariableTracker.build(tx, val, ModuleSlotSource(self.source, slot, name))
         static, _ = lookup_static(type(m), name)
         if static is not None and hasattr(type(static), "__set__") and not isinstance(static, (types.FunctionType,)):
             return class_attr_of_instance(tx, self, type(m), name, self_source=self.source)
@@ -118,7 +114,16 @@ class NNModuleVariable(VariableTracker):
             return VariableTracker.build(tx, type(m), tx.output.object_source(type(m), type(m).__name__))
         if static is not None:
             return class_attr_of_instance(tx, self, type(m), name, self_source=self.source)
+        for slot in ("_parameters", "_buffers", "_modules"):
+            if name in d.get(slot, ()):
+                return self._slot_item(tx, slot, name)
         raise AttributeError(f"'{type(m).__name__}' object has no attribute '{name}'")
+
+    def _slot_item(self, tx, slot: str, name: str):
+        val = self.module.__dict__[slot][name]
+        if val is None:
+            return ConstantVariable(None)
+        return VariableTracker.build(tx, val, ModuleSlotSource(self.source, slot, name))
 
     def setattr(self, tx, name, value):
         raise Unsupported(f"setting attribute '{name}' of module {self.source.name()} inside forward "
@@ -194,7 +199,8 @@ class NNModuleVariable(VariableTracker):
             slot = "_modules"
         if tx.output.module_by_structure(self.source):  # identity no longer implies the children
             guard(tx, AttrSource(self.source, slot), GuardKind.DICT_KEYS, tuple(getattr(m, slot)))
-        return [(k, self.getattr(tx, k)) for k in getattr(m, slot)]
+        # read from the slot, not as attributes: a ModuleDict key may be named like a method ("items")
+        return [(k, self._slot_item(tx, slot, k)) for k in getattr(m, slot)]
 
     def unpack(self, tx):
         if not self._is_container():

@@ -10,7 +10,7 @@ from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ItemSource
 from ember.frontend.variables.base import (
-    CONST_TYPES, ConstantVariable, VariableTracker, guard, guard_id, helpers, identity_of, is_namedtuple_cls,
+    CONST_TYPES, ConstantVariable, VariableTracker, guard, guard_id, guard_no_attr, helpers, identity_of, is_namedtuple_cls,
     register_builder, register_fallback, trackers,
 )
 from ember.frontend.variables.dicts import DictVariable
@@ -270,9 +270,12 @@ class UserObjectVariable(_ObjectProtocol):
             return VariableTracker.build(tx, inst_dict[name], src)
         if static is not None:
             return class_attr_of_instance(tx, self, cls, name, self_source=self.source)
+        guard_no_attr(tx, self, name)  # __getattr__ (or the caller) takes over: the name must stay absent
         raise AttributeError(f"'{cls.__name__}' object has no attribute '{name}'")
 
     def setattr(self, tx, name, value):
+        if name == "__class__":  # the tracker's type would no longer be the object's
+            raise Unsupported(f"assigning __class__ of {self.describe()}")
         cls = type(self.value)
         sa, _ = lookup_static(cls, "__setattr__")
         static, _ = lookup_static(cls, name)
@@ -334,6 +337,8 @@ class NewObjectVariable(_ObjectProtocol):
         return call_python(tx, ga, [self, ConstantVariable(name)])
 
     def setattr(self, tx, name, value):
+        if name == "__class__":  # isinstance and method lookups read self.cls: not modelled
+            raise Unsupported(f"assigning __class__ of {self.describe()}")
         sa = python_dunder(self.cls, "__setattr__")
         if sa is not None:
             call_python(tx, sa, [self, ConstantVariable(name), value])

@@ -91,6 +91,10 @@ class TensorVariable(VariableTracker):
             return VariableTracker.const(self.python_type())
         attr = getattr(torch.Tensor, name, None)
         if attr is None:
+            # an attribute set on the input tensor itself (x.test = ..., a method stored on a Parameter)
+            real = helpers.input_value(tx, self.source) if self.source is not None else None
+            if real is not None and name in real.__dict__:
+                return VariableTracker.build(tx, real.__dict__[name], AttrSource(self.source, name))
             raise AttributeError(f"'Tensor' object has no attribute '{name}'")
         if callable(attr):
             return TensorMethodVariable(self, name)
