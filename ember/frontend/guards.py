@@ -48,10 +48,14 @@ class TensorMeta:
     shape: tuple
     stride: tuple
     requires_grad: bool
+    # sparse COO and mkldnn tensors answer stride() too ((0, 0), (1, 0)): without the layout an entry
+    # made for an expanded dense tensor took them, and its code failed on them (CSR's stride() raises,
+    # so the layout is checked before the strides)
+    layout: torch.layout = torch.strided
 
     @staticmethod
     def of(t: torch.Tensor) -> "TensorMeta":
-        return TensorMeta(type(t), t.dtype, t.device, tuple(t.shape), tuple(t.stride()), t.requires_grad)
+        return TensorMeta(type(t), t.dtype, t.device, tuple(t.shape), tuple(t.stride()), t.requires_grad, t.layout)
 
 
 @dataclass(frozen=True)
@@ -200,7 +204,7 @@ def _render(g: Guard, v: str | None, load, const) -> list[str]:
     if g.kind is GuardKind.TENSOR:
         m: TensorMeta = g.expected
         head = [f"type({v}) is {const(m.cls, 'type')}", f"{v}.dtype is {const(m.dtype, 'dtype')}",
-                f"{v}.device == {const(m.device, 'dev')}"]
+                f"{v}.device == {const(m.device, 'dev')}", f"{v}.layout is {const(m.layout, 'layout')}"]
         if None not in m.shape and None not in m.stride:
             sizes = [f"{v}.shape == {m.shape!r}", f"{v}.stride() == {m.stride!r}"]
         else:  # dynamic: the static positions here, the symbolic ones in the SHAPE guard
@@ -335,6 +339,8 @@ def _explain_one(g: Guard, val, evaluate) -> str | None:
             return f"{n}.dtype changed: {m.dtype} -> {val.dtype}"
         if val.device != m.device:
             return f"{n}.device changed: {m.device} -> {val.device}"
+        if val.layout is not m.layout:
+            return f"{n}.layout changed: {m.layout} -> {val.layout}"
         if val.dim() != len(m.shape):
             return f"{n}.dim() changed: {len(m.shape)} -> {val.dim()} (shape {list(m.shape)} -> {list(val.shape)})"
         for i, (a, b) in enumerate(zip(m.shape, val.shape)):

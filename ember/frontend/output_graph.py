@@ -229,7 +229,8 @@ class OutputGraph:
                     # the ShapeEnv's range too: backends read it (openvino bounds its dynamic dimensions)
                     self.shape_env.constrain_symbol_range(expr, -int_oo if bounds[0] is None else bounds[0],
                                                           int_oo if bounds[1] is None else bounds[1])
-        return TensorMeta(type(value), value.dtype, value.device, tuple(shape), tuple(stride), value.requires_grad)
+        return TensorMeta(type(value), value.dtype, value.device, tuple(shape), tuple(stride), value.requires_grad,
+                          value.layout)
 
     def shape_guard(self) -> ShapeGuardPlan | None:
         """After the backend compiled the graph: check mark_dynamic constraints, then the SHAPE guard."""

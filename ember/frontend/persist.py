@@ -293,7 +293,7 @@ def _named(obj):
 
 
 def _literal(v) -> bool:
-    if v is None or type(v) in (bool, int, float, str, bytes, torch.dtype, torch.device, torch.Size):
+    if v is None or type(v) in (bool, int, float, str, bytes, torch.dtype, torch.device, torch.layout, torch.Size):
         return True
     if type(v) in (tuple, frozenset):
         return all(_literal(x) for x in v)
