@@ -19,7 +19,7 @@ import torch
 import torch.fx as fx
 from torch._subclasses import FakeTensorMode
 
-from ember.aot import analysis, deferred, mask_simplify
+from ember.aot import analysis, blocks, deferred, mask_simplify
 from ember.aot import cache as aot_cache
 from ember.aot.runtime import EagerVariant, InferenceVariant, TrainingVariant
 from ember.aot.trace import (JointGraph, guess_plain_outputs, trace_forward, trace_forward_analyzed, trace_joint,
@@ -239,14 +239,14 @@ def _trace_parts(gm, args, opts, name, symbolic) -> dict:
     if not (torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
         # no input needs a gradient: analysis and the forward trace in one run (None: the graph needs
         # the analysis first, e.g. it must run eagerly or an output needs a gradient)
-        analyzed = trace_forward_analyzed(gm, args, fake_mode, opts.decompositions, templates)
+        analyzed = _with_blocks(trace_forward_analyzed, gm, args, fake_mode, opts, templates, joint=False)
         if analyzed is not None:
             meta, graph = analyzed
             return dict(kind="inference", meta=meta, graph=graph)
     joint = None
     guess = guess_plain_outputs(gm, args) if templates is None and config.aot_joint_analyzed else None
     if guess is not None:  # the usual training graph: analysis and joint trace in one run
-        analyzed = trace_joint_analyzed(gm, args, fake_mode, opts.decompositions, guess)
+        analyzed = _with_blocks(trace_joint_analyzed, gm, args, fake_mode, opts, guess, joint=True)
         if analyzed is not None:
             meta, joint = analyzed
     if joint is None:
@@ -272,6 +272,26 @@ def _trace_parts(gm, args, opts, name, symbolic) -> dict:
                     grad_inputs=joint.grad_inputs)
     graph = trace_forward(gm, meta, args, fake_mode, opts.decompositions, templates)
     return dict(kind="inference", meta=meta, graph=graph)
+
+
+def _with_blocks(trace_fn, gm, args, fake_mode, opts, extra, joint: bool):
+    """``trace_fn(gm, args, fake_mode, decompositions, extra)``, each distinct repeated block traced
+    once (``blocks.py``) where the graph has such blocks and no size symbols; traced as before when
+    that trace fails or finds what only the analysis-first path handles."""
+    run = blocks.plan(gm, args, fake_mode, opts.decompositions, joint) if extra is None or joint else None
+    if run is not None:
+        try:
+            got = trace_fn(gm, args, fake_mode, opts.decompositions, extra, runner=run.runner)
+        except Exception as e:  # noqa: BLE001 - traced again without the blocks, which reports what it meets
+            elog.get_logger("graph_breaks").info(f"ember aot blocks: whole trace failed, tracing every block: "
+                                                 f"{type(e).__name__}: {e}")
+            got = None
+        finally:
+            run.close()
+        if got is not None:
+            return got
+        blocks.STATS["retraced"] += 1
+    return trace_fn(gm, args, fake_mode, opts.decompositions, extra)
 
 
 _GRAPHS = ("graph", "fw", "bw")  # the entries of a traced-parts dict that are graph modules

@@ -125,7 +125,7 @@ class NotPlainInference(Exception):
 
 
 def trace_forward_analyzed(gm, args: list, fake_mode, decompositions: dict, templates: list | None = None,
-                           functional: bool | None = None):
+                           functional: bool | None = None, runner=None):
     """``analysis.collect`` and ``trace_forward`` in one functionalized run: the metadata is read
     inside the trace, from the same wrappers, and decides what the traced function returns, so the
     graph is the one ``trace_forward(collect(...))`` gives without running the captured graph a
@@ -133,9 +133,12 @@ def trace_forward_analyzed(gm, args: list, fake_mode, decompositions: dict, temp
     Returns (meta, graph), or None where the graph needs the analysis-first path: an output needs a
     gradient (a joint trace), or the metadata says it must run eagerly (``meta.unsupported``).
     ``functional``: as for ``trace_joint_analyzed`` (a graph showing no mutation is traced without
-    the functionalization layer and kept where it records no mutating op)."""
+    the functionalization layer and kept where it records no mutating op). ``runner``: what runs in
+    place of ``gm`` (``blocks.plan``'s split graph, whose repeated blocks are placeholder ops that
+    are inlined after the trace)."""
     if functional is None:
         functional = not (config.aot_joint_unfunctionalized and templates is None and may_skip_functionalization(gm))
+    run = gm if runner is None else runner
     grad_enabled = torch.is_grad_enabled()
     found: list = []
     wrap, unwrap, context = (to_fun, from_fun, functionalize) if functional else (_same, _same, contextlib.nullcontext)
@@ -147,7 +150,7 @@ def trace_forward_analyzed(gm, args: list, fake_mode, decompositions: dict, temp
             for i, t in zip(tensor_pos, f_prims):
                 f_args[i] = t
             with TraceRewrites():
-                outs = gm(*f_args)
+                outs = run(*f_args)
             meta = meta_of(fakes, f_args, outs, args, grad_enabled, gm)
             found.append(meta)
             if meta.unsupported is not None or any(meta.traced_requires_grad):
@@ -168,7 +171,7 @@ def trace_forward_analyzed(gm, args: list, fake_mode, decompositions: dict, temp
                 fakes[i] = templates[i]
         tensor_pos = [i for i, a in enumerate(fakes) if isinstance(a, torch.Tensor) or is_symint(a)]
         try:
-            traced = _trace(forward, decompositions, [fakes[i] for i in tensor_pos])
+            traced = _inlined(_trace(forward, decompositions, [fakes[i] for i in tensor_pos]), runner)
         except NotPlainInference:
             traced = None
         except Exception:  # noqa: BLE001 - unfunctionalized: what the functionalized trace meets and reports
@@ -180,7 +183,7 @@ def trace_forward_analyzed(gm, args: list, fake_mode, decompositions: dict, temp
         return None  # (an output needs a gradient: the joint path, whatever functionalization would say)
     if not functional and (traced is None or found[-1].mutated or not all(map(_functional_node, traced.graph.nodes))):
         FORWARD_UNFUNCTIONALIZED["misses"] += 1  # the functionalized trace decides
-        return trace_forward_analyzed(gm, args, fake_mode, decompositions, templates, functional=True)
+        return trace_forward_analyzed(gm, args, fake_mode, decompositions, templates, functional=True, runner=runner)
     if traced is None:
         return None
     meta = found[-1]
@@ -269,7 +272,8 @@ def guess_plain_outputs(gm: fx.GraphModule, args: list):
     return (rgs, specs) if any(rgs) else None
 
 
-def trace_joint_analyzed(gm, args: list, fake_mode, decompositions: dict, guess, functional: bool | None = None):
+def trace_joint_analyzed(gm, args: list, fake_mode, decompositions: dict, guess, functional: bool | None = None,
+                         runner=None):
     """``analysis.collect`` and ``trace_joint`` in one functionalized run, for the usual training graph
     (no input mutated, every output a fresh tensor). The tangents are inputs of the joint graph, so
     their shapes must be known before tracing: ``guess`` (``guess_plain_outputs``) gives them from
@@ -285,9 +289,10 @@ def trace_joint_analyzed(gm, args: list, fake_mode, decompositions: dict, guess,
     ~27% of a 24-layer Llama's joint trace. The graph is kept only if it is functional anyway (every
     node an ATen op whose schema mutates nothing; checked on the forward before the backward is
     traced, then on the whole graph): then it is the graph the functionalized trace records. Else the
-    functionalized trace runs."""
+    functionalized trace runs. ``runner``: as for ``trace_forward_analyzed``."""
     if functional is None:
         functional = not (config.aot_joint_unfunctionalized and may_skip_functionalization(gm))
+    run = gm if runner is None else runner
     rgs, specs = guess
     diff = [k for k, rg in enumerate(rgs) if rg]
     found: list = []
@@ -302,7 +307,7 @@ def trace_joint_analyzed(gm, args: list, fake_mode, decompositions: dict, guess,
         with context():
             f_prims = [wrap_leaf(p) for p in primals]
             with TraceRewrites():
-                outs = gm(*f_prims)
+                outs = run(*f_prims)
             meta = meta_of(fakes, f_prims, outs, args, True, gm)
             found.append(meta)
             if (meta.unsupported is not None or meta.mutated or meta.base_reps
@@ -324,7 +329,7 @@ def trace_joint_analyzed(gm, args: list, fake_mode, decompositions: dict, guess,
         fakes = [f.requires_grad_(a.requires_grad) if a.requires_grad else f for f, a in zip(fakes, args)]
         tangents = [torch.empty(specs[k][0], dtype=specs[k][1], device=specs[k][2]) for k in diff]
         try:
-            traced = _trace(joint, decompositions, fakes, tangents)
+            traced = _inlined(_trace(joint, decompositions, fakes, tangents), runner)
         except Exception:  # noqa: BLE001 - NotAsGuessed, or what the analysis-first path will meet and report
             traced = None
     if traced is not None and not functional and not all(map(_functional_node, traced.graph.nodes)):
@@ -332,7 +337,7 @@ def trace_joint_analyzed(gm, args: list, fake_mode, decompositions: dict, guess,
     if traced is None or found[-1].graph_inputs != list(range(len(args))):
         JOINT_ANALYZED["misses" if functional else "unfunctionalized misses"] += 1
         if not functional:  # the functionalized trace of the same guess
-            return trace_joint_analyzed(gm, args, fake_mode, decompositions, guess, functional=True)
+            return trace_joint_analyzed(gm, args, fake_mode, decompositions, guess, functional=True, runner=runner)
         return None
     meta = found[-1]
     JOINT_ANALYZED["hits" if functional else "unfunctionalized hits"] += 1
@@ -347,6 +352,15 @@ def _same(value):
     return value
 
 
+def _inlined(traced: fx.GraphModule, runner) -> fx.GraphModule:
+    """``traced`` with the block placeholder ops of ``runner`` (``blocks.plan``) replaced by copies of
+    their blocks' nodes."""
+    if runner is not None:
+        from ember.aot import blocks
+        blocks.inline(traced)
+    return traced
+
+
 def _functional_node(node) -> bool:
     """A node a functionalized trace would record as it is: an input, an output, a tuple element, or
     an ATen/prims op whose schema mutates no argument (effectful ops, other namespaces and
@@ -356,6 +370,8 @@ def _functional_node(node) -> bool:
     t = node.target
     if t is operator.getitem:
         return True
+    if isinstance(t, torch._ops.OpOverload) and t.namespace == "ember" and t._opname in ("block_fwd", "block_bwd"):
+        return True  # (a block's placeholder op, ember/aot/blocks.py: its block was traced functional)
     if not isinstance(t, torch._ops.OpOverload) or t.namespace not in ("aten", "prims"):
         return False
     if t._schema.is_mutable:

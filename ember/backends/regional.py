@@ -293,8 +293,9 @@ def shared_compile(gm: fx.GraphModule, args: list, compiler, key: tuple):
 
 # ------------------------------------------------------------------------------------------ split
 
-def plan_regions(gm: fx.GraphModule, example_inputs=None, min_params: int = 0) -> dict:
+def plan_regions(gm: fx.GraphModule, example_inputs=None, min_params: int = 0, shapes: dict | None = None) -> dict:
     """node -> region (a module call repeated in the graph), for the nodes inside one.
+    ``shapes`` (a dict, filled): region -> its structure (``structure``), equal for identical blocks.
 
     ``min_params`` (with ``example_inputs``): only calls whose parameters (graph inputs that are
     ``nn.Parameter``) hold at least that many elements, repeated ``AUTO_MIN_CALLS`` times or more;
@@ -338,6 +339,8 @@ def plan_regions(gm: fx.GraphModule, example_inputs=None, min_params: int = 0) -
             outer.setdefault(shape_of[call], set()).add(call)
         lonely = {call for calls in outer.values() if len(calls) < need for call in calls}
         if not lonely:
+            if shapes is not None:
+                shapes.update((call, shape_of[call]) for call in set(region_of.values()))
             return region_of
         repeated -= lonely
 

@@ -1,0 +1,296 @@
+"""ember/aot/blocks.py: each distinct repeated block is traced once and its nodes copied into the
+whole graph. The oracle is eager PyTorch (outputs, gradients, buffers) and the same compile with the
+pass off (``config.aot_block_reuse``): the graphs must hold the same ops, and aot_eager's results
+must be bit for bit those of tracing every layer."""
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import ember
+from ember.aot import blocks
+from ember.config import config
+
+
+class Block(nn.Module):
+    def __init__(self, d, p=0.0, scale=1.0):
+        super().__init__()
+        self.ln = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, 2 * d)
+        self.fc2 = nn.Linear(2 * d, d)
+        self.p, self.scale = p, scale
+
+    def forward(self, x, gate):
+        h = self.fc2(F.gelu(self.fc(self.ln(x))))
+        return x + F.dropout(h, self.p, self.training) * gate * self.scale
+
+
+class Stack(nn.Module):
+    def __init__(self, d=16, n=4, **kw):
+        super().__init__()
+        self.inp = nn.Linear(d, d)
+        self.layers = nn.ModuleList(Block(d, **kw) for _ in range(n))
+        self.head = nn.Linear(d, 3)
+
+    def forward(self, x):
+        h = self.inp(x)
+        gate = torch.sigmoid(h.mean())  # read by every block: its gradient sums over them
+        for layer in self.layers:
+            h = layer(h, gate)
+        return self.head(h)
+
+
+def _run(model_fn, inputs_fn, train: bool, reuse: bool, seed=0):
+    """(outputs, grads, ops per traced graph, blocks.STATS delta) of a fresh compile."""
+    ember.reset()
+    torch.manual_seed(seed)
+    m = model_fn()
+    if not train:
+        m.eval()
+    graphs: list = []
+    before = collections.Counter(blocks.STATS)
+    old = config.aot_block_reuse, config.aot_cache
+    config.aot_block_reuse, config.aot_cache = reuse, False  # (traced here, not loaded from an earlier test)
+    try:
+        cm = ember.compile(m, backend=_aot_backend(graphs))
+        x = inputs_fn()
+        torch.manual_seed(seed + 1)
+        if train:
+            out = cm(x)
+            out.square().sum().backward()
+            grads = _grads(m)
+        else:
+            with torch.no_grad():
+                out = cm(x)
+            grads = []
+    finally:
+        config.aot_block_reuse, config.aot_cache = old
+    ops = [collections.Counter(str(n.target) for n in g.graph.nodes if n.op == "call_function") for g in graphs]
+    return out.detach(), grads, ops, collections.Counter(blocks.STATS) - before, m
+
+
+def _grads(m):
+    return [None if p.grad is None else p.grad.clone() for p in m.parameters()]
+
+
+def _same_grads(grads, ref, **tol):
+    assert [g is None for g in grads] == [r is None for r in ref]
+    for g, r in zip(grads, ref):
+        if g is not None:
+            torch.testing.assert_close(g, r, **tol)
+
+
+def _aot_backend(graphs):
+    from ember.aot import aot_autograd
+
+    def record(g, _inputs):
+        graphs.append(g)
+        return None
+    return aot_autograd(fw_compiler=record, bw_compiler=record, inference_compiler=record)
+
+
+def _eager(model_fn, inputs_fn, train: bool, seed=0):
+    torch.manual_seed(seed)
+    m = model_fn()
+    if not train:
+        m.eval()
+    x = inputs_fn()
+    torch.manual_seed(seed + 1)
+    if train:
+        out = m(x)
+        out.square().sum().backward()
+        return out.detach(), _grads(m)
+    with torch.no_grad():
+        return m(x), []
+
+
+def _check(model_fn, inputs_fn, train: bool, copies: int | None):
+    out, grads, ops, stats, _ = _run(model_fn, inputs_fn, train, reuse=True)
+    out0, grads0, ops0, stats0, _ = _run(model_fn, inputs_fn, train, reuse=False)
+    assert not stats0, "the pass ran while switched off"
+    if copies is None:
+        assert not stats["copies"]
+    else:
+        assert stats["copies"] == copies, stats
+    # the same ops as tracing every layer, and the same numbers (aot_eager runs the traced ATen graphs)
+    assert [sum(c.values()) for c in ops] and len(ops) == len(ops0)
+    for c, c0 in zip(ops, ops0):
+        extra = {k: v for k, v in (c - c0).items() if k not in ("aten.clone.default", "aten.zeros.default")}
+        assert not extra and not (c0 - c), (c - c0, c0 - c)
+    torch.testing.assert_close(out, out0, rtol=0, atol=0)
+    _same_grads(grads, grads0, rtol=0, atol=0)
+    ref, ref_grads = _eager(model_fn, inputs_fn, train)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    _same_grads(grads, ref_grads, rtol=1e-4, atol=1e-5)
+
+
+def _x():
+    return torch.randn(2, 5, 16)
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_identical_layers_traced_once(train):
+    _check(lambda: Stack(n=4), _x, train, copies=8 if train else 4)
+
+
+def test_dropout_draws_as_tracing_every_layer():
+    # the copies keep eager's order of random draws: bit for bit the graph of every layer traced
+    _check(lambda: Stack(n=3, p=0.3), _x, True, copies=6)
+
+
+def test_a_layer_that_differs_gets_its_own_block():
+    def model():
+        m = Stack(n=5)
+        m.layers[2].scale = 0.5  # a float attribute baked into the graph: another structure
+        return m
+    out, grads, ops, stats, _ = _run(model, _x, True, reuse=True)
+    ref, ref_grads = _eager(model, _x, True)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    _same_grads(grads, ref_grads, rtol=1e-4, atol=1e-5)
+    assert stats["copies"] == 8  # the 4 identical layers, forward and backward; layer 2 traced in place
+
+
+class MutatingBlock(nn.Module):
+    """Writes a buffer (a running count): a block that mutates an input is never copied."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        return torch.relu(self.fc(x)) + x
+
+
+class MutStack(nn.Module):
+    def __init__(self, d=16, n=3):
+        super().__init__()
+        self.layers = nn.ModuleList(MutatingBlock(d) for _ in range(n))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_mutating_block_is_traced_in_place(train):
+    out, grads, _, stats, m = _run(MutStack, _x, train, reuse=True)
+    ref, ref_grads = _eager(MutStack, _x, train)
+    torch.testing.assert_close(out, ref)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r)
+    assert not stats["copies"]
+    assert all(layer.calls.item() == 1 for layer in m.layers)
+
+
+class AliasBlock(nn.Module):
+    """Returns a view of its input next to a fresh value: refused (an alias cannot be a copy's output)."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x):
+        y = torch.tanh(self.fc(x)) * 2 + 1
+        return y, x.transpose(-1, -2)
+
+
+class AliasStack(nn.Module):
+    def __init__(self, d=16, n=3):
+        super().__init__()
+        self.layers = nn.ModuleList(AliasBlock(d) for _ in range(n))
+
+    def forward(self, x):
+        acc = 0
+        for layer in self.layers:
+            x, t = layer(x)
+            acc = acc + t.sum(-2)
+        return x.sum(-1) + acc
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_block_returning_an_alias_is_traced_in_place(train):
+    out, grads, _, stats, _ = _run(AliasStack, _x, train, reuse=True)
+    ref, ref_grads = _eager(AliasStack, _x, train)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    _same_grads(grads, ref_grads, rtol=1e-4, atol=1e-4)
+    assert not stats["copies"] and stats["refused"]
+
+
+class NoGradLayers(Stack):
+    def forward(self, x):
+        h = self.inp(x)
+        gate = torch.sigmoid(h.mean())
+        with torch.no_grad():  # frozen layers: traced in place, under the graph's own grad mode
+            for layer in self.layers[:2]:
+                h = layer(h, gate)
+        for layer in self.layers[2:]:
+            h = layer(h, gate)
+        return self.head(h)
+
+
+def test_layers_under_no_grad_inside_the_graph():
+    out, grads, _, stats, _ = _run(lambda: NoGradLayers(n=5), _x, True, reuse=True)
+    ref, ref_grads = _eager(lambda: NoGradLayers(n=5), _x, True)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    _same_grads(grads, ref_grads, rtol=1e-4, atol=1e-5)
+    # layer 2 reads a value computed without gradients, layers 3 and 4 one that needs them: only
+    # those two are copies of one block (forward and backward)
+    assert stats["copies"] == 4
+
+
+def test_off_switch_and_symbolic_sizes():
+    out, _, _, stats, _ = _run(lambda: Stack(n=3), _x, False, reuse=False)
+    assert not stats
+    ember.reset()
+    m = Stack(n=3).eval()
+    before = collections.Counter(blocks.STATS)
+    cm = ember.compile(m, backend="aot_eager", dynamic=True, options=None)
+    with torch.no_grad():
+        for n in (3, 5):
+            x = torch.randn(2, n, 16)
+            torch.testing.assert_close(cm(x), m(x))
+    assert not (collections.Counter(blocks.STATS) - before)["copies"]
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_llama_layers(train):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+                                   num_key_value_heads=2, vocab_size=64, max_position_embeddings=32)
+    cfg._attn_implementation = "sdpa"
+
+    class Wrapped(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = transformers.LlamaForCausalLM(cfg)
+
+        def forward(self, ids):
+            return self.m(ids).logits
+
+    _check(Wrapped, lambda: torch.randint(0, 64, (1, 8)), train, copies=6 if train else 3)
+
+
+def test_native_backend_matches_eager():
+    ember.reset()
+    torch.manual_seed(0)
+    m = Stack(n=3)
+    cm = ember.compile(m)
+    x = _x()
+    before = collections.Counter(blocks.STATS)
+    out = cm(x)
+    out.square().sum().backward()
+    grads = _grads(m)
+    m.zero_grad()
+    ref = m(x)
+    ref.square().sum().backward()
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for g, p in zip(grads, m.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-5)
+    assert (collections.Counter(blocks.STATS) - before)["copies"] == 6
