@@ -207,6 +207,9 @@ def main(argv=None):
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--model", default="gpt2", choices=["gpt2", "llama1b"])
     ap.add_argument("--full", action="store_true", help="the full-size model (default: the tiny config)")
+    ap.add_argument("--layers", type=int, default=None,
+                    help="blocks of the tiny config (default the harness's 4; 12: full GPT-2's count of "
+                         "FSDP2 blocks, so ember's per-block host costs add up as there, at tiny widths)")
     ap.add_argument("--batch", type=int, default=None, help="default 2 (tiny) or 8 (--full), as the harness")
     ap.add_argument("--seq", type=int, default=None, help="default 32 (tiny) or 512 (--full)")
     ap.add_argument("--warmup", type=int, default=4)
@@ -223,6 +226,8 @@ def main(argv=None):
                     help="also time each ember entry's guards + argument assembly (graphs stubbed) over one step")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    if args.layers:
+        harness.TINY_LAYERS = args.layers
     args.batch = args.batch or (8 if args.full else 2)
     args.seq = args.seq or (512 if args.full else 32)
     device = torch.device(f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if args.device == "cuda" else "cpu")
