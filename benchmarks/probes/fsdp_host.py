@@ -4,7 +4,9 @@ One process (world size 1, gloo on a free localhost port; ``--device cuda``: NCC
 the tiny (or full, ``--full``) GPT-2 of benchmarks/distributed.py twice with the harness's own
 ``build_model``/``wrap`` (``fully_shard`` per block + root, bf16 autocast), compiles one copy with
 ember, warms both up, then times ``--steps`` steady steps (forward + backward + AdamW step + zero_grad)
-alternating eager and ember step by step (paired: the host's load hits both alike). Then cProfile over
+alternating eager and ember step by step (paired: the host's load hits both alike), with the host time
+of each phase (forward, backward, optimizer) and ember's frame entries per step (entries of its compiled
+frames, resume functions, loop segments and break callees entered in one step). Then cProfile over
 ``--prof-steps`` more ember steps and the top functions by own and cumulative time.
 
     flock /tmp/ember-cpu-bench.lock python benchmarks/probes/fsdp_host.py            # CPU, tiny
@@ -12,8 +14,9 @@ alternating eager and ember step by step (paired: the host's load hits both alik
     # + native kernels), with cProfile's own time per step by origin for eager and ember
     python benchmarks/probes/fsdp_host.py --device cuda --full --compilers eager,ember:eager,ember:aot_eager,ember \
         --profile eager,ember --guard-cost --out r.json
-    # the harness's setting (2 ranks): the same under torchrun
-    torchrun --nproc_per_node 2 benchmarks/probes/fsdp_host.py --device cuda --full ...
+    # the harness's setting (2 ranks), paired against torch.compile too: the same under torchrun
+    torchrun --nproc_per_node 2 benchmarks/probes/fsdp_host.py --device cuda --full \
+        --compilers eager,ember,torch --profile eager,ember --guard-cost --out r.json
 
 On a CPU the step's compute is tiny, so its time is mostly host time; on a GPU the step time includes
 waiting for the device (synchronised each step), so compare ``ember - eager`` there.
@@ -63,29 +66,41 @@ def setup(device) -> int:
 
 
 def make(compiler, args, device):
-    """``compiler``: eager, or ember[:<backend>] (``ember:eager``: ember's frontend, the FX graphs run
-    as they are: the frontend's own cost; ``ember:aot_eager``: plus the AOT autograd wrapper)."""
+    """``compiler``: eager, ember[:<backend>] (``ember:eager``: ember's frontend, the FX graphs run
+    as they are: the frontend's own cost; ``ember:aot_eager``: plus the AOT autograd wrapper), or
+    torch[:<backend>] (torch.compile, as the harness's third column; default inductor)."""
     model, blocks, vocab, _ = harness.build_model(args.model, not args.full, device)
     wrapped = harness.LossOf(harness.wrap("fsdp2", model, blocks, device))
     if compiler.startswith("ember"):
         import ember
         wrapped = ember.compile(wrapped, backend=compiler.partition(":")[2] or "ember")
+    elif compiler.startswith("torch"):
+        wrapped = torch.compile(wrapped, backend=compiler.partition(":")[2] or "inductor")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=device.type == "cuda")
     return wrapped, opt, vocab
 
 
-def step(fn, opt, ids, device):
+PHASES = ("forward", "backward", "optimizer")
+
+
+def step(fn, opt, ids, device, phases=None):
     """One training step; returns (host seconds: until the Python work returned, before waiting for the
-    device; step seconds: until the device finished). On a CPU both are the same."""
+    device; step seconds: until the device finished). On a CPU both are the same. ``phases``: a list
+    that gets the host seconds of the forward, the backward and the optimizer step + zero_grad (no
+    synchronisation between them: on a GPU, where the host's time goes, not the device's)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     t = time.perf_counter()
     with torch.autocast(device.type, dtype=torch.bfloat16):
         loss = fn(ids)
+    t_fwd = time.perf_counter()
     loss.backward()
+    t_bwd = time.perf_counter()
     opt.step()
     opt.zero_grad(set_to_none=True)
     host = time.perf_counter()
+    if phases is not None:
+        phases[:] = [t_fwd - t, t_bwd - t_fwd, host - t_bwd]
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return host - t, time.perf_counter() - t
@@ -159,11 +174,42 @@ def guard_cost(fn, opt, ids, device, reps=100) -> list:
     return sorted(rows, key=lambda r: -r[3])
 
 
+def frames_per_step(fn, opt, ids, device) -> dict:
+    """How many times each generated entry of ember's caches (the compiled frame, its resume functions
+    and loop segments, the callees compiled at its breaks) is entered in one step, and how many of those
+    calls missed (fell through to the next entry or a compile)."""
+    from ember.frontend import cache as frame_cache
+    calls: dict = {}
+    patched = []
+    for c in list(frame_cache.ALL_CACHES):
+        for e in c.entries:
+            name = e.source.split("(")[0][4:]
+
+            def counted(*a, __orig=e.fn, __name=name, **k):
+                out = __orig(*a, **k)
+                rec = calls.setdefault(__name, [0, 0])
+                rec[0] += 1
+                rec[1] += out is frame_cache.MISS
+                return out
+            patched.append((e, e.fn))
+            e.fn = counted
+    try:
+        step(fn, opt, ids, device)
+    finally:
+        for e, orig in patched:
+            e.fn = orig
+    return dict(entries_called=sum(v[0] for v in calls.values()), misses=sum(v[1] for v in calls.values()),
+                distinct_entries=len(calls), per_entry=calls)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--model", default="gpt2", choices=["gpt2", "llama1b"])
     ap.add_argument("--full", action="store_true", help="the full-size model (default: the tiny config)")
+    ap.add_argument("--layers", type=int, default=None,
+                    help="blocks of the tiny config (default the harness's 4; 12: full GPT-2's count of "
+                         "FSDP2 blocks, so ember's per-block host costs add up as there, at tiny widths)")
     ap.add_argument("--batch", type=int, default=None, help="default 2 (tiny) or 8 (--full), as the harness")
     ap.add_argument("--seq", type=int, default=None, help="default 32 (tiny) or 512 (--full)")
     ap.add_argument("--warmup", type=int, default=4)
@@ -171,7 +217,8 @@ def main(argv=None):
     ap.add_argument("--prof-steps", type=int, default=10)
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--compilers", default="eager,ember",
-                    help="timed round-robin; eager, ember, ember:eager, ember:aot_eager (ember's backends)")
+                    help="timed round-robin; eager, ember, ember:eager, ember:aot_eager (ember's backends), "
+                         "torch[:backend] (torch.compile, inductor unless named)")
     ap.add_argument("--profile", default=None, help="which compilers to cProfile, comma-separated (default: the last)")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch.set_num_threads (default 1 on a CPU: steadier on a shared host; untouched on GPUs)")
@@ -179,6 +226,8 @@ def main(argv=None):
                     help="also time each ember entry's guards + argument assembly (graphs stubbed) over one step")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    if args.layers:
+        harness.TINY_LAYERS = args.layers
     args.batch = args.batch or (8 if args.full else 2)
     args.seq = args.seq or (512 if args.full else 32)
     device = torch.device(f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if args.device == "cuda" else "cpu")
@@ -198,6 +247,8 @@ def main(argv=None):
             step(fn, opt, ids[i % 4], device)
     times = {c: [] for c in compilers}
     host_times = {c: [] for c in compilers}
+    phase_times = {c: [] for c in compilers}  # per step: [forward, backward, optimizer] host ms
+    phases: list = []
     # Python's garbage collections during each compiler's steps: (count, ms) per generation
     collections = {c: {g: [0, 0.0] for g in range(3)} for c in compilers}
     running, gc_start = [None], [0.0]
@@ -214,10 +265,11 @@ def main(argv=None):
         for c in (compilers if i % 2 == 0 else compilers[::-1]):
             fn, opt, _ = runs[c]
             running[0] = c
-            host, total = step(fn, opt, ids[i % 4], device)
+            host, total = step(fn, opt, ids[i % 4], device, phases)
             running[0] = None
             times[c].append(1000 * total)
             host_times[c].append(1000 * host)
+            phase_times[c].append([1000 * x for x in phases])
     gc.callbacks.remove(on_gc)
     med = {c: statistics.median(v) for c, v in times.items()}
     host_med = {c: statistics.median(v) for c, v in host_times.items()}
@@ -232,6 +284,13 @@ def main(argv=None):
                                          for c in compilers} if "eager" in times else None,
                   gc_per_generation={c: {g: [n, round(ms, 3)] for g, (n, ms) in v.items()} for c, v in collections.items()},
                   gc_objects=len(gc.get_objects()), prof_steps=args.prof_steps, profiles={})
+    # host ms of each phase (median over the steps), and the paired difference to eager's same step
+    report["phase_host_ms_median"] = {c: {p: round(statistics.median(s[k] for s in v), 3) for k, p in enumerate(PHASES)}
+                                      for c, v in phase_times.items()}
+    if "eager" in phase_times:
+        report["phase_paired_minus_eager_ms"] = {
+            c: {p: round(statistics.median(a[k] - b[k] for a, b in zip(v, phase_times["eager"])), 3)
+                for k, p in enumerate(PHASES)} for c, v in phase_times.items()}
     print(f"per-step ms (median [q1 q3] over {args.steps} round-robin steps):")
     for c in med:
         print(f"  {c:16} {med[c]:8.3f} {q[c]} min {min(times[c]):8.3f}"
@@ -239,6 +298,16 @@ def main(argv=None):
               + (f"   host {host_med[c]:8.3f}" if device.type == "cuda" else "")
               + "   gc (count, ms) gen0/1/2 over the steps: " + " ".join(f"{n}/{ms:.1f}" for n, ms in collections[c].values()))
     print(f"  ({report['gc_objects']} objects tracked by the garbage collector)")
+    print("host ms per phase (median), and paired vs eager:")
+    for c, v in report["phase_host_ms_median"].items():
+        d = (report.get("phase_paired_minus_eager_ms") or {}).get(c)
+        print(f"  {c:16} " + "  ".join(f"{p} {v[p]:8.3f}" + (f" ({d[p]:+.3f})" if d else "") for p in PHASES))
+    report["frames_per_step"] = {}
+    for c in compilers:
+        if c.startswith("ember"):
+            f = report["frames_per_step"][c] = frames_per_step(runs[c][0], runs[c][1], ids[0], device)
+            print(f"{c}: {f['entries_called']} entries of compiled frames called per step "
+                  f"({f['distinct_entries']} distinct, {f['misses']} misses)")
     for profiled in (args.profile or compilers[-1]).split(","):
         prof = cProfile.Profile()
         fn, opt, _ = runs[profiled]

@@ -376,10 +376,14 @@ class WrapperModuleCache(FrameCache):
 
     forwards: "BreakContext | None" = None  # set by the BreakContext that made this cache
     inline_hot_path = False  # (its __call__ is its own)
+    _wrapper_attr: tuple = (None, None)  # (the wrapper's class, wrapped_module_attr's answer for it)
 
     def __call__(self, *args, **kwargs):
         wrapper = self.root.self_obj
-        attr = trace_rules.wrapped_module_attr(wrapper)
+        cls, attr = self._wrapper_attr  # by class: it runs at every call of each FSDP2 block
+        if cls is not type(wrapper):
+            self._wrapper_attr = (type(wrapper), trace_rules.wrapped_module_attr(wrapper))
+            attr = self._wrapper_attr[1]
         if not attr:
             return self._call_with_forward_compiled(wrapper, args, kwargs)
         inner = getattr(wrapper, attr)
@@ -408,7 +412,9 @@ class WrapperModuleCache(FrameCache):
         compiled = (self.forwards or self.break_context).shared_forward(module)
         if compiled is None:
             return module(*args, **kwargs)
-        module.forward = types.MethodType(compiled, module)
+        # (object.__setattr__: nn.Module's looks for a parameter, buffer or submodule named 'forward',
+        # which add_module and register_* refuse to make)
+        object.__setattr__(module, "forward", types.MethodType(compiled, module))
         try:
             return module(*args, **kwargs)
         finally:

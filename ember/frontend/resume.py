@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 import bytecode as bclib
+import torch
 
 from ember.frontend import bytecode as bc, loops as L
 
@@ -505,9 +506,12 @@ def _wrap_region_calls(items, real, decoded, code, region, wrapper) -> None:
     own_codes = {c for c in code.co_consts if isinstance(c, types.CodeType)}
 
     def guarded(obj):
-        fn = getattr(obj, "__func__", obj)
-        if getattr(fn, "__code__", None) in own_codes:
-            return obj
+        # (a module is never one of these; asking it for __func__/__code__ runs nn.Module.__getattr__,
+        # which raises: microseconds at every call of an FSDP2 block in a loop)
+        if own_codes and not isinstance(obj, torch.nn.Module):
+            fn = getattr(obj, "__func__", obj)
+            if getattr(fn, "__code__", None) in own_codes:
+                return obj
         return wrapper(obj)
 
     for k in range(region.start, region.end + 1):

@@ -170,7 +170,8 @@ def method_rule(fn):
 
 
 def runs_natively(fn) -> bool:
-    return _lookup(NATIVE_CALLEES, getattr(fn, "__func__", fn)) is not None
+    # (a module has no __func__: the lookup would run nn.Module.__getattr__, which raises)
+    return _lookup(NATIVE_CALLEES, fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__func__", fn)) is not None
 
 
 def register_special(obj, factory) -> None:
