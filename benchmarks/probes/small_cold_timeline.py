@@ -89,7 +89,7 @@ def main():
                  ("ember.native.lowering", "lower"), ("ember.native.cache", "load_module"),
                  ("ember.native.runtime", "precompile"), ("ember.native.build_pool", "specializations"),
                  ("ember.native.build_pool", "build_ahead"), ("ember.native.build_pool", "wait"),
-                 ("ember.native.build_pool", "BuildPool.build"), ("ember.native.build_pool", "BuildPool._spawn"),
+                 ("ember.native.build_pool", "BuildPool.build"),
                  ("ember.native.runtime", "Launch._first_locked"), ("ember.native.runtime", "Launch.adopt"),
                  ("ember.frontend.persist", "store"), ("ember.aot.cache", "store"),
                  ("triton.runtime.cache", "triton_key"), ("triton.runtime.driver", "_create_driver"),

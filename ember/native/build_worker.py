@@ -106,6 +106,8 @@ _DRIVERS: dict = {}
 def build(req: dict) -> dict:
     """Build one kernel; returns its Triton cache hash."""
     from triton.runtime import driver
+    if req.get("triton_key"):
+        _take_key(req["triton_key"])
     target = tuple(req["target"])
     drv = _DRIVERS.get(target)
     if drv is None:
@@ -126,12 +128,28 @@ def build(req: dict) -> dict:
     return out
 
 
+def _take_key(key: str) -> None:
+    """Use the parent's Triton cache key (``triton_key()``: a hash of Triton's sources and of
+    libtriton, 0.4 GB) instead of computing it here: the same installation gives the same value,
+    and a dozen workers each hashing it at once beside the parent's own hash took 0.8 s of an
+    H100 host's cold first call (one hash: 0.3-0.4 s), which the first build waited for. The
+    binary then lands under the key the parent looks it up with. A request without a key (the
+    parent could not compute one) builds with the worker's own, as Triton does."""
+    from triton.runtime import cache
+    if getattr(cache.triton_key, "ember_key", None) != key:
+        def given():
+            return key
+        given.ember_key = key
+        cache.triton_key = given  # (read through the module by get_cache_key, at each build)
+
+
 def main() -> int:
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and os.path.abspath(sys.path[0] or ".") == here:  # run as a script: this package's
         del sys.path[0]  # modules (cache, ir, ...) must not shadow top-level names
-    from triton.runtime.cache import triton_key  # before the first request: workers start ahead of need
-    triton_key()  # (a hash of Triton's sources, ~0.4 s, once per process)
+    # Triton imported before the first request (workers start ahead of need); its cache key comes
+    # with the requests (_take_key)
+    import triton.runtime.cache  # noqa: F401
     sys.stdout.write('{"ready": true}\n')
     sys.stdout.flush()
     for line in sys.stdin:
