@@ -183,3 +183,51 @@ def test_a_worker_builds_under_the_key_it_is_given():
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split("\n")[:2] == ["k1 k1", "True []"], out.stdout
+
+
+def test_a_launcher_started_before_the_build_is_the_one_the_build_needs(tmp_path):
+    """A worker starts the kernel's C launcher as the build begins (``_launcher_ahead``), from the
+    specialization's signature and constants, instead of after the build: its C source must be the
+    one Triton makes from the built kernel (the parent's first launch finds it in the cache by
+    that source's hash). Built for sm_90 without a GPU; the C compiler is replaced by a recorder."""
+    from ember.native import cache
+    src = ("import triton\nimport triton.language as tl\nfrom ember.native.triton_helpers import *  # noqa\n\n\n"
+           "@triton.jit\ndef k(x_ptr, y_ptr, n, XBLOCK: tl.constexpr):\n"
+           "    i = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)\n"
+           "    tl.store(y_ptr + i, tl.load(x_ptr + i, mask=i < n) * 2.0, mask=i < n)\n")
+    path = cache.write_source("kernels", src, base=str(tmp_path))
+    probe = f"""import os, sys
+os.environ["TRITON_CACHE_DIR"] = {str(tmp_path / "triton")!r}
+sys.path.insert(0, {os.path.dirname(cache.__file__)!r})
+import torch
+import build_worker as bw
+from triton import knobs
+from triton.runtime import driver
+import triton.backends.nvidia.driver as nd
+
+class D(bw.TargetDriver):
+    def get_current_stream(self, *_):
+        return 0
+driver.set_active(D("cuda", 90, 32))
+seen = []
+def recorder(src, **kw):
+    seen.append(src)
+    raise RuntimeError("recorded")
+nd.compile_module_from_src = recorder
+nd.library_dirs = lambda: []  # (asks for libcuda, absent here)
+fn = bw.load_kernel_module({path!r}, None, digest={os.path.basename(path)[:-3]!r}).k
+early = []
+knobs.runtime.jit_cache_hook = bw._launcher_ahead(early)
+x = torch.empty(64)
+kernel = fn.warmup(x, x, 37, grid=(1,), XBLOCK=64)
+early[0].join()
+try:
+    nd.CudaLauncher(kernel.src, kernel.metadata)
+except RuntimeError:
+    pass
+print(len(seen), seen[0] == seen[1], "recorded" in early[1].get("launcher_error", ""), "x_ptr" not in seen[0])
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("\n")[-2] == "2 True True True", out.stdout
