@@ -231,3 +231,23 @@ print(len(seen), seen[0] == seen[1], "recorded" in early[1].get("launcher_error"
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split("\n")[-2] == "2 True True True", out.stdout
+
+
+def test_triton_keys_hash_runs_with_a_short_switch_interval(monkeypatch):
+    """The thread hashing Triton (``prewarm_triton_key``) asks for the GIL back once per MiB; with
+    Python's default 5 ms switch interval a main thread busy tracing made it wait 400 times (the key
+    was ready 0.3 s after the main thread went idle on the H100). The interval is short while it
+    hashes, and restored after."""
+    import sys
+
+    import triton.runtime.cache as tcache
+
+    from ember.native import runtime
+    seen = []
+    monkeypatch.setattr(tcache, "triton_key", lambda: seen.append(sys.getswitchinterval()))
+    monkeypatch.setattr(runtime, "_PREWARM", None)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    before = sys.getswitchinterval()
+    runtime.prewarm_triton_key()
+    runtime._PREWARM.join(timeout=20)
+    assert seen == [pytest.approx(runtime.HASH_SWITCH_INTERVAL_S)] and sys.getswitchinterval() == before
