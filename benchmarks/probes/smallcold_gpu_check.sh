@@ -2,7 +2,10 @@
 # Issue 29, session 42 (branch s42-smallcold): where the cold first call of the one-kernel rows goes
 # on the H100, and before/after in one call (paired on one machine):
 #     bash benchmarks/probes/smallcold_gpu_check.sh timeline OUTDIR [REV]   # small_cold_timeline.py, 4 rows
-#     bash benchmarks/probes/smallcold_gpu_check.sh ab OUTDIR BASE_REV       # compile_time --phases, BASE_REV vs HEAD, interleaved
+#     bash benchmarks/probes/smallcold_gpu_check.sh ab OUTDIR BASE_REV       # compile_time, BASE_REV vs HEAD, interleaved
+# (~1 min per compile_time run of the 4 rows, cold+warm; the timeline ~6 s per row). The acceptance
+# numbers: python benchmarks/compile_time.py --device cuda --workloads overhead,ln_gelu,mlp,softmax \
+#     --compilers ember,torch --torch-phases cold --no-import        (add --phases for ember's phase table)
 STEP=${1:-timeline}
 OUT_DIR=${2:-${OUT:-/tmp}}
 mkdir -p "$OUT_DIR"
@@ -24,7 +27,7 @@ ab)
     for side in base head; do
       dir=$PWD; [ $side = base ] && dir=/tmp/smallcold-base
       (cd $dir && python benchmarks/compile_time.py --device cuda --workloads overhead,ln_gelu,mlp,softmax --compilers ember \
-          --torch-phases cold --no-import --phases --timeout 200 --out "$OUT_DIR/ct-$side-$i.json" 2>&1 | grep -v "^$" | tail -n 12)
+          --no-import --timeout 200 --out "$OUT_DIR/ct-$side-$i.json" 2>&1 | grep -v "^$" | tail -n 12)
     done
   done ;;
 esac
