@@ -193,6 +193,10 @@ def specializations(sites) -> list:
     sites = [s for s in sites if hasattr(s.fn, "device_caches")]  # JITFunctions (not a test's stand-in)
     if not sites:
         return []
+    from ember.native import runtime
+    prewarm = runtime._DRIVER_PREWARM
+    if prewarm and prewarm.is_alive():  # (Triton's driver, read below: not created twice at once, two C compiles)
+        prewarm.join()
     try:
         t = driver.active.get_current_target()
     except Exception:  # noqa: BLE001 - no usable driver: nothing for the pool
@@ -232,7 +236,7 @@ def build_ahead(sites) -> bool:
     caller goes on (the next graph's code generation overlaps these builds) and ``wait()`` before a
     first launch. Each site gets ``ahead``: the Triton cache hash its worker built. False (nothing
     started) without a running pool, or for a few kernels while no worker is up yet (a worker starts
-    in ~0.7 s: Triton's import and cache key; a small first graph is ready before that)."""
+    in ~0.3 s, Triton's import; a small first graph may be ready before that)."""
     pool = get()
     if pool is None or not pool.alive() or (len(sites) < POOL_MIN_KERNELS and pool.n_ready() == 0):
         return False
@@ -245,7 +249,8 @@ def build_ahead(sites) -> bool:
     STATS["submitted"] += len(jobs)
 
     def run():
-        results = pool.build(jobs)
+        key = _parent_key()
+        results = pool.build([dict(job, triton_key=key) for job in jobs] if key else jobs)
         for site, req in pairs:
             res = results.get(req["id"])
             if res is not None and res.get("ok"):
@@ -259,6 +264,20 @@ def build_ahead(sites) -> bool:
     t.start()
     _PENDING.append((t, {id(site) for site, _ in pairs}))
     return True
+
+
+def _parent_key() -> str | None:
+    """This process's Triton cache key, for the workers (``build_worker._take_key``): from the thread
+    computing it since the frame's trace began (``runtime.prewarm_triton_key``), waited for here,
+    in the batch's thread, not before the batch is prepared. None if it cannot be had."""
+    from ember.native import runtime
+    try:
+        if runtime._PREWARM:
+            runtime._PREWARM.join()
+        from triton.runtime.cache import triton_key
+        return triton_key()
+    except Exception:  # noqa: BLE001 - the workers compute their own
+        return None
 
 
 def wait(site=None) -> None:

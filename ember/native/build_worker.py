@@ -106,32 +106,97 @@ _DRIVERS: dict = {}
 def build(req: dict) -> dict:
     """Build one kernel; returns its Triton cache hash."""
     from triton.runtime import driver
+    if req.get("triton_key"):
+        _take_key(req["triton_key"])
     target = tuple(req["target"])
     drv = _DRIVERS.get(target)
     if drv is None:
         drv = _DRIVERS[target] = TargetDriver(*target)
     driver.set_active(drv)
     fn = getattr(load_kernel_module(req["path"], req.get("module"), req.get("digest")), req["name"])
-    kernel = fn.preload(req["spec"])
+    launcher = req.get("launcher") and target[0] == "cuda"
+    early: list = []
+    if launcher:
+        from triton import knobs
+        old, knobs.runtime.jit_cache_hook = knobs.runtime.jit_cache_hook, _launcher_ahead(early)
+    try:
+        kernel = fn.preload(req["spec"])
+    finally:
+        if launcher:
+            knobs.runtime.jit_cache_hook = old
     out = {"hash": getattr(kernel, "hash", None), "launcher": False}
-    if req.get("launcher") and target[0] == "cuda":
-        t0 = time.perf_counter()
-        try:  # compiling it writes it to the cache; loading it needs libcuda, absent on a GPU-less host
-            from triton.backends.nvidia.driver import CudaLauncher
-            CudaLauncher(kernel.src, kernel.metadata)
-            out["launcher"] = True
-            out["launcher_s"] = round(time.perf_counter() - t0, 4)
-        except Exception as e:  # noqa: BLE001 - the parent builds it at the first launch, as without us
-            out["launcher_error"] = f"{type(e).__name__}: {e}"[:300]
+    if launcher:
+        if early:  # (started before the kernel's build: done beside it)
+            early[0].join()
+            res = early[1]
+        else:  # (a kernel taking tensor descriptors: its launcher needs the build's metadata)
+            res = _build_launcher(kernel.src, kernel.metadata)
+        out.update(res)
     return out
+
+
+class _NoScratch:
+    """The metadata a launcher's C module depends on, known before the kernel is built, for a kernel
+    without tensor descriptors (``make_launcher`` reads ``tensordesc_meta`` for those only; the
+    scratch sizes are read after the module is compiled, into an object that is thrown away)."""
+    tensordesc_meta = None
+    num_ctas = 1
+    global_scratch_size = global_scratch_align = profile_scratch_size = profile_scratch_align = 0
+    launch_cooperative_grid = launch_pdl = False
+
+
+def _build_launcher(src, metadata) -> dict:
+    t0 = time.perf_counter()
+    try:  # compiling it writes it to the cache; loading it needs libcuda, absent on a GPU-less host
+        from triton.backends.nvidia.driver import CudaLauncher
+        CudaLauncher(src, metadata)
+        return {"launcher": True, "launcher_s": round(time.perf_counter() - t0, 4)}
+    except Exception as e:  # noqa: BLE001 - the parent builds it at the first launch, as without us
+        return {"launcher_error": f"{type(e).__name__}: {e}"[:300]}
+
+
+def _launcher_ahead(early: list):
+    """A ``jit_cache_hook`` that starts the kernel's launcher (its C module: the system C compiler,
+    ~0.3 s on the H100 host, more than a small kernel's own build) in a thread as the build begins,
+    from what it depends on: the signature and constants of the specialization (as ``ASTSource``
+    holds them for the build). The compiler runs as a subprocess, so the two overlap; the first
+    launch of a one-kernel graph waited for them one after the other (0.12 + 0.33 s). ``early``
+    gets (thread, its result). Kernels taking tensor descriptors are left to after the build."""
+    import threading
+
+    def hook(*, fn, compile, **_):
+        signature = compile["signature"]
+        if not any(isinstance(t, str) and t.startswith("tensordesc") for t in signature.values()):
+            from triton.compiler import ASTSource
+            src = ASTSource(fn.jit_function, signature, compile["constants"])
+            early[:] = [threading.Thread(target=lambda: early.append(_build_launcher(src, _NoScratch)), daemon=True)]
+            early[0].start()
+        return False  # (build on)
+    return hook
+
+
+def _take_key(key: str) -> None:
+    """Use the parent's Triton cache key (``triton_key()``: a hash of Triton's sources and of
+    libtriton, 0.4 GB) instead of computing it here: the same installation gives the same value,
+    and a dozen workers each hashing it at once beside the parent's own hash took 0.8 s of an
+    H100 host's cold first call (one hash: 0.3-0.4 s), which the first build waited for. The
+    binary then lands under the key the parent looks it up with. A request without a key (the
+    parent could not compute one) builds with the worker's own, as Triton does."""
+    from triton.runtime import cache
+    if getattr(cache.triton_key, "ember_key", None) != key:
+        def given():
+            return key
+        given.ember_key = key
+        cache.triton_key = given  # (read through the module by get_cache_key, at each build)
 
 
 def main() -> int:
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and os.path.abspath(sys.path[0] or ".") == here:  # run as a script: this package's
         del sys.path[0]  # modules (cache, ir, ...) must not shadow top-level names
-    from triton.runtime.cache import triton_key  # before the first request: workers start ahead of need
-    triton_key()  # (a hash of Triton's sources, ~0.4 s, once per process)
+    # Triton imported before the first request (workers start ahead of need); its cache key comes
+    # with the requests (_take_key)
+    import triton.runtime.cache  # noqa: F401
     sys.stdout.write('{"ready": true}\n')
     sys.stdout.flush()
     for line in sys.stdin:

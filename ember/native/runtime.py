@@ -1,6 +1,7 @@
 """What generated wrappers import at run time (kept small: it is on every warm start's path)."""
 from __future__ import annotations
 
+import contextlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -404,12 +405,38 @@ def prewarm_triton_key() -> None:
     import threading
 
     def work():
-        try:
-            triton_key()
-        except Exception:  # noqa: BLE001 - the first build meets the same error and reports it
-            pass
+        with _short_switch_interval():
+            try:
+                triton_key()
+            except Exception:  # noqa: BLE001 - the first build meets the same error and reports it
+                pass
     _PREWARM = threading.Thread(target=work, name="ember-triton-prewarm", daemon=True)
     _PREWARM.start()
+
+
+# Python's switch interval while Triton's cache key is hashed beside a trace (``_short_switch_interval``)
+HASH_SWITCH_INTERVAL_S = 0.0002
+
+
+@contextlib.contextmanager
+def _short_switch_interval():
+    """Triton hashes libtriton (0.4 GB) a MiB at a time, and each MiB's read and hash (which release
+    the GIL) end with the thread asking for the GIL back, which the main thread, tracing and
+    lowering a graph in Python, hands over only after the switch interval (5 ms by default): 400
+    waits. On the H100 host the key, started with the trace, was ready 0.74-0.78 s later, 0.3 s
+    after the main thread had gone idle waiting for it (a one-kernel graph's build waits for the
+    key). With a short interval the main thread yields within 0.2 ms each time, once per MiB (the
+    hashing thread asks for nothing more), and the hash runs beside the trace. Restored when the
+    hash is done, unless someone set another interval meanwhile."""
+    import sys
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(min(old, HASH_SWITCH_INTERVAL_S))
+    ours = sys.getswitchinterval()  # (as stored: whole microseconds)
+    try:
+        yield
+    finally:
+        if sys.getswitchinterval() == ours:
+            sys.setswitchinterval(old)
 
 
 _CUDA_PREWARM = None  # the thread creating the CUDA context and a cuBLAS handle, once started
@@ -492,17 +519,19 @@ def precompile(launches, threads: int) -> int:
     todo = [site for site in launches if site.spec is not None and site.fast is None]
     if threads <= 1 or not todo:
         return 0
-    if _PREWARM:
-        _PREWARM.join()  # (rather than hash everything a second time at the first build)
     try:
         from triton import AsyncCompileMode
     except ImportError:  # Triton before 3.5: every kernel builds at its first call
         return 0
     from ember.native import build_pool
+    # (not waiting for Triton's cache key first: the pool's requests need it only when sent, from
+    # the batch's own thread, while this one goes on; the H100's cold overhead row waited 0.36 s here)
     if build_pool.build_ahead(todo):
         return len(todo)
     if len(todo) < 2:
         return 0
+    if _PREWARM:
+        _PREWARM.join()  # (rather than hash everything a second time at the first build)
     with _LauncherFirstExecutor(min(threads, len(todo)), thread_name_prefix="ember-triton") as pool, \
             AsyncCompileMode(pool, ignore_errors=True):
         for site in todo:
