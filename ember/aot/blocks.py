@@ -180,13 +180,9 @@ class Template:
 
 
 def _spec(t: torch.Tensor) -> tuple:
+    """What a block's trace depends on in an input (shape, stride, dtype, offset, device, requires_grad);
+    the first three describe what a placeholder op returns."""
     return (tuple(t.shape), tuple(t.stride()), t.dtype, t.storage_offset(), t.device, t.requires_grad)
-
-
-def _in_spec(t: torch.Tensor) -> tuple:
-    """What a block's trace depends on in an input (shape, stride, dtype, offset, device, requires_grad)."""
-    s = _spec(t)
-    return (s[0], s[1], s[2], s[3], s[4], s[5])
 
 
 def _trace_template(part: fx.GraphModule, in_specs: list, fake_mode, decompositions: dict, joint: bool) -> Template:
@@ -242,7 +238,7 @@ class _Call:
 
     def __call__(self, *inputs):
         t = self.template
-        if len(inputs) != t.num_in or not all(isinstance(a, torch.Tensor) and _in_spec(a) == s
+        if len(inputs) != t.num_in or not all(isinstance(a, torch.Tensor) and _spec(a) == s
                                               for a, s in zip(inputs, t.in_specs)) \
                 or (t.joint and not torch.is_grad_enabled()):
             STATS["in_place"] += 1
@@ -380,7 +376,7 @@ def _input_specs(inputs: list) -> list:
         if ref in storages:
             raise NotReusable("two inputs share storage")
         storages.add(ref)
-        specs.append(_in_spec(v))
+        specs.append(_spec(v))
     if not specs:
         raise NotReusable("no inputs")
     return specs
