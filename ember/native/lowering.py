@@ -22,6 +22,7 @@ proof settles raises ``SymbolicUnsupported``: the graph is then compiled per siz
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import operator
@@ -227,11 +228,20 @@ def broadcast_loader(v: Value, out_sizes):
     return remap
 
 
+_OP_NAMES: dict = {}  # OpOverload -> its name in origins (str() of an OpOverload costs ~4 us)
+
+
 def stack_trace_line(node: torch.fx.Node) -> str | None:
     """The last frame of node.meta['stack_trace'] as 'file:line in fn: code' (the user's line)."""
     st = node.meta.get("stack_trace")
     if not st:
         return None
+    return _last_frame(st)
+
+
+@functools.lru_cache(maxsize=4096)
+def _last_frame(st: str) -> str | None:
+    """stack_trace_line of a stack trace (cached: every layer of a model repeats the same ones)."""
     lines = [l.strip() for l in st.strip().splitlines()]
     for i in range(len(lines) - 1, -1, -1):
         m = re.match(r'File "(.+)", line (\d+), in (.+)', lines[i])
@@ -309,8 +319,12 @@ class GraphLowering:
             return list(self._inlined)
         mine = self._origin_of.get(n)
         if mine is None:  # (asked several times per node: its call, its realization, an extern)
-            name = str(n.target).replace("aten.", "") if isinstance(n.target, torch._ops.OpOverload) \
-                else getattr(n.target, "__name__", str(n.target))
+            name = _OP_NAMES.get(n.target)
+            if name is None:
+                name = str(n.target).replace("aten.", "") if isinstance(n.target, torch._ops.OpOverload) \
+                    else getattr(n.target, "__name__", str(n.target))
+                if isinstance(n.target, torch._ops.OpOverload):
+                    _OP_NAMES[n.target] = name
             mine = self._origin_of[n] = (name, stack_trace_line(n))
         return _merge_origins(self._inlined, [mine])
 

@@ -666,19 +666,22 @@ def _index_exprs(bodies, stores):
 def _mergeable(exprs, vp, vq, nq) -> bool:
     """True if every index uses v_p and v_q only as ``c*nq*v_p + c*v_q`` (so one variable over
     their flattened range can replace both). ``c`` and ``nq`` may be expressions of sizes."""
-    for e in exprs:
-        e = sympy.expand(e)
-        cp, cq = e.coeff(vp), e.coeff(vq)
-        if cp.is_Integer and cq.is_Integer:
-            if cp != cq * nq:
-                return False
-        elif not (ir.size_symbols_of(cp) == cp.free_symbols and ir.size_symbols_of(cq) == cq.free_symbols
-                  and sympy.expand(cp - cq * nq) == 0):
+    return all(_mergeable_index(e, vp, vq, nq) for e in exprs)
+
+
+@functools.lru_cache(maxsize=65536)
+def _mergeable_index(e, vp, vq, nq) -> bool:
+    """``_mergeable`` for one index, cached: every layer's kernels ask about the same indices."""
+    e = sympy.expand(e)
+    cp, cq = e.coeff(vp), e.coeff(vq)
+    if cp.is_Integer and cq.is_Integer:
+        if cp != cq * nq:
             return False
-        rest = e - cp * vp - cq * vq
-        if vp in rest.free_symbols or vq in rest.free_symbols:
-            return False
-    return True
+    elif not (ir.size_symbols_of(cp) == cp.free_symbols and ir.size_symbols_of(cq) == cq.free_symbols
+              and sympy.expand(cp - cq * nq) == 0):
+        return False
+    rest = e - cp * vp - cq * vq
+    return not (vp in rest.free_symbols or vq in rest.free_symbols)
 
 
 def merge_loops(ranges, reduced, bodies, stores, merge_kept=True):

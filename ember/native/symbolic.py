@@ -686,7 +686,11 @@ def norm(x):
 
 
 def norm_sizes(xs) -> tuple:
-    return tuple(norm(x) for x in xs)
+    xs = tuple(xs)
+    for x in xs:  # (plain ints, the common case, stay as they are)
+        if type(x) is not int:
+            return tuple(norm(x) for x in xs)
+    return xs
 
 
 def has_symbolic_inputs(gm) -> bool:
