@@ -26,6 +26,7 @@ import torch
 # index arithmetic lives in symbolic.py; re-exported here, where the IR's users look for it
 from ember.native.symbolic import (FloorDiv, IMod, SizeVars, as_int_or_expr, bounds, is_indirect,  # noqa: F401
                                    is_size_symbol, node_vars, simplify_index, size_symbols_of, sym)
+from ember.native.symbolic import _simplify_index
 
 # --------------------------------------------------------------------------------------------------
 # value expressions
@@ -561,17 +562,21 @@ buffer_args = _buffer_args
 def simplify_expr(e: Expr, ranges: dict, memo: dict | None = None, lower: dict | None = None) -> Expr:
     """``simplify_index`` applied to every load index and index value in e (``lower``: lower bounds
     of size symbols, for the proofs)."""
-    if memo is None:
-        memo = {}
+    # (simplify_index's cache context, made once here rather than for every index of the body)
+    context = (tuple(ranges.items()), tuple(lower.items()) if lower else None)
+    return _simplify_expr(e, ranges, {} if memo is None else memo, lower, context)
+
+
+def _simplify_expr(e: Expr, ranges: dict, memo: dict, lower, context) -> Expr:
     hit = memo.get(e)
     if hit is not None:
         return hit
-    args = tuple(simplify_expr(a, ranges, memo, lower) for a in e.args)
+    args = tuple(_simplify_expr(a, ranges, memo, lower, context) for a in e.args)
     attr = e.attr
     if e.op == "load":
-        attr = (attr[0], simplify_index(attr[1], ranges, lower), attr[2])
+        attr = (attr[0], _simplify_index(attr[1], ranges, lower, context), attr[2])
     elif e.op == "index":
-        attr = simplify_index(attr, ranges, lower)
+        attr = _simplify_index(attr, ranges, lower, context)
     out = Expr(e.op, args, e.dtype, attr) if (args != e.args or attr is not e.attr) else e
     memo[e] = out
     return out

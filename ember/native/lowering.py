@@ -302,6 +302,7 @@ class GraphLowering:
         self.sv = ir.SizeVars()
         self._fetched: dict = {}   # (buffer, offset) of another device's scalar -> its copy (_fetch_scalars)
         self._origin_of: dict = {}  # fx node -> its (op, source line) (origins)
+        self._resolved: dict = {}  # Expr -> its resolve_indirect (_resolve)
 
     # -- naming and metadata ------------------------------------------------------------------
     def new_name(self, prefix="buf"):
@@ -328,6 +329,12 @@ class GraphLowering:
             mine = self._origin_of[n] = (name, stack_trace_line(n))
         return _merge_origins(self._inlined, [mine])
 
+    def _resolve(self, e: ir.Expr) -> ir.Expr:
+        """``ir.resolve_indirect`` of e, with one memo for the whole graph (an indirect symbol means
+        the same Expr from its creation on, so a subtree resolves the same in every body); nothing
+        to do before the graph has any indirect symbol."""
+        return ir.resolve_indirect(e, self.indirect, self._resolved) if self.indirect else e
+
     # -- realize --------------------------------------------------------------------------------
     def realize(self, v: Value, strides=None, padded=False) -> Stored:
         """Compute v into a new buffer with the given strides, else its ``stride_hint``, else
@@ -343,7 +350,7 @@ class GraphLowering:
             strides = ir.contiguous_strides(sizes)
         layout = ir.Layout(sizes, tuple(strides), v.dtype, v.device)
         ranges, idx = ordered_vars(sizes, memory_order(strides, self.sv.hint))
-        body = ir.resolve_indirect(v.load(idx), self.indirect)  # index values of gathered positions
+        body = self._resolve(v.load(idx))  # index values of gathered positions
         body = ir.simplify_expr(body, dict(zip(ir.node_vars(len(ranges)), ranges)), lower=self.sv.lower)
         store = sum((i * st for i, s, st in zip(idx, sizes, strides) if s != 1), sympy.Integer(0))
         name = self.new_name()
@@ -441,7 +448,7 @@ class GraphLowering:
             e = ir.op("ne", e, ir.const(0, e.dtype))
         elif rtype not in ("argmax", "argmin"):
             e = ir.cast(e, acc_dtype)
-        e = ir.resolve_indirect(e, self.indirect)
+        e = self._resolve(e)
         e = ir.simplify_expr(e, dict(zip(ir.node_vars(len(ranges)), ranges)), lower=self.sv.lower)
         strides = ir.contiguous_strides(out_sizes)
         layout = ir.Layout(tuple(out_sizes), strides, out_dtype, x.device)
