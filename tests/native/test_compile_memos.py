@@ -126,3 +126,18 @@ def test_fused_schedule_unchanged_by_memos():
             for s in first.steps] == \
         [(type(s).__name__, getattr(s, "ranges", None), [n.name for n in getattr(s, "nodes", [])])
          for s in again.steps]
+
+
+def test_buffers_read_memo_matches_walk():
+    """GraphLowering._buffers_read (should_realize's read count for single-use values) from its memo
+    equals the loads a walk finds, also for a body deeper than the recursion limit."""
+    L = lowering.GraphLowering.__new__(lowering.GraphLowering)
+    L._bufs_memo = {}
+    rng = random.Random(1)
+    pool = _random_dag(rng)
+    for e in pool + pool:
+        assert L._buffers_read(e) == {x.attr[0] for x in ir.walk([e]) if x.op == "load"}
+    e = ir.load("deep0", ir.sym("v0"), {}, torch.float32)
+    for i in range(sys.getrecursionlimit() * 2):
+        e = ir.op("add", e, ir.load(f"deep{i % 11}", ir.sym("v0"), {}, torch.float32))
+    assert L._buffers_read(e) == {f"deep{i}" for i in range(11)}
