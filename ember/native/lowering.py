@@ -22,6 +22,7 @@ proof settles raises ``SymbolicUnsupported``: the graph is then compiled per siz
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import operator
@@ -227,11 +228,20 @@ def broadcast_loader(v: Value, out_sizes):
     return remap
 
 
+_OP_NAMES: dict = {}  # OpOverload -> its name in origins (str() of an OpOverload costs ~4 us)
+
+
 def stack_trace_line(node: torch.fx.Node) -> str | None:
     """The last frame of node.meta['stack_trace'] as 'file:line in fn: code' (the user's line)."""
     st = node.meta.get("stack_trace")
     if not st:
         return None
+    return _last_frame(st)
+
+
+@functools.lru_cache(maxsize=4096)
+def _last_frame(st: str) -> str | None:
+    """stack_trace_line of a stack trace (cached: every layer of a model repeats the same ones)."""
     lines = [l.strip() for l in st.strip().splitlines()]
     for i in range(len(lines) - 1, -1, -1):
         m = re.match(r'File "(.+)", line (\d+), in (.+)', lines[i])
@@ -291,6 +301,9 @@ class GraphLowering:
         self.symbolic = has_symbolic_inputs(gm)
         self.sv = ir.SizeVars()
         self._fetched: dict = {}   # (buffer, offset) of another device's scalar -> its copy (_fetch_scalars)
+        self._origin_of: dict = {}  # fx node -> its (op, source line) (origins)
+        self._resolved: dict = {}  # Expr -> its resolve_indirect (_resolve)
+        self._bufs_memo: dict = {}  # Expr -> the buffers it loads (_buffers_read)
 
     # -- naming and metadata ------------------------------------------------------------------
     def new_name(self, prefix="buf"):
@@ -306,9 +319,22 @@ class GraphLowering:
         n = self.current
         if n is None or n.op != "call_function":
             return list(self._inlined)
-        name = str(n.target).replace("aten.", "") if isinstance(n.target, torch._ops.OpOverload) \
-            else getattr(n.target, "__name__", str(n.target))
-        return _merge_origins(self._inlined, [(name, stack_trace_line(n))])
+        mine = self._origin_of.get(n)
+        if mine is None:  # (asked several times per node: its call, its realization, an extern)
+            name = _OP_NAMES.get(n.target)
+            if name is None:
+                name = str(n.target).replace("aten.", "") if isinstance(n.target, torch._ops.OpOverload) \
+                    else getattr(n.target, "__name__", str(n.target))
+                if isinstance(n.target, torch._ops.OpOverload):
+                    _OP_NAMES[n.target] = name
+            mine = self._origin_of[n] = (name, stack_trace_line(n))
+        return _merge_origins(self._inlined, [mine])
+
+    def _resolve(self, e: ir.Expr) -> ir.Expr:
+        """``ir.resolve_indirect`` of e, with one memo for the whole graph (an indirect symbol means
+        the same Expr from its creation on, so a subtree resolves the same in every body); nothing
+        to do before the graph has any indirect symbol."""
+        return ir.resolve_indirect(e, self.indirect, self._resolved) if self.indirect else e
 
     # -- realize --------------------------------------------------------------------------------
     def realize(self, v: Value, strides=None, padded=False) -> Stored:
@@ -325,7 +351,7 @@ class GraphLowering:
             strides = ir.contiguous_strides(sizes)
         layout = ir.Layout(sizes, tuple(strides), v.dtype, v.device)
         ranges, idx = ordered_vars(sizes, memory_order(strides, self.sv.hint))
-        body = ir.resolve_indirect(v.load(idx), self.indirect)  # index values of gathered positions
+        body = self._resolve(v.load(idx))  # index values of gathered positions
         body = ir.simplify_expr(body, dict(zip(ir.node_vars(len(ranges)), ranges)), lower=self.sv.lower)
         store = sum((i * st for i, s, st in zip(idx, sizes, strides) if s != 1), sympy.Integer(0))
         name = self.new_name()
@@ -358,23 +384,52 @@ class GraphLowering:
 
     def should_realize(self, v: Lazy, users: int) -> bool:
         ranges, idx = squeeze_vars(v.sizes)
-        exprs = ir.walk([v.load(idx)])  # (once: ir.loads_of and ir.opcount would each walk the body)
-        bufs = {e.attr[0] for e in exprs if e.op == "load"}
+        body = v.load(idx)
+        if users < 2:  # only the read count matters: from the memo, not a walk of the whole body
+            return len(self._buffers_read(body)) > self.MAX_INLINE_READS
+        # one walk, one pass over it (ir.loads_of and ir.opcount would each walk the body)
+        bufs, libdevice, opcount, heavy = set(), False, 0, ops.LIBDEVICE
+        for e in ir.walk([body]):
+            o = e.op
+            if o == "load":
+                bufs.add(e.attr[0])
+            elif o != "const" and o != "index":
+                opcount += 1
+                if o in heavy:
+                    libdevice = True
         if len(bufs) > self.MAX_INLINE_READS:
             return True
-        if users < 2:
-            return False
-        if self.libdevice and any(x.op in ops.LIBDEVICE for x in exprs) and \
+        if self.libdevice and libdevice and \
                 self.sv.hint(math.prod(v.sizes)) <= self.REALIZE_LIBDEVICE_NUMEL:
             return True
-        if len(bufs) > self.REALIZE_READS or \
-                sum(1 for x in exprs if x.op not in ("load", "const", "index")) > self.REALIZE_OPCOUNT:
+        if len(bufs) > self.REALIZE_READS or opcount > self.REALIZE_OPCOUNT:
             return True
         if len(bufs) <= self.REALIZE_FULL_READS:
             return False
         numel = self.sv.hint(math.prod(v.sizes))
         full = sum(1 for b in bufs if b in self.layouts and self.sv.hint(self.layouts[b].numel) >= numel)
         return full > self.REALIZE_FULL_READS
+
+    def _buffers_read(self, e: ir.Expr) -> frozenset:
+        """The buffers e loads (``{x.attr[0] for x in ir.walk([e]) if x.op == "load"}``), from one
+        memo per graph: a chain of single-use pointwise ops asked this of its whole inlined body at
+        every node, quadratic in the chain's length (~a third of should_realize's time)."""
+        memo = self._bufs_memo
+
+        def of(x):
+            hit = memo.get(x)
+            if hit is None:
+                out = set()
+                for a in x.args:
+                    out |= of(a)
+                if x.op == "load":
+                    out.add(x.attr[0])
+                hit = memo[x] = frozenset(out)
+            return hit
+        try:
+            return of(e)
+        except RecursionError:  # (a body deeper than the recursion limit: one walk)
+            return frozenset(x.attr[0] for x in ir.walk([e]) if x.op == "load")
 
     # -- reductions -----------------------------------------------------------------------------
     def reduce(self, x: Value, dims, keepdim: bool, rtype: str, out_dtype, acc_dtype=None,
@@ -416,7 +471,7 @@ class GraphLowering:
             e = ir.op("ne", e, ir.const(0, e.dtype))
         elif rtype not in ("argmax", "argmin"):
             e = ir.cast(e, acc_dtype)
-        e = ir.resolve_indirect(e, self.indirect)
+        e = self._resolve(e)
         e = ir.simplify_expr(e, dict(zip(ir.node_vars(len(ranges)), ranges)), lower=self.sv.lower)
         strides = ir.contiguous_strides(out_sizes)
         layout = ir.Layout(tuple(out_sizes), strides, out_dtype, x.device)
@@ -626,11 +681,14 @@ class GraphLowering:
         if self._elsewhere(n, args, kwargs):
             return self.extern(n, args, kwargs, reason=f"(computes off {self.device})")
         fn = LOWERINGS.get(target)
-        if any(isinstance(v, ir.RuntimeValue) for v in _values((args, kwargs))):
+        vals = _values((args, kwargs))
+        if any(isinstance(v, ir.RuntimeValue) for v in vals):
             fn = None  # a value only known at run time: only an extern call can take it
         if fn is not None:
-            args, kwargs = self._fetch_scalars((args, kwargs))
-            self._inlined = _merge_origins(*[v.origins for v in _values((args, kwargs)) if isinstance(v, Lazy)])
+            if any(self._elsewhere_scalar(v) for v in vals):
+                args, kwargs = self._fetch_scalars((args, kwargs))
+                vals = _values((args, kwargs))
+            self._inlined = _merge_origins(*[v.origins for v in vals if isinstance(v, Lazy)])
             try:
                 out = fn(self, n, *args, **kwargs)
             except Decline:
@@ -660,6 +718,9 @@ class GraphLowering:
         vals = [v for v in _values((args, kwargs)) if isinstance(v, Value)]
         return not vals or any(v.device != self.device for v in vals)
 
+    def _elsewhere_scalar(self, v) -> bool:
+        return isinstance(v, Stored) and v.device != self.device and v.numel == 1
+
     def _fetch_scalars(self, tree):
         """tree with every one-element value of another device (a CPU scalar tensor, which eager
         lets CUDA ops read) replaced by a copy on the graph's device, made once per buffer."""
@@ -667,7 +728,7 @@ class GraphLowering:
             return type(tree)(self._fetch_scalars(t) for t in tree)
         if isinstance(tree, dict):
             return {k: self._fetch_scalars(t) for k, t in tree.items()}
-        if not isinstance(tree, Stored) or tree.device == self.device or tree.numel != 1:
+        if not self._elsewhere_scalar(tree):
             return tree
         key = (tree.buf, tree.offset)
         if key not in self._fetched:
@@ -768,15 +829,26 @@ def _merge_origins(*lists):
     return out
 
 
-def _values(tree):
+def _values(tree, out=None) -> list:
+    """The leaves of a tree of lists, tuples and dicts, in order (a list: ``_call`` looks at them
+    several times; a recursive generator cost ~0.2 s of a 24-layer Llama's training compile)."""
+    if out is None:
+        out = []
     if isinstance(tree, (list, tuple)):
         for t in tree:
-            yield from _values(t)
+            if isinstance(t, (list, tuple, dict)):
+                _values(t, out)
+            else:
+                out.append(t)
     elif isinstance(tree, dict):
         for t in tree.values():
-            yield from _values(t)
+            if isinstance(t, (list, tuple, dict)):
+                _values(t, out)
+            else:
+                out.append(t)
     else:
-        yield tree
+        out.append(tree)
+    return out
 
 
 def _reinsert(idx, dims, nd):

@@ -38,10 +38,14 @@ def _pure(target) -> bool:
         return True
     if not isinstance(target, torch._ops.OpOverload):
         return False
-    if target._schema.is_mutable or torch.Tag.nondeterministic_seeded in target.tags:
-        return False
-    name = target._schema.name
-    return not any(w in name for w in _IMPURE_WORDS)
+    pure = _PURE.get(target)
+    if pure is None:  # (per op, not per node: a deep model's graph calls a few dozen ops thousands of times)
+        pure = _PURE[target] = not (target._schema.is_mutable or torch.Tag.nondeterministic_seeded in target.tags
+                                    or any(w in target._schema.name for w in _IMPURE_WORDS))
+    return pure
+
+
+_PURE: dict = {}  # OpOverload -> _pure's answer
 
 
 def _key(node):

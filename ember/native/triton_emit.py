@@ -219,6 +219,31 @@ class _Scope(Scope):
         self.mask, self.hoist_to = mask, hoist_to
 
 
+_LOOP_INDEX_TEXT: dict = {}  # index over loop variables only -> (its text, how many loop variables it needs)
+_FREE_SYMBOLS: dict = {}  # sympy expression -> its free symbols (sympy recomputes them per call)
+
+
+def _free_symbols(expr) -> set:
+    """expr.free_symbols, memoized (a shared set: never change it)."""
+    hit = _FREE_SYMBOLS.get(expr)
+    if hit is None:
+        if len(_FREE_SYMBOLS) >= 100_000:
+            _FREE_SYMBOLS.clear()
+        hit = _FREE_SYMBOLS[expr] = expr.free_symbols
+    return hit
+
+
+def _loop_vars_needed(syms) -> int | None:
+    """1 + the highest ``v{i}`` among syms (0 for none), or None if another symbol is among them."""
+    need = 0
+    for s in syms:
+        name = s.name
+        if not (name.startswith("v") and name[1:].isdigit()) or s != ir.sym(name):
+            return None
+        need = max(need, int(name[1:]) + 1)
+    return need
+
+
 class TritonKernelEmitter(Names):
     def __init__(self, k: Kernel, layouts: dict, options: NativeOptions, sv: ir.SizeVars | None = None):
         self.k, self.layouts, self.options = k, layouts, options
@@ -256,11 +281,26 @@ class TritonKernelEmitter(Names):
 
     # -- index printing ------------------------------------------------------------------------
     def index_str(self, expr, indirect=None):
+        # an index over loop variables only prints the same in every kernel (``v{i}``): memoized,
+        # as kernels of every layer print the same indices (sizes and indirect values are named
+        # per kernel, in order of use, so those are printed each time)
+        plain = not indirect and isinstance(expr, sympy.Basic)
+        if plain:
+            hit = _LOOP_INDEX_TEXT.get(expr)
+            if hit is not None and hit[1] <= len(self.vars):
+                return hit[0]
         names = {**{v: f"v{i}" for i, v in enumerate(self.vars)}, **(indirect or {})}
-        return print_expr(expr, lambda s: names[s] if s in names else self.size_name(s))
+        text = print_expr(expr, lambda s: names[s] if s in names else self.size_name(s))
+        if plain:
+            nvars = _loop_vars_needed(_free_symbols(expr))
+            if nvars is not None:
+                if len(_LOOP_INDEX_TEXT) >= 100_000:
+                    _LOOP_INDEX_TEXT.clear()
+                _LOOP_INDEX_TEXT[expr] = (text, nvars)
+        return text
 
     def _depends_on(self, expr, which):
-        syms = expr.free_symbols if isinstance(expr, sympy.Basic) else set()
+        syms = _free_symbols(expr) if isinstance(expr, sympy.Basic) else set()
         pos = self.k.reduced if which == "r" else self.kept
         return any(self.vars[i] in syms for i in pos)
 

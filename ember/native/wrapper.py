@@ -187,6 +187,14 @@ class WrapperCodegen:
                                 f"sizes_checked, {self.sizes_key})"))
         parked: list = []  # (body position, buffer): dead buffers put in the pool, for reuse
         self._reuse_views: set = set()  # buffers made by reuse as as_strided views of a dead one
+        # the buffers whose last use is each step, in last_use's order, and the inputs dropped
+        # there (grouped once: scanning them for every step was quadratic in a deep model's graph)
+        dying: dict = {}
+        for buf, last in sched.last_use.items():
+            dying.setdefault(last, []).append(buf)
+        dropped_at: dict = {}
+        for b in droppable:
+            dropped_at.setdefault(last_ref.get(b, -1), []).append(b)
         for i, step in enumerate(sched.steps):
             if isinstance(step, Kernel):
                 name, ek, _ = self.kernels[id(step)]
@@ -209,15 +217,15 @@ class WrapperCodegen:
                 if i == last_checked:  # (nothing after this can mismatch: the inputs may go)
                     B.append(FirstOnly(f"check.passed({'sizes_checked, ' + self.sizes_key if self.sizes_key else ''})"
                                        "  # later calls run the steady-state code"))
-            for buf, last in sched.last_use.items():
-                if last == i and buf not in sched.outputs and buf not in self.inputs:
+            for buf in dying.get(i, ()):
+                if buf not in sched.outputs and buf not in self.inputs:
                     if buf in allocated:
                         lay = self.layouts[buf]
                         pool.setdefault((lay.device, lay.dtype, lay.storage_numel), []).append(buf)
                         parked.append((len(B), buf))
                     else:
                         B.append(f"del {buf}")
-            dead = sorted(b for b in droppable if last_ref.get(b, -1) == i)
+            dead = sorted(dropped_at.get(i, ()))
             if dead:
                 B.append(f"del {', '.join(dead)}  # (inputs: last use)")
         # a parked buffer that no later allocation took is freed where it died, not at the return
