@@ -326,6 +326,11 @@ def _plan(gm: fx.GraphModule, fake_mode, decompositions: dict, joint: bool) -> B
     for key, regions in groups.items():
         if len(regions) < MIN_CALLS:
             continue
+        if any(map(_mutates, regions[0].nodes)):
+            # (its trace would only find the mutation and be refused: a ResNet's training blocks,
+            # whose batch norms update running statistics, cost one wasted trace per kind)
+            STATS["refused"] += 1
+            continue
         try:
             t = _trace_template(regions[0].module(), list(key[2]), fake_mode, decompositions, joint)
         except NotReusable as e:
@@ -362,6 +367,25 @@ def _outlined(gm: fx.GraphModule, calls: dict) -> fx.GraphModule:
             env[o] = g.call_function(operator.getitem, (node, k))
     g._codegen = gm.graph._codegen
     return fx.GraphModule(gm, g)
+
+
+def _mutates(n: fx.Node) -> bool:
+    """Does this frontend node say it writes into a tensor (in-place call, ``out=``, ``inplace=True``,
+    batch norm in training mode, item assignment)? Dropout does not count: its draws are fresh
+    tensors, copied in order."""
+    from ember.aot import trace
+
+    if n.op not in ("call_function", "call_method"):
+        return False
+    t = n.target
+    if t in (torch.nn.functional.batch_norm, torch.batch_norm):
+        training = n.args[5] if len(n.args) > 5 else n.kwargs.get("training", False)
+        return training is not False
+    if t in trace._DROPOUTS:
+        return n.kwargs.get("inplace") is True or (len(n.args) > 3 and n.args[3] is True)
+    name = t if isinstance(t, str) else getattr(t, "__name__", "")
+    return t in trace._MUTATING or (name.endswith("_") and not name.endswith("__")) \
+        or n.kwargs.get("inplace") is True or "out" in n.kwargs
 
 
 def _input_specs(inputs: list) -> list:

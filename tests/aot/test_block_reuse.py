@@ -189,6 +189,47 @@ def test_mutating_block_is_traced_in_place(train):
     assert all(layer.calls.item() == 1 for layer in m.layers)
 
 
+class ConvBlock(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.conv = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x))) + x
+
+
+class ConvStack(nn.Module):
+    def __init__(self, c=4, n=3):
+        super().__init__()
+        self.layers = nn.ModuleList(ConvBlock(c) for _ in range(n))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x.mean((2, 3))
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_batch_norm_blocks(train):
+    # training: the running statistics are written, so no block is traced alone (not even a
+    # template that would be refused); eval: the blocks are copies
+    x = lambda: torch.randn(2, 4, 6, 6)  # noqa: E731
+    out, grads, _, stats, m = _run(ConvStack, x, train, reuse=True)
+    ref, ref_grads = _eager(ConvStack, x, train)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    _same_grads(grads, ref_grads, rtol=1e-4, atol=1e-5)
+    if train:
+        assert not stats["templates"] and not stats["copies"] and stats["refused"]
+        torch.manual_seed(0)
+        twin = ConvStack()
+        twin(x())
+        for a, b in zip(m.layers, twin.layers):
+            torch.testing.assert_close(a.bn.running_mean, b.bn.running_mean)
+    else:
+        assert stats["copies"] == 3
+
+
 class AliasBlock(nn.Module):
     """Returns a view of its input next to a fresh value: refused (an alias cannot be a copy's output)."""
 
