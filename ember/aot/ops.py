@@ -7,7 +7,6 @@ cover the long tail so that the tables only list what tags do not say.
 from __future__ import annotations
 
 import collections.abc
-import contextlib
 import functools
 import operator
 import threading
@@ -25,40 +24,7 @@ def core_aten_table() -> dict:
     enumerates every CompositeImplicitAutograd op); the native backend's table starts from it too.
     Its transposes take ``FAST_VIEW_DECOMPOSITIONS`` (the same graph, fewer dispatches)."""
     from torch._decomp import core_aten_decompositions
-    with _cia_ops_materialized_once():
-        table = dict(core_aten_decompositions())
-    return {**table, **FAST_VIEW_DECOMPOSITIONS}
-
-
-@contextlib.contextmanager
-def _cia_ops_materialized_once():
-    """While torch builds its core ATen table: ``torch._export.utils._materialize_cpp_cia_ops`` (which
-    asks the C++ dispatcher for every CompositeImplicitAutograd op and creates its Python overload)
-    runs once instead of once per op namespace (27 times, each finding the work done by the first):
-    0.05-0.1 s of the 0.2-0.3 s the table takes, on the trace's path in every cold process. The
-    table is the same: nothing registers ops while it is built (the other calls had nothing new to
-    materialize). Without that private function (another torch), torch's own path runs."""
-    try:
-        from torch._export import utils as export_utils
-        materialize = export_utils._materialize_cpp_cia_ops
-    except (ImportError, AttributeError):
-        yield
-        return
-    done = []
-
-    def once():
-        if not done:
-            materialize()
-            done.append(True)
-    with _CIA_LOCK:
-        export_utils._materialize_cpp_cia_ops = once
-        try:
-            yield
-        finally:
-            export_utils._materialize_cpp_cia_ops = materialize
-
-
-_CIA_LOCK = threading.Lock()
+    return {**core_aten_decompositions(), **FAST_VIEW_DECOMPOSITIONS}
 
 
 @functools.lru_cache(maxsize=1)
