@@ -21,6 +21,11 @@ launcher kills the ranks once ``--timeout`` seconds have passed.
     # straggler (each rank's finished runs are kept: the launcher writes them out)
     python benchmarks/distributed.py --device cuda --nproc 2 --models gpt2,llama1b --steps 20 --profile \
         --budget 450 --timeout 530
+    # --paired: each model x strategy's three runs built side by side, each one's first steps (compile,
+    # memory) taken alone, then their steady steps in turn (what the acceptance figures use: the host's
+    # drift over minutes moved a sequential run's eager FSDP2 step between 98 and 134 ms)
+    python benchmarks/distributed.py --device cuda --nproc 2 --paired --profile --budget 450 --timeout 530
+    # --optim fused: AdamW's fused kernel instead of foreach (torchtitan's default)
     # --fresh-caches: ember/Triton/Inductor disk caches in a new folder (cold compiles on a machine
     # that ran before); --cprofile DIR: where rank 0's first compiled step spends its time, in the report
     # or under torchrun:
@@ -141,6 +146,17 @@ def compile_with(compiler: str, module, args):
     raise SystemExit(f"unknown compiler {compiler!r}: choose eager, ember or torch")
 
 
+def make_optimizer(params, args, device):
+    """AdamW as the step's last phase, the same for every compiler (none of them compiles it).
+    ``--optim foreach`` (default): one multi-tensor kernel per update term, a dozen ops dispatched per
+    step (under FSDP2 each through DTensor's dispatcher); ``fused``: one fused kernel per step, the
+    production recipe on GPUs (torchtitan's default), whose host cost is a fraction of foreach's."""
+    optim = getattr(args, "optim", "foreach")
+    if optim == "fused" and device.type == "cuda":
+        return torch.optim.AdamW(params, lr=1e-4, fused=True)
+    return torch.optim.AdamW(params, lr=1e-4, foreach=device.type == "cuda")
+
+
 def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -183,65 +199,142 @@ def peak_memory(device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # process-wide high-water mark
 
 
-def run_one(model_name, strategy, compiler, args, device, rank) -> dict:
-    gc.collect()  # the previous run's model and caches (cycles) go before this one measures memory
-    if compiler == "torch":
-        torch._dynamo.reset()
-        from torch._dynamo.utils import counters
-        counters.clear()
+WARMUP_STEPS = 3  # steps before the steady ones whose median is the step time (the first one compiles)
+
+
+class Run:
+    """One run (model x strategy x compiler): built, stepped, then reported. ``run_one`` steps it alone;
+    ``run_paired`` builds every compiler's run of a model x strategy, takes each one's first steps
+    alone (compile, memory), then steps them in turn (one step of each, round after round), so that
+    the host's drift over minutes (the same command's eager FSDP2 step has read 98 to 134 ms in
+    different runs) hits every column alike."""
+
+    def __init__(self, model_name, strategy, compiler, args, device, rank):
+        self.model_name, self.strategy, self.compiler = model_name, strategy, compiler
+        self.args, self.device, self.rank = args, device, rank
+        if compiler == "torch":
+            torch._dynamo.reset()
+            from torch._dynamo.utils import counters
+            counters.clear()
+        self.base = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0  # other runs' memory
+        self.peak = 0
+        self.ember_before = _ember_counters() if compiler == "ember" else None
+        self.model, blocks, self.vocab, dtype = build_model(model_name, args.tiny, device)
+        self.n_params = sum(p.numel() for p in self.model.parameters())
+        wrapped = wrap(strategy, LossOf(self.model) if strategy == "ddp" else self.model, blocks, device)
+        if strategy == "fsdp2":
+            wrapped = LossOf(wrapped)
+        self.wrapped = wrapped
+        self.compiled = compile_with(compiler, wrapped, args)
+        self.opt = make_optimizer(self.model.parameters(), args, device)
+        self.dtype = "amp_bf16" if not isinstance(self.amp(), contextlib.nullcontext) else dtype
+        self.losses, self.times, self.cprofile_top = [], [], None
+
+    def amp(self):
+        return autocast_of(self.model_name, self.args, self.device)
+
+    def step(self) -> None:
+        """The next step (its batch is the step's index: every compiler sees the same data), timed
+        from a synchronised device to a synchronised device; the peak memory it reached above what
+        the other runs hold (``base``, taken when this run was built, when only they were resident)."""
+        args, device, step = self.args, self.device, len(self.times)
+        ids = batch(step, self.rank, self.vocab, args, device)
+        sync(device)
+        if device.type == "cuda":
+            at_start = torch.cuda.memory_allocated(device)
+            torch.cuda.reset_peak_memory_stats(device)
+        prof = _first_step_profiler(args, self.rank, step, self.compiler)
+        t0 = time.perf_counter()
+        with prof or contextlib.nullcontext():
+            with self.amp():
+                loss = self.compiled(ids)
+            loss.backward()
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+            sync(device)
+        self.times.append(time.perf_counter() - t0)
+        if device.type == "cuda":  # this run's resident memory + what its step added on top
+            self.peak = max(self.peak, torch.cuda.max_memory_allocated(device) - self.base
+                            if step == 0 else torch.cuda.max_memory_allocated(device) - at_start + self.resident)
+            if step == 0:
+                self.resident = torch.cuda.memory_allocated(device) - self.base
+        if prof is not None:
+            path = Path(args.cprofile) / f"{self.model_name}-{self.strategy}-{self.compiler}-rank{self.rank}.prof"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            prof.dump_stats(str(path))
+            self.cprofile_top = _profile_summary(str(path))
+        self.losses.append(float(loss.detach().float()))
+
+    def report(self) -> dict:
+        times = self.times
+        steady = times[min(WARMUP_STEPS, len(times) - 1):]
+        step_s = statistics.median(steady)
+        peak = self.peak if self.device.type == "cuda" else peak_memory(self.device)
+        out = dict(model=self.model_name, strategy=self.strategy, compiler=self.compiler, losses=self.losses,
+                   step_ms=1000 * step_s, first_step_s=times[0], cold_compile_s=max(0.0, times[0] - step_s),
+                   peak_memory_bytes=int(peak), dtype=str(self.dtype).replace("torch.", ""),
+                   parameters=self.n_params, **graph_stats(self.compiler, self.compiled))
+        if self.cprofile_top is not None:
+            out["cprofile_first_step"] = self.cprofile_top
+        if self.ember_before is not None:  # what ember's own counters saw (divergence: ember.config.distributed_check)
+            out["ember_counters"] = {k: v for k, v in (_ember_counters() - self.ember_before).items() if v}
+        if self.args.profile:
+            out["profile"] = profile(self.compiled, self.opt, self.vocab, self.args, self.device, self.rank, self.amp)
+        return out
+
+    def close(self) -> None:
+        del self.compiled, self.wrapped, self.model, self.opt
+        if self.compiler == "ember":
+            import ember
+            ember.reset()  # its caches hold the model's modules (guards): let them go with the run
+
+
+def _fresh_memory(device) -> None:
+    gc.collect()  # the previous run's model and caches (cycles) go before the next one measures memory
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-    ember_before = _ember_counters() if compiler == "ember" else None
-    model, blocks, vocab, dtype = build_model(model_name, args.tiny, device)
-    n_params = sum(p.numel() for p in model.parameters())
-    wrapped = wrap(strategy, LossOf(model) if strategy == "ddp" else model, blocks, device)
-    if strategy == "fsdp2":
-        wrapped = LossOf(wrapped)
-    compiled = compile_with(compiler, wrapped, args)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=device.type == "cuda")
-    amp = autocast_of(model_name, args, device)
-    if not isinstance(amp, contextlib.nullcontext):
-        dtype = "amp_bf16"
-    losses, times = [], []
-    cprofile_top = None
-    for step in range(args.steps):
-        ids = batch(step, rank, vocab, args, device)
-        sync(device)
-        prof = _first_step_profiler(args, rank, step, compiler)
-        t0 = time.perf_counter()
-        with prof or contextlib.nullcontext():
-            with autocast_of(model_name, args, device):
-                loss = compiled(ids)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            sync(device)
-        times.append(time.perf_counter() - t0)
-        if prof is not None:
-            path = Path(args.cprofile) / f"{model_name}-{strategy}-{compiler}-rank{rank}.prof"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            prof.dump_stats(str(path))
-            cprofile_top = _profile_summary(str(path))
-        losses.append(float(loss.detach().float()))
-    steady = times[min(3, len(times) - 1):]
-    step_s = statistics.median(steady)
-    out = dict(model=model_name, strategy=strategy, compiler=compiler, losses=losses,
-               step_ms=1000 * step_s, first_step_s=times[0], cold_compile_s=max(0.0, times[0] - step_s),
-               peak_memory_bytes=peak_memory(device), dtype=str(dtype).replace("torch.", ""),
-               parameters=n_params,
-               **graph_stats(compiler, compiled))
-    if cprofile_top is not None:
-        out["cprofile_first_step"] = cprofile_top
-    if ember_before is not None:  # what ember's own counters saw (divergence: ember.config.distributed_check)
-        out["ember_counters"] = {k: v for k, v in (_ember_counters() - ember_before).items() if v}
-    if args.profile:
-        out["profile"] = profile(compiled, opt, vocab, args, device, rank, lambda: autocast_of(model_name, args, device))
-    del compiled, wrapped, model, opt
-    if compiler == "ember":
-        import ember
-        ember.reset()  # its caches hold the model's modules (guards): let them go with the run
-    return out
+
+
+def run_one(model_name, strategy, compiler, args, device, rank) -> dict:
+    _fresh_memory(device)
+    run = Run(model_name, strategy, compiler, args, device, rank)
+    try:
+        for _ in range(args.steps):
+            run.step()
+        return run.report()
+    finally:
+        run.close()
+
+
+def run_paired(model_name, strategy, compilers, args, device, rank, failed) -> list:
+    """Every compiler's run of one model x strategy, stepped in turn after their first steps (see
+    ``Run``). ``failed(compiler, exc)`` makes the report of a run that raised; the others go on."""
+    _fresh_memory(device)
+    runs, results = {}, {}
+    for compiler in compilers:
+        try:
+            run = runs[compiler] = Run(model_name, strategy, compiler, args, device, rank)
+            for _ in range(min(WARMUP_STEPS, args.steps)):
+                run.step()
+        except Exception as exc:  # noqa: BLE001 - reported like a sequential run's failure
+            results[compiler] = failed(compiler, exc)
+            runs.pop(compiler, None)
+    for _ in range(WARMUP_STEPS, args.steps):
+        for compiler, run in list(runs.items()):
+            try:
+                run.step()
+            except Exception as exc:  # noqa: BLE001
+                results[compiler] = failed(compiler, exc)
+                runs.pop(compiler).close()
+    for compiler, run in runs.items():
+        try:
+            results[compiler] = run.report()
+        except Exception as exc:  # noqa: BLE001
+            results[compiler] = failed(compiler, exc)
+    for run in runs.values():
+        run.close()
+    return [results[c] for c in compilers]
 
 
 def _first_step_profiler(args, rank: int, step: int, compiler: str):
@@ -402,25 +495,38 @@ def worker(rank: int, world: int, args) -> None:
     ember.config.distributed_check = args.distributed_check  # a rank that compiles differently: reported
     runs = []
     started = time.monotonic()
-    for model_name in args.models:
-        for strategy in args.strategies:
-            for compiler in args.compilers:
-                dist.monitored_barrier(group=ctl, timeout=timeout)
-                go = [args.budget is None or time.monotonic() - started < args.budget]
-                dist.broadcast_object_list(go, src=0, group=ctl)  # rank 0's clock decides for all
-                if not go[0]:
-                    res = dict(model=model_name, strategy=strategy, compiler=compiler,
-                               skipped=f"--budget {args.budget:.0f} s spent before this run")
-                else:
-                    try:
-                        res = run_one(model_name, strategy, compiler, args, device, rank)
-                    except Exception as exc:  # reported; the other ranks learn of it below
-                        res = dict(model=model_name, strategy=strategy, compiler=compiler,
-                                   error=f"{type(exc).__name__}: {exc}"[:2000], trace=traceback.format_exc()[-4000:])
-                runs.append(res)
-                Path(partial_path(args.out, rank)).write_text(json.dumps(runs))  # kept if the launcher kills us
-                if rank == 0:
-                    print(summary_line(res), flush=True)
+    def failed(model_name, strategy, compiler, exc):  # reported; the other ranks learn of it below
+        return dict(model=model_name, strategy=strategy, compiler=compiler,
+                    error=f"{type(exc).__name__}: {exc}"[:2000], trace=traceback.format_exc()[-4000:])
+
+    def keep(res):
+        runs.append(res)
+        Path(partial_path(args.out, rank)).write_text(json.dumps(runs))  # kept if the launcher kills us
+        if rank == 0:
+            print(summary_line(res), flush=True)
+
+    # sequential: one run at a time; --paired: the compilers of one model x strategy side by side
+    groups = [(m, s, [c] if not args.paired else args.compilers) for m in args.models for s in args.strategies
+              for c in (args.compilers if not args.paired else [None])]
+    for model_name, strategy, compilers in groups:
+        dist.monitored_barrier(group=ctl, timeout=timeout)
+        go = [args.budget is None or time.monotonic() - started < args.budget]
+        dist.broadcast_object_list(go, src=0, group=ctl)  # rank 0's clock decides for all
+        if not go[0]:
+            for compiler in compilers:
+                keep(dict(model=model_name, strategy=strategy, compiler=compiler,
+                          skipped=f"--budget {args.budget:.0f} s spent before this run"))
+            continue
+        if args.paired:
+            for res in run_paired(model_name, strategy, compilers, args, device, rank,
+                                  lambda c, exc: failed(model_name, strategy, c, exc)):
+                keep(res)
+            continue
+        try:
+            res = run_one(model_name, strategy, compilers[0], args, device, rank)
+        except Exception as exc:
+            res = failed(model_name, strategy, compilers[0], exc)
+        keep(res)
     dist.monitored_barrier(group=ctl, timeout=timeout)
     gathered = [None] * world
     dist.all_gather_object(gathered, runs, group=ctl)
@@ -443,7 +549,9 @@ def make_report(gathered: list, args, machine_name: str, world: int, complete: b
     for r in gathered:
         attach_loss_comparison(r)
     return dict(machine=machine_name, world_size=world, device=args.device, tiny=args.tiny, complete=complete,
-                steps=args.steps, batch=args.batch, seq=args.seq, torch=torch.__version__,
+                steps=args.steps, batch=args.batch, seq=args.seq, optim=getattr(args, "optim", "foreach"),
+                paired=getattr(args, "paired", False),
+                torch=torch.__version__,
                 command=" ".join(sys.argv), per_rank=gathered, divergence=compare_ranks(gathered))
 
 
@@ -571,6 +679,11 @@ def parse_args(argv=None):
     ap.add_argument("--compilers", default="eager,ember,torch")
     ap.add_argument("--torch-backend", default="inductor", help="torch.compile's backend (aot_eager: no C++ build)")
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--paired", action="store_true",
+                    help="the compilers of each model x strategy stepped in turn after their first steps (step "
+                         "times that the host's drift over minutes hits alike; all of them in memory at once)")
+    ap.add_argument("--optim", choices=["foreach", "fused"], default="foreach",
+                    help="AdamW's implementation on GPUs (fused: one kernel per step; CPU runs use the default)")
     ap.add_argument("--batch", type=int, default=None, help="sequences per rank (default 8, tiny 2)")
     ap.add_argument("--seq", type=int, default=None, help="tokens per sequence (default 512, tiny 32)")
     ap.add_argument("--profile", action="store_true", help="profile a few extra steps per run (overlap summary)")

@@ -1,4 +1,5 @@
-"""Probe (issue 31): ember's steady-state per-step host time under FSDP2, against eager's.
+"""Probe (issue 31): ember's steady-state per-step host time under FSDP2 (or DDP: ``--strategy ddp``),
+against eager's.
 
 One process (world size 1, gloo on a free localhost port; ``--device cuda``: NCCL; or torchrun's ranks) builds
 the tiny (or full, ``--full``) GPT-2 of benchmarks/distributed.py twice with the harness's own
@@ -70,17 +71,22 @@ def make(compiler, args, device):
     as they are: the frontend's own cost; ``ember:aot_eager``: plus the AOT autograd wrapper), or
     torch[:<backend>] (torch.compile, as the harness's third column; default inductor)."""
     model, blocks, vocab, _ = harness.build_model(args.model, not args.full, device)
-    wrapped = harness.LossOf(harness.wrap("fsdp2", model, blocks, device))
+    if args.strategy == "ddp":  # as the harness: DDP wraps the loss module, FSDP2 shards the model
+        wrapped = harness.wrap("ddp", harness.LossOf(model), blocks, device)
+    else:
+        wrapped = harness.LossOf(harness.wrap("fsdp2", model, blocks, device))
     if compiler.startswith("ember"):
         import ember
         wrapped = ember.compile(wrapped, backend=compiler.partition(":")[2] or "ember")
     elif compiler.startswith("torch"):
         wrapped = torch.compile(wrapped, backend=compiler.partition(":")[2] or "inductor")
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=device.type == "cuda")
+    opt = harness.make_optimizer(model.parameters(), args, device)
     return wrapped, opt, vocab
 
 
 PHASES = ("forward", "backward", "optimizer")
+# the forward's autocast, as the harness's (bf16 autocast for GPT-2's fp32 weights; none for bf16 Llama)
+AMP = {"model": "gpt2"}
 
 
 def step(fn, opt, ids, device, phases=None):
@@ -91,7 +97,7 @@ def step(fn, opt, ids, device, phases=None):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     t = time.perf_counter()
-    with torch.autocast(device.type, dtype=torch.bfloat16):
+    with harness.autocast_of(AMP["model"], argparse.Namespace(gpt2_fp32=False), device):
         loss = fn(ids)
     t_fwd = time.perf_counter()
     loss.backward()
@@ -206,6 +212,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--model", default="gpt2", choices=["gpt2", "llama1b"])
+    ap.add_argument("--strategy", default="fsdp2", choices=["fsdp2", "ddp"], help="as the harness's --strategies")
     ap.add_argument("--full", action="store_true", help="the full-size model (default: the tiny config)")
     ap.add_argument("--layers", type=int, default=None,
                     help="blocks of the tiny config (default the harness's 4; 12: full GPT-2's count of "
@@ -214,6 +221,7 @@ def main(argv=None):
     ap.add_argument("--seq", type=int, default=None, help="default 32 (tiny) or 512 (--full)")
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--optim", choices=["foreach", "fused"], default="foreach", help="as the harness's --optim")
     ap.add_argument("--prof-steps", type=int, default=10)
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--compilers", default="eager,ember",
@@ -226,6 +234,7 @@ def main(argv=None):
                     help="also time each ember entry's guards + argument assembly (graphs stubbed) over one step")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    AMP["model"] = args.model
     if args.layers:
         harness.TINY_LAYERS = args.layers
     args.batch = args.batch or (8 if args.full else 2)

@@ -54,3 +54,41 @@ def test_a_killed_job_keeps_its_finished_runs(tmp_path, capsys):
     assert report["per_rank"][0][1]["losses_match_eager"]
     assert not list(tmp_path.glob("*.partial"))
     assert "incomplete" in capsys.readouterr().out
+
+
+def test_paired_runs_take_their_first_steps_alone_then_turns(monkeypatch):
+    """--paired: each compiler's first steps (its compile, its memory) run before the next one is built;
+    the steady steps go round-robin; a run that raises is reported and the others go on."""
+    order = []
+
+    class FakeRun:
+        def __init__(self, model_name, strategy, compiler, args, device, rank):
+            order.append(("build", compiler))
+            self.compiler, self.n = compiler, 0
+
+        def step(self):
+            if self.compiler == "torch" and self.n == 4:
+                raise RuntimeError("boom")
+            order.append((self.compiler, self.n))
+            self.n += 1
+
+        def report(self):
+            return dict(compiler=self.compiler, steps=self.n)
+
+        def close(self):
+            order.append(("close", self.compiler))
+
+    monkeypatch.setattr(bench, "Run", FakeRun)
+    monkeypatch.setattr(bench, "_fresh_memory", lambda device: None)
+    args = bench.parse_args(["--device", "cpu", "--tiny", "--steps", "6", "--paired"])
+    out = bench.run_paired("gpt2", "ddp", ["eager", "ember", "torch"], args, None, 0,
+                           lambda c, exc: dict(compiler=c, error=str(exc)))
+    assert out == [dict(compiler="eager", steps=6), dict(compiler="ember", steps=6),
+                   dict(compiler="torch", error="boom")]
+    warm = bench.WARMUP_STEPS
+    assert order[:3 * (warm + 1)] == [x for c in ("eager", "ember", "torch")
+                                      for x in [("build", c)] + [(c, i) for i in range(warm)]]
+    turns = [x for x in order[3 * (warm + 1):] if x[0] != "close"]
+    assert turns[:3] == [("eager", warm), ("ember", warm), ("torch", warm)]
+    assert turns[3:] == [("eager", 4), ("ember", 4), ("eager", 5), ("ember", 5)]
+    assert order.count(("close", "torch")) == 1
