@@ -132,6 +132,20 @@ def _x():
     return torch.randn(2, 5, 16)
 
 
+@pytest.fixture
+def template_traces(monkeypatch):
+    """The in_specs of every block traced alone (``blocks._trace_template`` calls), while the test runs:
+    STATS counts only the templates that were kept, not those traced and then refused."""
+    calls: list = []
+    real = blocks._trace_template
+
+    def counted(part, in_specs, *args, **kwargs):
+        calls.append(in_specs)
+        return real(part, in_specs, *args, **kwargs)
+    monkeypatch.setattr(blocks, "_trace_template", counted)
+    return calls
+
+
 @pytest.mark.parametrize("train", [False, True])
 def test_identical_layers_traced_once(train):
     _check(lambda: Stack(n=4), _x, train, copies=8 if train else 4)
@@ -152,6 +166,31 @@ def test_a_layer_that_differs_gets_its_own_block():
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     _same_grads(grads, ref_grads, rtol=1e-4, atol=1e-5)
     assert stats["copies"] == 8  # the 4 identical layers, forward and backward; layer 2 traced in place
+
+
+@pytest.mark.parametrize("train", [False, True])
+@pytest.mark.parametrize("odd", [(2,), (1, 3)], ids=["one_differs", "two_differ"])
+def test_one_trace_per_repeated_kind(train, odd, template_traces):
+    # 4 identical layers and the differing ones (another float attribute: another structure). Each
+    # kind that repeats is traced alone exactly once and every call of it is a copy; a kind called
+    # once is traced in place (tracing it alone would gain nothing). Fails with the pass off (no
+    # trace) or with calls of one kind told apart (a trace per call, or none).
+    n = 4 + len(odd)
+
+    def model():
+        m = Stack(n=n)
+        for i in odd:
+            m.layers[i].scale = 0.5
+        return m
+    out, grads, _, stats, _ = _run(model, _x, train, reuse=True)
+    ref, ref_grads = _eager(model, _x, train)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    _same_grads(grads, ref_grads, rtol=1e-4, atol=1e-5)
+    kinds = 1 if len(odd) == 1 else 2
+    copied = 4 if len(odd) == 1 else n
+    assert len(template_traces) == kinds and stats["templates"] == kinds, (template_traces, stats)
+    assert stats["copies"] == copied * (2 if train else 1) and stats["plans"] == 1, stats
+    assert not stats["in_place"] and not stats["refused"], stats
 
 
 class MutatingBlock(nn.Module):
@@ -208,20 +247,6 @@ class ConvStack(nn.Module):
         for layer in self.layers:
             x = layer(x)
         return x.mean((2, 3))
-
-
-@pytest.fixture
-def template_traces(monkeypatch):
-    """The in_specs of every block traced alone (``blocks._trace_template`` calls), while the test runs:
-    STATS counts only the templates that were kept, not those traced and then refused."""
-    calls: list = []
-    real = blocks._trace_template
-
-    def counted(part, in_specs, *args, **kwargs):
-        calls.append(in_specs)
-        return real(part, in_specs, *args, **kwargs)
-    monkeypatch.setattr(blocks, "_trace_template", counted)
-    return calls
 
 
 @pytest.mark.parametrize("train", [False, True])
