@@ -44,8 +44,9 @@ class Stack(nn.Module):
         return self.head(h)
 
 
-def _run(model_fn, inputs_fn, train: bool, reuse: bool, seed=0):
-    """(outputs, grads, ops per traced graph, blocks.STATS delta) of a fresh compile."""
+def _run(model_fn, inputs_fn, train: bool, reuse: bool, seed=0, backend=None):
+    """(outputs, grads, ops per traced graph, blocks.STATS delta, model) of a fresh compile; ``backend``:
+    None records the traced ATen graphs and runs them as they are (aot_eager), else ember.compile's."""
     ember.reset()
     torch.manual_seed(seed)
     m = model_fn()
@@ -56,7 +57,7 @@ def _run(model_fn, inputs_fn, train: bool, reuse: bool, seed=0):
     old = config.aot_block_reuse, config.aot_cache
     config.aot_block_reuse, config.aot_cache = reuse, False  # (traced here, not loaded from an earlier test)
     try:
-        cm = ember.compile(m, backend=_aot_backend(graphs))
+        cm = ember.compile(m, backend=_aot_backend(graphs) if backend is None else backend)
         x = inputs_fn()
         torch.manual_seed(seed + 1)
         if train:
@@ -108,8 +109,19 @@ def _eager(model_fn, inputs_fn, train: bool, seed=0):
         return m(x), []
 
 
+def _against_eager(model_fn, inputs_fn, train: bool, tol: float = 1e-5, backend=None):
+    """Compile (the pass on) and run the model, run it eagerly, and compare the outputs (rtol = atol =
+    tol) and, for training, the parameters' gradients (rtol 10 * tol, atol tol). Returns ``_run``'s
+    tuple: (outputs, grads, ops per graph, blocks.STATS delta, model)."""
+    got = _run(model_fn, inputs_fn, train, reuse=True, backend=backend)
+    ref, ref_grads = _eager(model_fn, inputs_fn, train)
+    torch.testing.assert_close(got[0], ref, rtol=tol, atol=tol)
+    _same_grads(got[1], ref_grads, rtol=10 * tol, atol=tol)
+    return got
+
+
 def _check(model_fn, inputs_fn, train: bool, copies: int | None):
-    out, grads, ops, stats, _ = _run(model_fn, inputs_fn, train, reuse=True)
+    out, grads, ops, stats, _ = _against_eager(model_fn, inputs_fn, train)
     out0, grads0, ops0, stats0, _ = _run(model_fn, inputs_fn, train, reuse=False)
     assert not stats0, "the pass ran while switched off"
     if copies is None:
@@ -123,9 +135,6 @@ def _check(model_fn, inputs_fn, train: bool, copies: int | None):
         assert not extra and not (c0 - c), (c - c0, c0 - c)
     torch.testing.assert_close(out, out0, rtol=0, atol=0)
     _same_grads(grads, grads0, rtol=0, atol=0)
-    ref, ref_grads = _eager(model_fn, inputs_fn, train)
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-    _same_grads(grads, ref_grads, rtol=1e-4, atol=1e-5)
 
 
 def _x():
@@ -161,10 +170,7 @@ def test_a_layer_that_differs_gets_its_own_block():
         m = Stack(n=5)
         m.layers[2].scale = 0.5  # a float attribute baked into the graph: another structure
         return m
-    out, grads, ops, stats, _ = _run(model, _x, True, reuse=True)
-    ref, ref_grads = _eager(model, _x, True)
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-    _same_grads(grads, ref_grads, rtol=1e-4, atol=1e-5)
+    stats = _against_eager(model, _x, True)[3]
     assert stats["copies"] == 8  # the 4 identical layers, forward and backward; layer 2 traced in place
 
 
@@ -182,10 +188,7 @@ def test_one_trace_per_repeated_kind(train, odd, template_traces):
         for i in odd:
             m.layers[i].scale = 0.5
         return m
-    out, grads, _, stats, _ = _run(model, _x, train, reuse=True)
-    ref, ref_grads = _eager(model, _x, train)
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-    _same_grads(grads, ref_grads, rtol=1e-4, atol=1e-5)
+    stats = _against_eager(model, _x, train)[3]
     kinds = 1 if len(odd) == 1 else 2
     copied = 4 if len(odd) == 1 else n
     assert len(template_traces) == kinds and stats["templates"] == kinds, (template_traces, stats)
@@ -219,11 +222,7 @@ class MutStack(nn.Module):
 
 @pytest.mark.parametrize("train", [False, True])
 def test_mutating_block_is_traced_in_place(train):
-    out, grads, _, stats, m = _run(MutStack, _x, train, reuse=True)
-    ref, ref_grads = _eager(MutStack, _x, train)
-    torch.testing.assert_close(out, ref)
-    for g, r in zip(grads, ref_grads):
-        torch.testing.assert_close(g, r)
+    _, _, _, stats, m = _against_eager(MutStack, _x, train)
     assert not stats["copies"]
     assert all(layer.calls.item() == 1 for layer in m.layers)
 
@@ -254,10 +253,7 @@ def test_batch_norm_blocks(train, template_traces):
     # training: the running statistics are written, so no block is traced alone (not even a
     # template that would be refused: the trace is never made); eval: the blocks are copies
     x = lambda: torch.randn(2, 4, 6, 6)  # noqa: E731
-    out, grads, _, stats, m = _run(ConvStack, x, train, reuse=True)
-    ref, ref_grads = _eager(ConvStack, x, train)
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-    _same_grads(grads, ref_grads, rtol=1e-4, atol=1e-5)
+    _, _, _, stats, m = _against_eager(ConvStack, x, train)
     if train:
         assert not template_traces and not stats["templates"] and not stats["copies"] and stats["refused"]
         torch.manual_seed(0)
@@ -296,10 +292,7 @@ class AliasStack(nn.Module):
 
 @pytest.mark.parametrize("train", [False, True])
 def test_block_returning_an_alias_is_traced_in_place(train):
-    out, grads, _, stats, _ = _run(AliasStack, _x, train, reuse=True)
-    ref, ref_grads = _eager(AliasStack, _x, train)
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-    _same_grads(grads, ref_grads, rtol=1e-4, atol=1e-4)
+    stats = _against_eager(AliasStack, _x, train)[3]
     assert not stats["copies"] and stats["refused"]
 
 
@@ -316,10 +309,7 @@ class NoGradLayers(Stack):
 
 
 def test_layers_under_no_grad_inside_the_graph():
-    out, grads, _, stats, _ = _run(lambda: NoGradLayers(n=5), _x, True, reuse=True)
-    ref, ref_grads = _eager(lambda: NoGradLayers(n=5), _x, True)
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-    _same_grads(grads, ref_grads, rtol=1e-4, atol=1e-5)
+    stats = _against_eager(lambda: NoGradLayers(n=5), _x, True)[3]
     # layer 2 reads a value computed without gradients, layers 3 and 4 one that needs them: only
     # those two are copies of one block (forward and backward)
     assert stats["copies"] == 4
@@ -358,19 +348,5 @@ def test_llama_layers(train):
 
 
 def test_native_backend_matches_eager():
-    ember.reset()
-    torch.manual_seed(0)
-    m = Stack(n=3)
-    cm = ember.compile(m)
-    x = _x()
-    before = collections.Counter(blocks.STATS)
-    out = cm(x)
-    out.square().sum().backward()
-    grads = _grads(m)
-    m.zero_grad()
-    ref = m(x)
-    ref.square().sum().backward()
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-    for g, p in zip(grads, m.parameters()):
-        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-5)
-    assert (collections.Counter(blocks.STATS) - before)["copies"] == 6
+    stats = _against_eager(lambda: Stack(n=3), _x, True, backend="ember")[3]
+    assert stats["copies"] == 6
