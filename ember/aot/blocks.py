@@ -335,9 +335,12 @@ def _plan(gm: fx.GraphModule, fake_mode, decompositions: dict, joint: bool) -> B
     for key, regions in groups.items():
         if len(regions) < MIN_CALLS:
             continue
-        if any(map(_mutates, regions[0].nodes)):
+        inputs = set(regions[0].inputs)
+        if any(w in inputs for n in regions[0].nodes for w in _written(n)):
             # (its trace would only find the mutation and be refused: a ResNet's training blocks,
-            # whose batch norms update running statistics, cost one wasted trace per kind)
+            # whose batch norms update running statistics, cost one wasted trace per kind. A write
+            # into a value made inside the block, a ResNet's in-place ReLU, is functionalized in the
+            # template like any op; one into a view of an input is found by the trace and refused)
             STATS["refused"] += 1
             continue
         try:
@@ -397,15 +400,18 @@ def _mutates(n: fx.Node) -> bool:
         or n.kwargs.get("inplace") is True or "out" in n.kwargs
 
 
-def _writes_input(n: fx.Node) -> bool:
-    """Does this frontend node write into an input of the graph itself (a buffer's ``add_``, batch norm's
-    running statistics in training mode)? Writes into views of inputs are not seen here (their
-    graphs are traced twice, as before)."""
+# ops that write running statistics: the positions of (running_mean, running_var) in their arguments
+_RUNNING_STATS = {torch.nn.functional.batch_norm: (1, 2), torch.batch_norm: (3, 4),
+                  torch.nn.functional.instance_norm: (1, 2), torch.instance_norm: (3, 4)}
+
+
+def _written(n: fx.Node) -> list:
+    """The values this frontend node writes into (``_mutates``): running statistics, ``out=``, else
+    its first argument."""
     if not _mutates(n):
-        return False
-    t = n.target
-    if t in (torch.nn.functional.batch_norm, torch.batch_norm):
-        at = (1, 2) if t is torch.nn.functional.batch_norm else (3, 4)  # (torch.batch_norm: input, weight, bias, mean, var)
+        return []
+    at = _RUNNING_STATS.get(n.target)
+    if at is not None:
         written = [n.args[i] if len(n.args) > i else None for i in at]
         written += [n.kwargs.get(k) for k in ("running_mean", "running_var")]
     elif "out" in n.kwargs:
@@ -413,7 +419,14 @@ def _writes_input(n: fx.Node) -> bool:
     else:
         written = [n.args[0] if n.args else None]
     flat = [w for x in written for w in (x if isinstance(x, (tuple, list)) else (x,))]
-    return any(isinstance(w, fx.Node) and w.op == "placeholder" for w in flat)
+    return [w for w in flat if isinstance(w, fx.Node)]
+
+
+def _writes_input(n: fx.Node) -> bool:
+    """Does this frontend node write into an input of the graph itself (a buffer's ``add_``, batch norm's
+    running statistics in training mode)? Writes into views of inputs are not seen here (their
+    graphs are traced twice, as before)."""
+    return any(w.op == "placeholder" for w in _written(n))
 
 
 def _input_specs(inputs: list) -> list:

@@ -232,6 +232,50 @@ def test_mutating_block_is_traced_in_place(train):
     assert all(layer.calls.item() == 1 for layer in m.layers)
 
 
+class InPlaceBlock(nn.Module):
+    """Writes in place into values it made (a ResNet's ReLU(inplace=True)), or into a view of its
+    input (``into_input``: the caller's tensor changes)."""
+
+    def __init__(self, d, into_input=False):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+        self.into_input = into_input
+
+    def forward(self, x):
+        if self.into_input:
+            x[..., :4].mul_(0.5)
+        h = self.fc(x)
+        h.mul_(2)
+        h = F.relu(h, inplace=True)
+        return h + x
+
+
+class InPlaceStack(nn.Module):
+    def __init__(self, d=16, n=3, into_input=False):
+        super().__init__()
+        self.inp = nn.Linear(d, d)
+        self.layers = nn.ModuleList(InPlaceBlock(d, into_input) for _ in range(n))
+
+    def forward(self, x):
+        x = self.inp(x)
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+@pytest.mark.parametrize("train", [False, True])
+@pytest.mark.parametrize("into_input", [False, True])
+def test_in_place_writes_inside_a_block(into_input, train, template_traces):
+    # writes into the block's own values are functionalized in its template: copies; a write into
+    # (a view of) its input is found by the template's trace and refused: traced in place
+    stats = _against_eager(lambda: InPlaceStack(into_input=into_input), _x, train)[3]
+    assert len(template_traces) == 1, template_traces
+    if into_input:
+        assert not stats["copies"] and stats["refused"] == 1, stats
+    else:
+        assert stats["copies"] == (6 if train else 3) and not stats["refused"], stats
+
+
 class ConvBlock(nn.Module):
     def __init__(self, c):
         super().__init__()
