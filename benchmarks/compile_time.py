@@ -173,12 +173,14 @@ PHASES = (
 )
 
 
-def _time_phases():
-    """Wrap each of ``PHASES`` with a wall-clock timer; returns {label: [seconds, calls]} filled as they run."""
+def _time_phases(phases=PHASES, on_call=None):
+    """Wrap each (label, module, attribute) of ``phases`` (a missing module or attribute is skipped)
+    with a wall-clock timer; returns {label: [seconds, calls]} filled as they run. ``on_call(label,
+    start, end)`` (perf_counter seconds; in the calling thread) also hears of each call."""
     import functools
     import importlib
     got: dict = {}
-    for label, modname, attr in PHASES:
+    for label, modname, attr in phases:
         try:
             owner = importlib.import_module(modname)
         except ImportError:
@@ -198,9 +200,12 @@ def _time_phases():
                 try:
                     return f(*a, **k)
                 finally:
+                    end = time.perf_counter()
                     slot = got.setdefault(label, [0.0, 0])
-                    slot[0] += time.perf_counter() - t
+                    slot[0] += end - t
                     slot[1] += 1
+                    if on_call is not None:
+                        on_call(label, t, end)
             return timed
         setattr(owner, name, make(f, label))
     return got

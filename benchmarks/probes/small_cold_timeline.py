@@ -13,7 +13,6 @@ process. What is on the critical path is what the first result waits for.
 """
 from __future__ import annotations
 
-import functools
 import importlib
 import os
 import sys
@@ -24,6 +23,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE) + "/benchmarks")
+from compile_time import _time_phases  # noqa: E402  (stdlib imports only: the import timings stay torch's and ember's)
 
 EV: list = []
 T0 = [0.0]
@@ -33,28 +33,16 @@ def _now():
     return (time.perf_counter() - T0[0]) * 1000
 
 
-def span(modname, attr, label=None):
-    try:
-        owner = importlib.import_module(modname)
-    except ImportError:
-        return
-    name = attr
-    if "." in attr:
-        cls, name = attr.split(".")
-        owner = getattr(owner, cls, None)
-    f = getattr(owner, name, None) if owner is not None else None
-    if f is None:
-        return
-    label = label or f"{modname.split('.')[-1]}.{attr}"
+def _record(label, start, end):
+    """compile_time._time_phases' per-call hook: one event, in ms from the first call."""
+    EV.append(((start - T0[0]) * 1000, (end - T0[0]) * 1000, label, threading.current_thread().name))
 
-    @functools.wraps(f)
-    def g(*a, **k):
-        s = _now()
-        try:
-            return f(*a, **k)
-        finally:
-            EV.append((s, _now(), label, threading.current_thread().name))
-    setattr(owner, name, g)
+
+def spans(specs):
+    """Time each (module, attribute[, label]) of ``specs`` as compile_time.py times its phases (one
+    wrapper for both), every call recorded as an event; the label defaults to 'module.attribute'."""
+    _time_phases([(spec[2] if len(spec) > 2 else f"{spec[0].split('.')[-1]}.{spec[1]}", spec[0], spec[1])
+                  for spec in specs], on_call=_record)
 
 
 def main():
@@ -83,19 +71,18 @@ def main():
     if not cpu:
         torch.cuda.synchronize()
     before = set(sys.modules)
-    for spec in (("ember.frontend.convert", "_compile"), ("ember.aot.pipeline", "trace_forward_analyzed"),
-                 ("ember.aot.ops", "core_aten_table"), ("ember.native.decomp", "_build"),
-                 ("ember.native.backend", "compile_aten_graph"), ("ember.native.passes", "run"),
-                 ("ember.native.lowering", "lower"), ("ember.native.cache", "load_module"),
-                 ("ember.native.runtime", "precompile"), ("ember.native.build_pool", "specializations"),
-                 ("ember.native.build_pool", "build_ahead"), ("ember.native.build_pool", "wait"),
-                 ("ember.native.build_pool", "BuildPool.build"),
-                 ("ember.native.runtime", "Launch._first_locked"), ("ember.native.runtime", "Launch.adopt"),
-                 ("ember.frontend.persist", "store"), ("ember.aot.cache", "store"),
-                 ("triton.runtime.cache", "triton_key"), ("triton.runtime.driver", "_create_driver"),
-                 ("triton.compiler.compiler", "compile"), ("triton.backends.nvidia.driver", "CudaLauncher.__init__"),
-                 ("triton.runtime.jit", "JITFunction._do_compile")):
-        span(*spec)
+    spans((("ember.frontend.convert", "_compile"), ("ember.aot.pipeline", "trace_forward_analyzed"),
+           ("ember.aot.ops", "core_aten_table"), ("ember.native.decomp", "_build"),
+           ("ember.native.backend", "compile_aten_graph"), ("ember.native.passes", "run"),
+           ("ember.native.lowering", "lower"), ("ember.native.cache", "load_module"),
+           ("ember.native.runtime", "precompile"), ("ember.native.build_pool", "specializations"),
+           ("ember.native.build_pool", "build_ahead"), ("ember.native.build_pool", "wait"),
+           ("ember.native.build_pool", "BuildPool.build"),
+           ("ember.native.runtime", "Launch._first_locked"), ("ember.native.runtime", "Launch.adopt"),
+           ("ember.frontend.persist", "store"), ("ember.aot.cache", "store"),
+           ("triton.runtime.cache", "triton_key"), ("triton.runtime.driver", "_create_driver"),
+           ("triton.compiler.compiler", "compile"), ("triton.backends.nvidia.driver", "CudaLauncher.__init__"),
+           ("triton.runtime.jit", "JITFunction._do_compile")))
     import ember
     from ember.native import build_pool
     BP = build_pool.BuildPool

@@ -24,7 +24,9 @@ How:
 * then ``inline`` replaces each placeholder op with a copy of the block's traced nodes.
 
 A call whose live inputs differ from its block's traced layouts (or a block whose trace returns an
-alias of an input, mutates one, or fails) is traced in place as before. ``config.aot_block_reuse``
+alias of an input, mutates one, or fails) is traced in place as before; a training graph that
+writes one of its own inputs (batch norm's running statistics) is not planned at all (its joint
+trace takes the analysis-first path, which traces every block). ``config.aot_block_reuse``
 (``EMBER_AOT_BLOCK_REUSE=0``) turns the pass off.
 """
 from __future__ import annotations
@@ -46,7 +48,8 @@ MIN_CALLS = 2  # calls of one block kind for the pass to trace it alone (one cal
 
 # what the pass did, process-wide: "plans" (graphs traced with block placeholders), "templates"
 # (blocks traced alone), "copies" (placeholder calls inlined), "in_place" (calls traced in place:
-# live inputs other than the template's), "refused" (block kinds not traced alone, and why)
+# live inputs other than the template's), "refused" (block kinds not traced alone, and why),
+# "input_writes" (training graphs not planned: they write a graph input, see ``_writes_input``)
 STATS: collections.Counter = collections.Counter()
 
 # kind -> Template, while a trace that uses them runs (``BlockRun.close`` removes them)
@@ -307,6 +310,12 @@ def plan(gm: fx.GraphModule, args: list, fake_mode, decompositions: dict, joint:
 def _plan(gm: fx.GraphModule, fake_mode, decompositions: dict, joint: bool) -> BlockRun | None:
     from ember.backends import regional
 
+    if joint and any(map(_writes_input, gm.graph.nodes)):
+        # the joint trace that uses templates (trace_joint_analyzed) stops at a mutated input, and
+        # the graph is traced again without them: a training ResNet with some layers in eval mode
+        # traced their template, the whole graph, and the whole graph again
+        STATS["input_writes"] += 1
+        return None
     shapes: dict = {}
     region_of = regional.plan_regions(gm, shapes=shapes)
     # (a joint trace runs the graph with grad mode on, as its call does; a forward trace in the mode it is called in)
@@ -326,9 +335,12 @@ def _plan(gm: fx.GraphModule, fake_mode, decompositions: dict, joint: bool) -> B
     for key, regions in groups.items():
         if len(regions) < MIN_CALLS:
             continue
-        if any(map(_mutates, regions[0].nodes)):
+        inputs = set(regions[0].inputs)
+        if any(w in inputs for n in regions[0].nodes for w in _written(n)):
             # (its trace would only find the mutation and be refused: a ResNet's training blocks,
-            # whose batch norms update running statistics, cost one wasted trace per kind)
+            # whose batch norms update running statistics, cost one wasted trace per kind. A write
+            # into a value made inside the block, a ResNet's in-place ReLU, is functionalized in the
+            # template like any op; one into a view of an input is found by the trace and refused)
             STATS["refused"] += 1
             continue
         try:
@@ -386,6 +398,35 @@ def _mutates(n: fx.Node) -> bool:
     name = t if isinstance(t, str) else getattr(t, "__name__", "")
     return t in trace._MUTATING or (name.endswith("_") and not name.endswith("__")) \
         or n.kwargs.get("inplace") is True or "out" in n.kwargs
+
+
+# ops that write running statistics: the positions of (running_mean, running_var) in their arguments
+_RUNNING_STATS = {torch.nn.functional.batch_norm: (1, 2), torch.batch_norm: (3, 4),
+                  torch.nn.functional.instance_norm: (1, 2), torch.instance_norm: (3, 4)}
+
+
+def _written(n: fx.Node) -> list:
+    """The values this frontend node writes into (``_mutates``): running statistics, ``out=``, else
+    its first argument."""
+    if not _mutates(n):
+        return []
+    at = _RUNNING_STATS.get(n.target)
+    if at is not None:
+        written = [n.args[i] if len(n.args) > i else None for i in at]
+        written += [n.kwargs.get(k) for k in ("running_mean", "running_var")]
+    elif "out" in n.kwargs:
+        written = [n.kwargs["out"]]
+    else:
+        written = [n.args[0] if n.args else None]
+    flat = [w for x in written for w in (x if isinstance(x, (tuple, list)) else (x,))]
+    return [w for w in flat if isinstance(w, fx.Node)]
+
+
+def _writes_input(n: fx.Node) -> bool:
+    """Does this frontend node write into an input of the graph itself (a buffer's ``add_``, batch norm's
+    running statistics in training mode)? Writes into views of inputs are not seen here (their
+    graphs are traced twice, as before)."""
+    return any(w.op == "placeholder" for w in _written(n))
 
 
 def _input_specs(inputs: list) -> list:
