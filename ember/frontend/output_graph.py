@@ -26,7 +26,9 @@ from ember.frontend.dynamic import (
     Binding, ConstraintViolation, FrameShapeState, ShapeGuardPlan, dim_source, free_symbols, is_static_source,
     is_symbolic, new_shape_env, size_oblivious, symbolic_context,
 )
+from ember.config import config
 from ember.frontend import trace_rules
+from ember.frontend.fake_memo import FakeMemo
 from ember.frontend.errors import Unsupported
 from ember.frontend.size_one import holds_at_one
 from ember.frontend.guards import GuardKind, GuardSet, TensorMeta, global_state
@@ -74,6 +76,8 @@ class OutputGraph:
         self.shapes = shapes if shapes is not None else FrameShapeState(False)
         self.shape_env = new_shape_env()
         self.fake_mode = FakeTensorMode(shape_env=self.shape_env)
+        # the results of calls already propagated with the same metadata (a model's repeated layers)
+        self.fake_memo = FakeMemo(self.fake_mode) if config.frontend_fake_memo else None
         self.sym_bindings: list[Binding] = []
         self._sym_ties: list = []
         self._sym_bounds: dict = {}  # symbol -> (min, max) from mark_dynamic
@@ -303,19 +307,14 @@ class OutputGraph:
                 "cannot run on the fake tensors of a trace", hint="it runs eagerly (a graph break)")
         node = self.graph.create_node(kind, target, tuple(node_args[0]), node_args[1])
         node.meta["stack_trace"] = tx.user_location() if tx is not None else ""
-        try:
-            with self.fake_mode, self.symbolic_dispatch():
-                if kind == "call_method":
-                    self_arg, *rest = fake_args[0]
-                    result = getattr(self_arg, target)(*rest, **fake_args[1])
-                else:
-                    result = target(*fake_args[0], **fake_args[1])
-        except Unsupported:
-            self.graph.erase_node(node)
-            raise
-        except Exception as exc:
-            self.graph.erase_node(node)
-            raise _fake_error(kind, target, exc) from exc
+        memo = self.fake_memo if not (self.sym_bindings or self._oblivious) else None
+        key = memo.key(kind, target, fake_args) if memo is not None else None
+        result = memo.replay(key) if key is not None else None
+        if result is None:
+            versions = memo.before(fake_args) if key is not None and key not in memo.entries else None
+            result = self._propagate(node, kind, target, fake_args)
+            if versions is not None:
+                memo.record(key, fake_args, versions, result)
         if any(isinstance(r, torch.Tensor) and r.layout != torch.strided for r in pytree.tree_leaves(result)):
             # a sparse (or mkldnn) result: the autograd layer and the backends handle strided tensors only
             self.graph.erase_node(node)
@@ -332,6 +331,21 @@ class OutputGraph:
         if target in _OFFSET_READERS and isinstance(result, int):
             self._guard_storage_offsets(args[0])
         return self.wrap_result(node, result, mutating=_is_mutating(kind, target, node.kwargs))
+
+    def _propagate(self, node: fx.Node, kind: str, target, fake_args):
+        """Run the call on the fake tensors (erasing ``node`` where that fails)."""
+        try:
+            with self.fake_mode, self.symbolic_dispatch():
+                if kind == "call_method":
+                    self_arg, *rest = fake_args[0]
+                    return getattr(self_arg, target)(*rest, **fake_args[1])
+                return target(*fake_args[0], **fake_args[1])
+        except Unsupported:
+            self.graph.erase_node(node)
+            raise
+        except Exception as exc:
+            self.graph.erase_node(node)
+            raise _fake_error(kind, target, exc) from exc
 
     def _guard_storage_offsets(self, t) -> None:
         """A storage offset read while tracing became a constant, but the tensor guard leaves offsets

@@ -1,0 +1,175 @@
+"""Replay of fake-tensor propagation for a call already propagated with the same metadata.
+
+Every graph call runs its op on fake tensors to learn the result's metadata (``OutputGraph.call``).
+A model's repeated layers make the same calls on tensors of the same metadata again and again: a
+24-layer Llama's inference trace ran ~1,600 calls through FakeTensorMode, over half the frontend's
+time, though only one layer's worth of them were distinct. FakeTensorMode's own cache keys every
+ATen op under the call (a composite op is several) and rebuilds each result from it; this memo
+keys the whole call once and makes the result tensor directly, as that cache does for one op.
+
+A key is the call (kind, target), the state that can change what an op returns (grad mode, default
+dtype, autocast, the SDPA backend switches, active torch function / dispatch modes) and each
+argument: a fake tensor of this trace by its metadata (type, sizes, strides, storage offset, dtype,
+device, requires_grad) and which earlier argument it is (``f(x, x)``), a plain value by type and
+value, containers by their items. Anything else (a symbolic size, a real tensor, an object) makes
+the call unkeyed: it runs as before.
+
+A result is kept only where replaying it cannot differ from running the op: every output a fresh
+tensor (not an argument, no view, its own storage, no constant, no grad, strided, not complex) and
+no argument written (its version counter did not move: batch norm's running statistics). On the
+first run of a key the replayed tensors are compared with the propagated ones (sizes, strides,
+offset, storage bytes, dtype, device, version, attributes); a call that does not match is never
+replayed. ``config.frontend_fake_memo`` off propagates every call (the tests compare both).
+"""
+from __future__ import annotations
+
+import types
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager
+
+_PLAIN = frozenset({int, float, bool, str, complex, type(None), type(Ellipsis), torch.dtype, torch.device,
+                    torch.memory_format, torch.layout})
+_NEVER = object()  # a key whose call is not replayable (it wrote an argument, returned a view...)
+
+
+class _Unkeyed(Exception):
+    pass
+
+
+def global_key() -> tuple:
+    """What outside the arguments can change an op's result metadata (or whether it needs grad)."""
+    C = torch._C
+    return (C.is_grad_enabled(), torch.get_default_dtype(), C.is_inference_mode_enabled(),
+            C._len_torch_function_stack(), C._len_torch_dispatch_stack(),
+            torch.is_autocast_enabled("cpu"), torch.is_autocast_enabled("cuda"),
+            torch.get_autocast_dtype("cpu"), torch.get_autocast_dtype("cuda"),
+            C._get_flash_sdp_enabled(), C._get_mem_efficient_sdp_enabled(), C._get_math_sdp_enabled(),
+            C._get_cudnn_sdp_enabled())
+
+
+class FakeMemo:
+    """One trace's memo (OutputGraph.fake_memo)."""
+
+    def __init__(self, fake_mode) -> None:
+        self.fake_mode = fake_mode
+        self.entries: dict = {}
+        self.hits = 0
+
+    def key(self, kind: str, target, fake_args) -> tuple | None:
+        """The call's key, or None when it has none (then it runs as before)."""
+        tensors: list = []
+        try:
+            args_key = self._key(fake_args, tensors)
+            if not tensors:
+                return None  # (factories read the default device: not worth keying)
+            key = (kind, target, global_key(), args_key)
+            hash(key)
+        except (_Unkeyed, TypeError):
+            return None
+        return key
+
+    def _key(self, obj, tensors: list):
+        t = type(obj)
+        if t in _PLAIN:
+            return t, obj
+        if t is FakeTensor:
+            if obj.fake_mode is not self.fake_mode or obj.constant is not None or obj._has_symbolic_sizes_strides \
+                    or obj.layout is not torch.strided or obj.dtype.is_complex or obj.is_nested:
+                raise _Unkeyed
+            same = next((i for i, u in enumerate(tensors) if u is obj), -1)
+            tensors.append(obj)
+            return (t, tuple(obj.shape), obj.stride(), obj.storage_offset(), obj.dtype, obj.fake_device,
+                    obj.requires_grad, same)
+        if t is tuple or t is list:
+            return t, tuple(self._key(x, tensors) for x in obj)
+        if t is dict:
+            return t, tuple((k, self._key(v, tensors)) for k, v in obj.items())
+        if t is slice:
+            return t, self._key(obj.start, tensors), self._key(obj.stop, tensors), self._key(obj.step, tensors)
+        raise _Unkeyed
+
+    def replay(self, key):
+        """The memo's result for ``key`` (fresh fake tensors), or None."""
+        entry = self.entries.get(key)
+        if entry is None or entry is _NEVER:
+            return None
+        self.hits += 1
+        kind, metas = entry
+        outs = [self._make(m) for m in metas]
+        return outs[0] if kind is None else kind(outs)
+
+    def before(self, fake_args) -> list:
+        """The argument tensors and their version counters, read before the first run of a key."""
+        return [(t, t._version) for t in _tensors(fake_args)]
+
+    def record(self, key, fake_args, versions: list, result) -> None:
+        """After the first run of ``key``: keep its result if replaying it gives the same tensors."""
+        self.entries[key] = _NEVER
+        if any(t._version != v for t, v in versions):
+            return  # the op wrote an argument: a replay would not
+        if type(result) is FakeTensor:
+            kind, outs = None, [result]
+        elif type(result) in (tuple, list) and result and all(type(r) is FakeTensor for r in result):
+            kind, outs = type(result), list(result)
+        else:
+            return
+        args = [t for t, _ in versions]
+        storages = [t.untyped_storage() for t in args]
+        metas = []
+        for out in outs:
+            if any(out is a for a in args) or out._is_view() or out.requires_grad or out.constant is not None \
+                    or out.layout is not torch.strided or out.dtype.is_complex or out._has_symbolic_sizes_strides \
+                    or out.is_nested or type(out.fake_mode) is not type(self.fake_mode) \
+                    or out.fake_mode is not self.fake_mode:
+                return
+            st = out.untyped_storage()
+            if any(st._cdata == s._cdata for s in storages):
+                return
+            storages.append(st)
+            meta = (tuple(out.shape), out.stride(), out.storage_offset(), out.dtype, out.fake_device)
+            again = self._make(meta)
+            if not _same(out, again):
+                return
+            metas.append(meta)
+        self.entries[key] = (kind, metas)
+
+    def _make(self, meta) -> FakeTensor:
+        shape, stride, offset, dtype, device = meta
+        with in_kernel_invocation_manager(self.fake_mode):
+            empty = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+        return FakeTensor(self.fake_mode, empty, device)
+
+
+def _tensors(obj) -> list:
+    out = []
+
+    def walk(x):
+        t = type(x)
+        if t is FakeTensor:
+            out.append(x)
+        elif t is tuple or t is list:
+            for y in x:
+                walk(y)
+        elif t is dict:
+            for y in x.values():
+                walk(y)
+    walk(obj)
+    return out
+
+
+def _same(a: FakeTensor, b: FakeTensor) -> bool:
+    """Would code reading ``a`` see anything different in ``b``? (what a fake tensor can answer)"""
+    return (a.shape == b.shape and a.stride() == b.stride() and a.storage_offset() == b.storage_offset()
+            and a.dtype == b.dtype and a.fake_device == b.fake_device and a.device == b.device
+            and a.requires_grad == b.requires_grad and a.is_leaf == b.is_leaf and a.grad_fn is None and b.grad_fn is None
+            and a._version == b._version and a.untyped_storage().nbytes() == b.untyped_storage().nbytes()
+            and a.is_contiguous() == b.is_contiguous() and a._is_view() == b._is_view()
+            and a.is_conj() == b.is_conj() and a.is_neg() == b.is_neg()
+            and torch._C._dispatch_keys(a) == torch._C._dispatch_keys(b)
+            and _attrs(a) == _attrs(b))
+
+
+def _attrs(t) -> dict:
+    return {k: (v if isinstance(v, (types.NoneType, bool, int, str, torch.device, type)) else type(v))
+            for k, v in vars(t).items()}
