@@ -15,11 +15,11 @@ value, containers by their items. Anything else (a symbolic size, a real tensor,
 the call unkeyed: it runs as before.
 
 A result is kept only where replaying it cannot differ from running the op: every output a fresh
-tensor (not an argument, no view, its own storage, no constant, no grad, strided, not complex) and
-no argument written (its version counter did not move: batch norm's running statistics). On the
-first run of a key the replayed tensors are compared with the propagated ones (sizes, strides,
-offset, storage bytes, dtype, device, version, attributes); a call that does not match is never
-replayed. ``config.frontend_fake_memo`` off propagates every call (the tests compare both).
+tensor (not an argument, no view, its own storage, no constant, strided, not complex; one that needs
+grad a non-leaf) and no argument written (its version counter did not move: batch norm's running
+statistics). On the first run of a key the replayed tensors are compared with the propagated ones
+(sizes, strides, offset, storage bytes, dtype, device, requires_grad, leaf-ness, version, dispatch
+keys, attributes); a call that does not match is never replayed. ``config.frontend_fake_memo`` off propagates every call (the tests compare both).
 """
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ class FakeMemo:
             tensors.append(obj)
             return (t, tuple(obj.shape), obj.stride(), obj.storage_offset(), obj.dtype, obj.fake_device,
                     obj.requires_grad, same)
-        if t is tuple or t is list:
+        if t is tuple or t is list or t is torch.Size:
             return t, tuple(self._key(x, tensors) for x in obj)
         if t is dict:
             return t, tuple((k, self._key(v, tensors)) for k, v in obj.items())
@@ -89,14 +89,24 @@ class FakeMemo:
             return t, self._key(obj.start, tensors), self._key(obj.stop, tensors), self._key(obj.step, tensors)
         raise _Unkeyed
 
-    def replay(self, key):
+    def replay(self, key, fake_args):
         """The memo's result for ``key`` (fresh fake tensors), or None."""
         entry = self.entries.get(key)
         if entry is None or entry is _NEVER:
             return None
         self.hits += 1
+        return self._replay(entry, fake_args)
+
+    def _replay(self, entry, fake_args):
         kind, metas = entry
         outs = [self._make(m) for m in metas]
+        if any(m[-1] for m in metas):
+            # results that need grad are non-leaves in the trace: an autograd node of their own,
+            # over the arguments that need grad, makes them so without running the op (the tracer
+            # never reads a fake's grad_fn, only requires_grad / is_leaf)
+            outs = _Replayed.apply(outs, [m[-1] for m in metas],
+                                   *[t for t in _tensors(fake_args) if t.requires_grad])
+            outs = list(outs) if isinstance(outs, tuple) else [outs]
         return outs[0] if kind is None else kind(outs)
 
     def before(self, fake_args) -> list:
@@ -118,27 +128,39 @@ class FakeMemo:
         storages = [t.untyped_storage() for t in args]
         metas = []
         for out in outs:
-            if any(out is a for a in args) or out._is_view() or out.requires_grad or out.constant is not None \
-                    or out.layout is not torch.strided or out.dtype.is_complex or out._has_symbolic_sizes_strides \
-                    or out.is_nested or type(out.fake_mode) is not type(self.fake_mode) \
-                    or out.fake_mode is not self.fake_mode:
+            if any(out is a for a in args) or out._is_view() or (out.requires_grad and out.is_leaf) \
+                    or out.constant is not None or out.layout is not torch.strided or out.dtype.is_complex \
+                    or out._has_symbolic_sizes_strides or out.is_nested or out.fake_mode is not self.fake_mode:
                 return
             st = out.untyped_storage()
             if any(st._cdata == s._cdata for s in storages):
                 return
             storages.append(st)
-            meta = (tuple(out.shape), out.stride(), out.storage_offset(), out.dtype, out.fake_device)
-            again = self._make(meta)
-            if not _same(out, again):
-                return
-            metas.append(meta)
-        self.entries[key] = (kind, metas)
+            metas.append((tuple(out.shape), out.stride(), out.storage_offset(), out.dtype, out.fake_device,
+                          out.requires_grad))
+        entry = (kind, metas)
+        again = self._replay(entry, fake_args)
+        if all(_same(a, b) for a, b in zip(outs, [again] if kind is None else again)):
+            self.entries[key] = entry
 
     def _make(self, meta) -> FakeTensor:
-        shape, stride, offset, dtype, device = meta
+        shape, stride, offset, dtype, device, _ = meta
         with in_kernel_invocation_manager(self.fake_mode):
             empty = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
         return FakeTensor(self.fake_mode, empty, device)
+
+
+class _Replayed(torch.autograd.Function):
+    """Hands back the replayed tensors as outputs of an autograd node (``needs[i]``: output i needs grad)."""
+
+    @staticmethod
+    def forward(ctx, outs, needs, *inputs):
+        ctx.mark_non_differentiable(*[o for o, n in zip(outs, needs) if not n])
+        return tuple(outs) if len(outs) > 1 else outs[0]
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError("ember: a traced fake tensor was differentiated")
 
 
 def _tensors(obj) -> list:
@@ -162,7 +184,8 @@ def _same(a: FakeTensor, b: FakeTensor) -> bool:
     """Would code reading ``a`` see anything different in ``b``? (what a fake tensor can answer)"""
     return (a.shape == b.shape and a.stride() == b.stride() and a.storage_offset() == b.storage_offset()
             and a.dtype == b.dtype and a.fake_device == b.fake_device and a.device == b.device
-            and a.requires_grad == b.requires_grad and a.is_leaf == b.is_leaf and a.grad_fn is None and b.grad_fn is None
+            and a.requires_grad == b.requires_grad and a.is_leaf == b.is_leaf
+            and (a.grad_fn is None) == (b.grad_fn is None)
             and a._version == b._version and a.untyped_storage().nbytes() == b.untyped_storage().nbytes()
             and a.is_contiguous() == b.is_contiguous() and a._is_view() == b._is_view()
             and a.is_conj() == b.is_conj() and a.is_neg() == b.is_neg()

@@ -309,7 +309,7 @@ class OutputGraph:
         node.meta["stack_trace"] = tx.user_location() if tx is not None else ""
         memo = self.fake_memo if not (self.sym_bindings or self._oblivious) else None
         key = memo.key(kind, target, fake_args) if memo is not None else None
-        result = memo.replay(key) if key is not None else None
+        result = memo.replay(key, fake_args) if key is not None else None
         if result is None:
             versions = memo.before(fake_args) if key is not None and key not in memo.entries else None
             result = self._propagate(node, kind, target, fake_args)
