@@ -8,18 +8,19 @@ ATen op under the call (a composite op is several) and rebuilds each result from
 keys the whole call once and makes the result tensor directly, as that cache does for one op.
 
 A key is the call (kind, target), the state that can change what an op returns (grad mode, default
-dtype, autocast, the SDPA backend switches, active torch function / dispatch modes) and each
-argument: a fake tensor of this trace by its metadata (type, sizes, strides, storage offset, dtype,
-device, requires_grad) and which earlier argument it is (``f(x, x)``), a plain value by type and
-value, containers by their items. Anything else (a symbolic size, a real tensor, an object) makes
-the call unkeyed: it runs as before.
+dtype, autocast, the SDPA / cuDNN / oneDNN switches; no call is keyed under a torch function or
+dispatch mode) and each argument: a fake tensor of this trace by its metadata (type, sizes, strides,
+storage offset, dtype, device, requires_grad) and which earlier argument it is (``f(x, x)``), a
+plain value by type and value, containers by their items. Anything else (a symbolic size, a real
+tensor, a device other than CPU / CUDA / meta, an object) makes the call unkeyed: it runs as before.
 
 A result is kept only where replaying it cannot differ from running the op: every output a fresh
 tensor (not an argument, no view, its own storage, no constant, strided, not complex; one that needs
 grad a non-leaf) and no argument written (its version counter did not move: batch norm's running
 statistics). On the first run of a key the replayed tensors are compared with the propagated ones
 (sizes, strides, offset, storage bytes, dtype, device, requires_grad, leaf-ness, version, dispatch
-keys, attributes); a call that does not match is never replayed. ``config.frontend_fake_memo`` off propagates every call (the tests compare both).
+keys, attributes); a call that does not match is never replayed. ``config.frontend_fake_memo`` off
+propagates every call (tests/frontend/test_trace_speedups.py compares both).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manag
 
 _PLAIN = frozenset({int, float, bool, str, complex, type(None), type(Ellipsis), torch.dtype, torch.device,
                     torch.memory_format, torch.layout})
+_DEVICES = ("cpu", "cuda", "meta")  # (the autocast state of these is in the key)
 _NEVER = object()  # a key whose call is not replayable (it wrote an argument, returned a view...)
 
 
@@ -40,12 +42,13 @@ class _Unkeyed(Exception):
 def global_key() -> tuple:
     """What outside the arguments can change an op's result metadata (or whether it needs grad)."""
     C = torch._C
+    if C._len_torch_function_stack() or C._len_torch_dispatch_stack():
+        raise _Unkeyed  # a mode (a user's, torch.device(...) as a context) may answer anything
     return (C.is_grad_enabled(), torch.get_default_dtype(), C.is_inference_mode_enabled(),
-            C._len_torch_function_stack(), C._len_torch_dispatch_stack(),
             torch.is_autocast_enabled("cpu"), torch.is_autocast_enabled("cuda"),
             torch.get_autocast_dtype("cpu"), torch.get_autocast_dtype("cuda"),
             C._get_flash_sdp_enabled(), C._get_mem_efficient_sdp_enabled(), C._get_math_sdp_enabled(),
-            C._get_cudnn_sdp_enabled())
+            C._get_cudnn_sdp_enabled(), C._get_cudnn_enabled(), C._get_mkldnn_enabled())
 
 
 class FakeMemo:
@@ -75,7 +78,8 @@ class FakeMemo:
             return t, obj
         if t is FakeTensor:
             if obj.fake_mode is not self.fake_mode or obj.constant is not None or obj._has_symbolic_sizes_strides \
-                    or obj.layout is not torch.strided or obj.dtype.is_complex or obj.is_nested:
+                    or obj.layout is not torch.strided or obj.dtype.is_complex or obj.is_nested \
+                    or obj.fake_device.type not in _DEVICES:
                 raise _Unkeyed
             same = next((i for i, u in enumerate(tensors) if u is obj), -1)
             tensors.append(obj)
@@ -90,7 +94,7 @@ class FakeMemo:
         raise _Unkeyed
 
     def replay(self, key, fake_args):
-        """The memo's result for ``key`` (fresh fake tensors), or None."""
+        """The memo's result for ``key`` (fresh fake tensors), or None where the call must run."""
         entry = self.entries.get(key)
         if entry is None or entry is _NEVER:
             return None
