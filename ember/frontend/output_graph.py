@@ -26,7 +26,9 @@ from ember.frontend.dynamic import (
     Binding, ConstraintViolation, FrameShapeState, ShapeGuardPlan, dim_source, free_symbols, is_static_source,
     is_symbolic, new_shape_env, size_oblivious, symbolic_context,
 )
+from ember.config import config
 from ember.frontend import trace_rules
+from ember.frontend.fake_memo import FakeMemo
 from ember.frontend.errors import Unsupported
 from ember.frontend.size_one import holds_at_one
 from ember.frontend.guards import GuardKind, GuardSet, TensorMeta, global_state
@@ -74,6 +76,8 @@ class OutputGraph:
         self.shapes = shapes if shapes is not None else FrameShapeState(False)
         self.shape_env = new_shape_env()
         self.fake_mode = FakeTensorMode(shape_env=self.shape_env)
+        # the results of calls already propagated with the same metadata (a model's repeated layers)
+        self.fake_memo = FakeMemo(self.fake_mode) if config.frontend_fake_memo else None
         self.sym_bindings: list[Binding] = []
         self._sym_ties: list = []
         self._sym_bounds: dict = {}  # symbol -> (min, max) from mark_dynamic
@@ -289,13 +293,15 @@ class OutputGraph:
         if kind == "call_function" and getattr(target, "__name__", None) in _STATEFUL_TORCH and \
                 str(getattr(target, "__module__", "")).startswith("torch"):
             raise Unsupported(f"torch.{target.__name__}() changes global state, which a graph cannot hold")
-        node_args = pytree.tree_map(lambda v: _to_node_arg(v), (args, kwargs), is_leaf=_is_vt)
-        if kind == "call_method" or str(getattr(target, "__module__", "")).startswith(("torch", "ember.")):
+        flat = _flat_leaves(args, kwargs)
+        node_args = _map_args(_to_node_arg, args, kwargs, flat)
+        if (kind == "call_method" or str(getattr(target, "__module__", "")).startswith(("torch", "ember."))) and \
+                _has_class(node_args) is not False:
             # a Python type where torch (or torch._numpy, behind ember's NumPy wrappers) takes a dtype
             # (x.to(bool), dtype=float, a.astype(int)): the graph's code cannot spell a class, and
             # torch reads them as these dtypes
             node_args = pytree.tree_map(lambda a: _PY_TYPE_DTYPES.get(a, a) if isinstance(a, type) else a, node_args)
-        fake_args = pytree.tree_map(lambda v: _to_fake_arg(v), (args, kwargs), is_leaf=_is_vt)
+        fake_args = _map_args(_to_fake_arg, args, kwargs, flat)
         if kind == "call_function" and trace_rules.bypasses_dispatcher(target) and any(
                 isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(fake_args)):
             raise Unsupported(
@@ -303,26 +309,22 @@ class OutputGraph:
                 "cannot run on the fake tensors of a trace", hint="it runs eagerly (a graph break)")
         node = self.graph.create_node(kind, target, tuple(node_args[0]), node_args[1])
         node.meta["stack_trace"] = tx.user_location() if tx is not None else ""
-        try:
-            with self.fake_mode, self.symbolic_dispatch():
-                if kind == "call_method":
-                    self_arg, *rest = fake_args[0]
-                    result = getattr(self_arg, target)(*rest, **fake_args[1])
-                else:
-                    result = target(*fake_args[0], **fake_args[1])
-        except Unsupported:
-            self.graph.erase_node(node)
-            raise
-        except Exception as exc:
-            self.graph.erase_node(node)
-            raise _fake_error(kind, target, exc) from exc
-        if any(isinstance(r, torch.Tensor) and r.layout != torch.strided for r in pytree.tree_leaves(result)):
+        memo = self.fake_memo if not (self.sym_bindings or self._oblivious) else None
+        key = memo.key(kind, target, fake_args) if memo is not None else None
+        result = memo.replay(key, fake_args) if key is not None else None
+        if result is None:
+            versions = memo.before(fake_args) if key is not None and key not in memo.entries else None
+            result = self._propagate(node, kind, target, fake_args)
+            if versions is not None:
+                memo.record(key, fake_args, versions, result)
+        if (result.layout != torch.strided if type(result) is FakeTensor else
+                any(isinstance(r, torch.Tensor) and r.layout != torch.strided for r in pytree.tree_leaves(result))):
             # a sparse (or mkldnn) result: the autograd layer and the backends handle strided tensors only
             self.graph.erase_node(node)
             name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
             raise Unsupported(f"{name} returns a non-strided tensor ({_layouts(result)}); ember compiles dense tensors only")
         if isinstance(result, FakeTensor):
-            for vt in pytree.tree_leaves((args, kwargs), is_leaf=_is_vt):
+            for vt in (*args, *kwargs.values()) if flat else pytree.tree_leaves((args, kwargs), is_leaf=_is_vt):
                 if getattr(vt, "fake", None) is result:
                     # in-place ops (x.add_(), x += y, out=...) and no-op conversions return the same
                     # object: keep the identity (`y is x`) by returning the same tracker
@@ -332,6 +334,21 @@ class OutputGraph:
         if target in _OFFSET_READERS and isinstance(result, int):
             self._guard_storage_offsets(args[0])
         return self.wrap_result(node, result, mutating=_is_mutating(kind, target, node.kwargs))
+
+    def _propagate(self, node: fx.Node, kind: str, target, fake_args):
+        """Run the call on the fake tensors (erasing ``node`` where that fails)."""
+        try:
+            with self.fake_mode, self.symbolic_dispatch():
+                if kind == "call_method":
+                    self_arg, *rest = fake_args[0]
+                    return getattr(self_arg, target)(*rest, **fake_args[1])
+                return target(*fake_args[0], **fake_args[1])
+        except Unsupported:
+            self.graph.erase_node(node)
+            raise
+        except Exception as exc:
+            self.graph.erase_node(node)
+            raise _fake_error(kind, target, exc) from exc
 
     def _guard_storage_offsets(self, t) -> None:
         """A storage offset read while tracing became a constant, but the tensor guard leaves offsets
@@ -417,6 +434,42 @@ def _is_mutating(kind: str, target, kwargs=None) -> bool:
 
 
 _PY_TYPE_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64, complex: torch.complex128}
+
+
+# argument values pytree takes as leaves (no container among them), by exact type
+_LEAF_TYPES = frozenset({int, float, bool, str, complex, type(None), type(Ellipsis), slice, torch.dtype, torch.device,
+                         torch.layout, torch.memory_format, fx.Node})
+
+
+def _flat_leaves(args: list, kwargs: dict) -> bool:
+    """Is every argument a leaf for pytree (a tracker, or a plain value of ``_LEAF_TYPES``)? Then
+    mapping over the arguments needs no pytree walk (most calls: the walk was ~5% of a trace)."""
+    for v in (*args, *kwargs.values()):
+        if not (type(v) in _LEAF_TYPES or isinstance(v, VariableTracker)):
+            return False
+    return True
+
+
+def _map_args(fn, args: list, kwargs: dict, flat: bool):
+    """``pytree.tree_map(fn, (args, kwargs), is_leaf=_is_vt)``, without the walk where ``flat``."""
+    if flat:
+        return [fn(v) for v in args], {k: fn(v) for k, v in kwargs.items()}
+    return pytree.tree_map(fn, (args, kwargs), is_leaf=_is_vt)
+
+
+def _has_class(obj) -> bool | None:
+    """Does ``obj`` (node arguments) hold a class anywhere? None where it holds a container other
+    than a list, tuple or dict (pytree's walk then decides)."""
+    t = type(obj)
+    if t in _LEAF_TYPES:
+        return False
+    if t is list or t is tuple or t is dict:
+        for x in obj.values() if t is dict else obj:
+            r = _has_class(x)
+            if r is not False:
+                return r
+        return False
+    return True if isinstance(obj, type) else None
 
 
 def _to_node_arg(v):
