@@ -195,6 +195,11 @@ def test_explain_and_optimize_and_graph_break():
         assert torch._dynamo.explain(f, torch.ones(2)).graph_count == 2  # the older spelling
         g = torch._dynamo.optimize("eager", nopython=True)(lambda x: x + 1)
         assert g(torch.zeros(1)).tolist() == [1.0]
+        # optimize_assert (torch._dynamo.testing.standard_test's) is ember's too: one graph or an error
+        h = torch._dynamo.optimize_assert("eager")(f)
+        assert "ember" in type(h).__module__ or "ember" in getattr(h, "__module__", "")
+        with pytest.raises(ember.CompileError):
+            h(torch.ones(2))
 
 
 def test_recompile_limit_warning_points_at_the_user_line_and_fits_what_changed():

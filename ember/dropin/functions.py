@@ -76,6 +76,12 @@ def optimize(backend="inductor", *, nopython=False, dynamic=None, disable=False,
     return deco
 
 
+def optimize_assert(backend="inductor", *, dynamic=None, **ignored):
+    """``torch._dynamo.optimize_assert(backend)(fn)``: optimize with nopython=True (one graph or an error).
+    torch._dynamo.testing.standard_test compiles with it: left as torch's, real dynamo would run there."""
+    return optimize(backend, nopython=True, dynamic=dynamic, **ignored)
+
+
 def cudagraph_mark_step_begin() -> None:
     """No-op: ember's CUDA graph replays need no step marks."""
 
@@ -85,6 +91,7 @@ DYNAMO = {
     "mark_static_address": mark_static_address, "reset": ember.reset, "explain": explain,
     "disable": disable, "allow_in_graph": ember.allow_in_graph, "substitute_in_graph": ember.substitute_in_graph,
     "graph_break": graph_break, "is_compiling": ember.is_compiling, "optimize": optimize,
+    "optimize_assert": optimize_assert,
     "assume_constant_result": assume_constant_result,
 }
 

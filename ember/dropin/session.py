@@ -78,8 +78,11 @@ class ConfigProxy(types.ModuleType):
         elif arg1 is not None:
             changes[arg1] = arg2
         proxy = self
+        # torch's ContextDecorator: on a unittest.TestCase class it patches around the class's tests (as
+        # torch's config.patch does); contextlib's would turn the class into a function and no test would run
+        from torch.utils._config_module import ContextDecorator
 
-        class _Patch(contextlib.ContextDecorator):
+        class _Patch(ContextDecorator):
             def __enter__(self):
                 self.old = {k: getattr(proxy, k) for k in changes}
                 for k, v in changes.items():

@@ -64,6 +64,8 @@ DYNAMO_FUNCTIONS = {
     "graph_break": "a function ember never traces: calling it inside compiled code breaks the graph",
     "is_compiling": "ember.is_compiling",
     "optimize": "optimize(backend, nopython=, dynamic=) -> a decorator compiling with ember.compile",
+    "optimize_assert": "optimize_assert(backend, dynamic=) -> optimize(backend, nopython=True) "
+                       "(torch._dynamo.testing.standard_test compiles with it)",
     "assume_constant_result": "accepted, noted: the function is called as usual (same results)",
 }
 

@@ -496,11 +496,11 @@ def _hasattr(tx, fn, obj, name):
         # the value is not modelled, but a method or plain class attribute exists whatever the
         # instance holds (a data descriptor, e.g. a property or an unset slot, may raise: not that)
         try:
-            static, _ = lookup_static(obj.python_type(), name)
+            static, owner = lookup_static(obj.python_type(), name)
         except Unsupported:
-            static = None
+            static = owner = None
         descriptor = hasattr(type(static), "__set__") or hasattr(type(static), "__delete__")
-        if static is None or (descriptor and name != "__dict__"):  # (an instance dict is always there)
+        if owner is None or (descriptor and name != "__dict__"):  # (an instance dict is always there)
             raise
         return ConstantVariable(True)
 

@@ -251,6 +251,21 @@ def set_comprehension(x):
     return x + len(s), sorted(s), frozenset([1, 2]) == {1, 2}
 
 
+@case(lambda: (torch.randn(3),))
+def frozenset_has_no_set_mutators(x):
+    # eager raises AttributeError for set-only methods on a frozenset: traced, it must too
+    s = frozenset((1, 2, 3))
+    try:
+        s.add(4)
+    except AttributeError:
+        x = x + 10
+    try:
+        s.discard(1)
+    except AttributeError:
+        x = x + 100
+    return x + len(s), hasattr(s, "update"), hasattr(s, "union")
+
+
 # ---- slices ------------------------------------------------------------------------------
 
 @case(lambda: (torch.randn(6, 5),))

@@ -33,6 +33,29 @@ class Pair(NamedTuple):
     b: int
 
 
+class NoneAttr:
+    flag = None  # a class attribute whose value is None is an attribute all the same
+
+
+class BuiltInTrace(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+# ---- class attributes whose value is None ------------------------------------------------------
+
+@case(lambda: (torch.randn(3), NoneAttr()))
+def class_attribute_none_is_present(x, obj):
+    fresh = NoneAttr()
+    return (x + 1 if hasattr(obj, "flag") else x - 1), obj.flag, hasattr(fresh, "flag"), fresh.flag
+
+
+@case(one)
+def call_module_built_in_the_trace(x):
+    # nn.Module._wrapped_call_impl reads the class attribute `_compiled_call_impl = None`
+    return BuiltInTrace()(x) + 1
+
+
 # ---- identity of objects made in the trace -----------------------------------------------------
 @case(one)
 def fresh_objects_are_distinct(x):

@@ -105,14 +105,14 @@ class NNModuleVariable(VariableTracker):
         # buffers and submodules
         m = self.module
         d = m.__dict__
-        static, _ = lookup_static(type(m), name)
+        static, owner = lookup_static(type(m), name)
         if static is not None and hasattr(type(static), "__set__") and not isinstance(static, (types.FunctionType,)):
             return class_attr_of_instance(tx, self, type(m), name, self_source=self.source)
         if name in d:
             return VariableTracker.build(tx, d[name], AttrSource(self.source, name))
         if name == "__class__":
             return VariableTracker.build(tx, type(m), tx.output.object_source(type(m), type(m).__name__))
-        if static is not None:
+        if owner is not None:  # (a class attribute may be None)
             return class_attr_of_instance(tx, self, type(m), name, self_source=self.source)
         for slot in ("_parameters", "_buffers", "_modules"):
             if name in d.get(slot, ()):

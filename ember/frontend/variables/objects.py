@@ -79,7 +79,7 @@ def lookup_static(cls: type, name: str):
 def class_attr_of_instance(tx, self_vt, cls, name, self_source=None):
     """Resolve ``instance.name`` through the class: methods bind, properties are inlined."""
     static, owner = lookup_static(cls, name)
-    if static is None:
+    if owner is None:  # (a class attribute may be None: `_compiled_call_impl = None` on nn.Module)
         raise AttributeError(f"'{cls.__name__}' object has no attribute '{name}'")
     if isinstance(static, property):
         if isinstance(static.fget, types.FunctionType):
@@ -260,7 +260,7 @@ class UserObjectVariable(_ObjectProtocol):
             return VariableTracker.build(tx, cls, tx.output.object_source(cls, cls.__name__))
         if name == "__dict__":
             raise Unsupported(f"reading __dict__ of {self.describe()}")
-        static, _ = lookup_static(cls, name)
+        static, owner = lookup_static(cls, name)
         is_data_descr = static is not None and hasattr(type(static), "__set__")
         inst_dict = getattr(obj, "__dict__", {})
         if not is_data_descr and name in inst_dict:
@@ -268,7 +268,7 @@ class UserObjectVariable(_ObjectProtocol):
             src = AttrSource(self.source, name) if python_dunder(cls, "__getattribute__") is None else \
                 ItemSource(AttrSource(self.source, "__dict__"), name)
             return VariableTracker.build(tx, inst_dict[name], src)
-        if static is not None:
+        if owner is not None:
             return class_attr_of_instance(tx, self, cls, name, self_source=self.source)
         guard_no_attr(tx, self, name)  # __getattr__ (or the caller) takes over: the name must stay absent
         raise AttributeError(f"'{cls.__name__}' object has no attribute '{name}'")
@@ -325,8 +325,7 @@ class NewObjectVariable(_ObjectProtocol):
             return UserClassVariable(self.cls)
         if name == "__dict__":
             return ObjectDictVariable(self)
-        static, _ = lookup_static(self.cls, name)
-        if static is None:
+        if lookup_static(self.cls, name)[1] is None:  # (the class's value may be None itself)
             raise AttributeError(f"'{self.cls.__name__}' object has no attribute '{name}'")
         return class_attr_of_instance(tx, self, self.cls, name)
 

@@ -117,6 +117,8 @@ class SetVariable(VariableTracker):
         return bool(self.items)
 
     def getattr(self, tx, name):
+        if not hasattr(self.python_type(), name):  # frozenset has no add/discard/clear/...: eager raises
+            raise AttributeError(f"'{self.python_type().__name__}' object has no attribute '{name}'")
         return trackers.BoundMethodVariable(self, name)
 
     @METHODS("add", mutates=True)
