@@ -44,6 +44,8 @@ def global_key() -> tuple:
     C = torch._C
     if C._len_torch_function_stack() or C._len_torch_dispatch_stack():
         raise _Unkeyed  # a mode (a user's, torch.device(...) as a context) may answer anything
+    if C.is_inference_mode_enabled():
+        raise _Unkeyed  # (inference tensors have no version counter: whether a call wrote an argument is unknown)
     return (C.is_grad_enabled(), torch.get_default_dtype(), C.is_inference_mode_enabled(),
             torch.is_autocast_enabled("cpu"), torch.is_autocast_enabled("cuda"),
             torch.get_autocast_dtype("cpu"), torch.get_autocast_dtype("cuda"),
@@ -77,7 +79,8 @@ class FakeMemo:
         if t in _PLAIN:
             return t, obj
         if t is FakeTensor:
-            if obj.fake_mode is not self.fake_mode or obj.constant is not None or obj._has_symbolic_sizes_strides \
+            if obj.fake_mode is not self.fake_mode or obj.constant is not None or obj.is_inference() \
+                    or obj._has_symbolic_sizes_strides \
                     or obj.layout is not torch.strided or obj.dtype.is_complex or obj.is_nested \
                     or obj.fake_device.type not in _DEVICES:
                 raise _Unkeyed
@@ -98,8 +101,13 @@ class FakeMemo:
         entry = self.entries.get(key)
         if entry is None or entry is _NEVER:
             return None
+        try:
+            out = self._replay(entry, fake_args)
+        except Exception:  # noqa: BLE001 - never break a trace over the memo: this call propagates instead
+            self.entries[key] = _NEVER
+            return None
         self.hits += 1
-        return self._replay(entry, fake_args)
+        return out
 
     def _replay(self, entry, fake_args):
         kind, metas = entry
@@ -113,13 +121,24 @@ class FakeMemo:
             outs = list(outs) if isinstance(outs, tuple) else [outs]
         return outs[0] if kind is None else kind(outs)
 
-    def before(self, fake_args) -> list:
-        """The argument tensors and their version counters, read before the first run of a key."""
-        return [(t, t._version) for t in _tensors(fake_args)]
+    def before(self, fake_args) -> list | None:
+        """The argument tensors and their version counters, read before the first run of a key (None:
+        one has none, the call is not kept)."""
+        try:
+            return [(t, t._version) for t in _tensors(fake_args)]
+        except RuntimeError:  # (an inference tensor: keyed calls have none, but the memo must never break a trace)
+            return None
 
     def record(self, key, fake_args, versions: list, result) -> None:
-        """After the first run of ``key``: keep its result if replaying it gives the same tensors."""
+        """After the first run of ``key``: keep its result if replaying it gives the same tensors.
+        Never raises: a result it cannot read is simply not kept."""
         self.entries[key] = _NEVER
+        try:
+            self._record(key, fake_args, versions, result)
+        except Exception:  # noqa: BLE001 - the memo is an optimization: the call was propagated already
+            self.entries[key] = _NEVER
+
+    def _record(self, key, fake_args, versions: list, result) -> None:
         if any(t._version != v for t, v in versions):
             return  # the op wrote an argument: a replay would not
         if type(result) is FakeTensor:

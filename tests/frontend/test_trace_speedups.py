@@ -157,3 +157,22 @@ def test_transformers(monkeypatch, model, train):
         return m.train() if train else m.eval()
     kwargs = {"labels": ids} if train else {}
     check_same(make, (ids,), monkeypatch, kwargs=kwargs, grad=train)
+
+
+def test_inference_mode_traces_one_graph():
+    """Under torch.inference_mode the tensors have no version counter: the memo keys nothing there
+    (reading one raised inside the trace, and every call became a graph break)."""
+    import ember
+    from ember.diagnostics import counters
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(10, 10), torch.nn.SiLU(), torch.nn.Linear(10, 2)).eval()
+    x = torch.randn(4, 10)
+    with torch.inference_mode():
+        expected = model(x)
+        ember.reset()
+        before = counters.compiled_snapshot()
+        fast = ember.compile(model, fullgraph=True)
+        for _ in range(2):
+            out = fast(x)
+    assert (counters.compiled_snapshot() - before)["graphs_compiled"] == 1
+    torch.testing.assert_close(out, expected)
