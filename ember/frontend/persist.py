@@ -499,12 +499,16 @@ def record_of(entry, graph_data_, inputs, inlined, guards, guards_source, root_f
     from ember.frontend.guards import GuardKind
     if entry.breaks or entry.failure is not None:
         raise NotPersistable("an entry with a graph break" if entry.breaks else "a backend failure")
-    at = {}
+    at, code_at = {}, {}
     for g in guards:
         if g.kind is GuardKind.SHAPE:
             raise NotPersistable("symbolic sizes (dynamic shapes)")
         if g.kind is GuardKind.ID and g.source is not None:
             at.setdefault(id(g.expected), g.source.expr())
+            if isinstance(g.expected, types.CodeType) and getattr(g.source, "attr", None) == "__code__":
+                # a nested function guarded by its code, not its identity (variables/functions.py):
+                # found where that code was read from
+                code_at.setdefault(id(g.expected), g.source.base().expr())
     ns = {}
     homes = None
     for name, value in entry.namespace.items():
@@ -527,9 +531,10 @@ def record_of(entry, graph_data_, inputs, inlined, guards, guards_source, root_f
         if fn is root_fn:
             continue
         got = _named(fn)
-        if got is None and id(fn) in at:
+        where = at.get(id(fn)) or code_at.get(id(fn.__code__))
+        if got is None and where is not None:
             t = _named(type(fn))
-            got = ("at", at[id(fn)], t, fn_fingerprint(fn)) if t is not None else None
+            got = ("at", where, t, fn_fingerprint(fn)) if t is not None else None
         if got is None:
             raise NotPersistable(f"inlined function {fn.__qualname__} cannot be found again by name or guard")
         funcs.append(got)

@@ -223,6 +223,11 @@ def identity_of(vt: VariableTracker):
     if vt.identity_attr is None:
         return vt
     obj = getattr(vt, vt.identity_attr, None)
+    pin = vt.__dict__.get("identity_pin")
+    if pin is not None:  # guarded by what it is, not which object (a nested function): now which object counts
+        vt.identity_pin = None
+        output, source = pin
+        output.guards.add(source, GuardKind.ID, obj)
     if obj is None and not isinstance(vt, ConstantVariable):  # e.g. a ModelOutput made in the trace
         return vt
     return obj

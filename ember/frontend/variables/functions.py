@@ -573,10 +573,48 @@ def _build_op(tx, value, source):
 
 @register_builder(types.FunctionType, kind="object")
 def _build_function(tx, value, source):
-    guard_id(tx, value, source)
     if trace_rules.is_torch_callable(value):
+        guard_id(tx, value, source)
         return TorchFunctionVariable(value, source)
-    return UserFunctionVariable(value, source)
+    vt = UserFunctionVariable(value, source)
+    if _guard_nested_by_code(tx, value, source):
+        # (``is``, a dict key or a set member compares which object it is: identity_of adds the
+        # identity guard then, else a later call's same-code function would take the baked answer)
+        vt.identity_pin = (tx.output, source)
+    else:
+        guard_id(tx, value, source)
+    return vt
+
+
+_CO_NESTED = 0x10  # (inspect.CO_NESTED: a def or lambda inside another function)
+
+
+def _guard_nested_by_code(tx, fn, source) -> bool:
+    """Guard a nested function (a ``def`` or ``lambda`` run inside its maker: a new object at every
+    call of the maker) by what its calls depend on instead of its identity: its code, its globals and
+    its (constant) defaults; the closure cells it reads are guarded where the trace reads them
+    (``CellSource``), as any value. An identity guard never held again for a function made in the
+    frame a graph break resumes: the resumed frame recompiled at every call until its recompile limit,
+    then ran eagerly (PyTorch's test_no_recompile_inner_function; torch.compile guards such functions
+    by their code too). Only plain functions: one with attributes (``ember.disable``'s mark,
+    ``__wrapped__``) or non-constant defaults keeps the identity guard."""
+    if source is None or type(fn) is not types.FunctionType or not fn.__code__.co_flags & _CO_NESTED \
+            or fn.__dict__ or not _constant_defaults(fn.__defaults__) or not _constant_defaults(fn.__kwdefaults__):
+        return False
+    guard(tx, source, GuardKind.TYPE, types.FunctionType)
+    guard(tx, AttrSource(source, "__code__"), GuardKind.ID, fn.__code__)
+    guard(tx, AttrSource(source, "__globals__"), GuardKind.ID, fn.__globals__)
+    # (the inliner takes constant defaults as part of the function: tracer._default)
+    guard(tx, AttrSource(source, "__defaults__"), GuardKind.CONST, fn.__defaults__)
+    guard(tx, AttrSource(source, "__kwdefaults__"), GuardKind.CONST, fn.__kwdefaults__)
+    return True
+
+
+def _constant_defaults(values) -> bool:
+    if values is None:
+        return True
+    items = values.values() if isinstance(values, dict) else values
+    return all(type(v) in (int, float, bool, str, bytes, type(None)) and v == v for v in items)
 
 
 @register_builder(types.MethodType, kind="object")
