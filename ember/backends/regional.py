@@ -82,6 +82,8 @@ _STATE_CHANGES = (torch._C._set_grad_enabled, torch.amp.autocast_mode._enter_aut
 # key -> compiled callable, shared by every graph of the process (a key describes everything the
 # compiled callable depends on, settings included); ember.reset() clears it
 _SHARED: dict = {}
+# id(compiled) -> (compiled, what capturing it would face: auto.part_facts), for split_replay
+_CAPTURE: dict = {}
 _lock = threading.Lock()
 # what the pass did, process-wide: "compiles" (parts and graphs the backend compiled under a key),
 # "reuses" (those that took a callable compiled before), "splits" (graphs split into parts). Kept
@@ -123,7 +125,7 @@ def with_regions(compiler, key: tuple | None, enabled: bool | None):
         if config.regional_compile if enabled is None else enabled:
             split = split_regions(gm, example_inputs, compiler, key)
             if split is not None:
-                return split
+                return _replayed_whole(split, example_inputs, key)
             return shared_compile(gm, list(example_inputs), compiler, key)  # ember.compile(layer) per layer
         # the automatic choice: large blocks only, and not under torch.distributed (FSDP's sharded
         # parameters and per-layer collectives were measured whole-graph only; on: the option)
@@ -133,7 +135,7 @@ def with_regions(compiler, key: tuple | None, enabled: bool | None):
             if split is not None:
                 elog.artifact("graph_code", f"{PASS_NAME}: on automatically (repeated blocks of >= "
                                             f"{config.regional_auto_block_params} parameter elements)")
-                return split
+                return _replayed_whole(split, example_inputs, key)
         return compiler(gm, example_inputs)
 
     for attr in ("ember_backend_name", "prewarm", "prewarm_trace"):
@@ -142,6 +144,13 @@ def with_regions(compiler, key: tuple | None, enabled: bool | None):
     if enabled is not False:  # the DDP pass asks first (ember/distributed/buckets.py: with_ddp_buckets)
         backend.ember_ddp_regions = functools.partial(split_for_ddp, compiler=compiler, key=key)
     return backend
+
+
+def _replayed_whole(split: fx.GraphModule, example_inputs, key: tuple):
+    """An inference split graph of parts that can all be captured replays as one CUDA graph, as the
+    whole graph would (``ember/cudagraphs/split_replay.py``); anything else runs part by part."""
+    from ember.cudagraphs import split_replay
+    return split_replay.wrap(split, example_inputs, key)
 
 
 def split_for_ddp(gm: fx.GraphModule, example_inputs, compiler, key: tuple):
@@ -267,6 +276,7 @@ def clear() -> None:
     """Forget every shared compiled callable (``ember.reset()``)."""
     with _lock:
         _SHARED.clear()
+        _CAPTURE.clear()
 
 
 def shared_compile(gm: fx.GraphModule, args: list, compiler, key: tuple):
@@ -281,14 +291,30 @@ def shared_compile(gm: fx.GraphModule, args: list, compiler, key: tuple):
         _bump("reuses")
         return hit
     from ember.cudagraphs.auto import shared_by_call_sites
-    with shared_by_call_sites():  # (each layer's weights are other tensors: no automatic CUDA graph)
+    with shared_by_call_sites() as facts:  # (each layer's weights are other tensors: no CUDA graph per part)
         compiled = compiler(gm, args)
     if compiled is None:
         compiled = gm.forward
     _bump("compiles")
     with _lock:
         _SHARED.setdefault(k, compiled)
+        _CAPTURE[id(compiled)] = (compiled, _merged(facts))
     return compiled
+
+
+def capture_facts_of(compiled) -> dict | None:
+    """What capturing a shared part's compiled callable would face (``auto.part_facts``), or None when
+    it was not compiled here or by no graph compiler that reports it (the split is then not replayed)."""
+    with _lock:
+        hit = _CAPTURE.get(id(compiled))
+    return hit[1] if hit is not None and hit[0] is compiled else None
+
+
+def _merged(facts: list) -> dict:
+    if not facts:
+        return dict(problem="no graph of it was compiled by ember's code generator", mutates=True, pool=0)
+    problem = next((f["problem"] for f in facts if f["problem"]), None)
+    return dict(problem=problem, mutates=any(f["mutates"] for f in facts), pool=sum(f["pool"] for f in facts))
 
 
 # ------------------------------------------------------------------------------------------ split
@@ -353,6 +379,14 @@ def split_regions(gm: fx.GraphModule, example_inputs, compiler, key: tuple, min_
     region_of = plan_regions(gm, example_inputs, min_params)
     if not region_of:
         return None
+    from ember.aot import mask_simplify
+    # before the split: a mask built from sizes in the glue reaches each block as an input, where the
+    # autograd layer's own pass (which runs per part) cannot see that it is only a causal pattern;
+    # GPT-2's attention then read a mask in every layer (cuDNN's SDPA time 1.8x whole-model's, H100)
+    if mask_simplify.simplify_attention_masks(gm):
+        region_of = plan_regions(gm, example_inputs, min_params)
+        if not region_of:
+            return None
     part_of: dict = {}
     parts = 0
     current = object()

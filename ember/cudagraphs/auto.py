@@ -102,7 +102,7 @@ class Rule:
 
 RULE = Rule()
 DECISIONS: list = []  # (graph name, replayed?, reason) per decision of this process
-_SHARED = contextvars.ContextVar("ember_cudagraphs_shared", default=False)
+_SHARED = contextvars.ContextVar("ember_cudagraphs_shared", default=None)
 
 
 @contextlib.contextmanager
@@ -110,12 +110,39 @@ def shared_by_call_sites():
     """Graphs compiled inside run for several call sites with other tensors each (regional
     compilation's shared parts: every layer's own weights). A replay would copy each call's inputs
     into the recorded addresses (a 1B Llama layer's 50M weights, every call: its training step went
-    from 19.5 ms to 34 ms on the H100), so such graphs never replay automatically."""
-    token = _SHARED.set(True)
+    from 19.5 ms to 34 ms on the H100), so such graphs never replay automatically.
+
+    Yields a list: each inference graph compiled inside appends what capturing it would face
+    (``part_facts``), so that the split graph calling the parts can be replayed whole
+    (``split_replay``), with every layer's weights read where they lie."""
+    facts: list = []
+    token = _SHARED.set(facts)
     try:
-        yield
+        yield facts
     finally:
         _SHARED.reset(token)
+
+
+def part_facts(gm: fx.GraphModule, example_inputs, api, pending=None, training: bool = False) -> dict:
+    """What ``split_replay`` needs of one shared part, read before its compiler rewrites ``gm``:
+    why it cannot be captured (or None), whether it writes an input, and its pool's size (0 when it
+    cannot be captured). A cached graph's stored facts are read instead of its nodes."""
+    from ember.cudagraphs import analysis
+    if training:
+        return dict(problem="a training graph (forward and backward)", mutates=True, pool=0)
+    stored = (pending[0].get("auto") if pending is not None else None)
+    if pending is not None and stored is None:
+        return dict(problem="a cached graph without its capture facts", mutates=True, pool=0)
+    if stored is not None:
+        problem = analysis.skip_reason(None, list(example_inputs), api, facts=stored["capture"])
+        mutated, pool = stored["mutated"], stored.get("pool")
+    else:
+        problem = analysis.skip_reason(gm, list(example_inputs), api)
+        mutated = analysis.mutated_inputs(gm) if problem is None else ()
+        pool = pool_bytes(gm) if problem is None else 0
+    if pool is None:
+        problem = problem or "its pool size is not known"
+    return dict(problem=problem, mutates=bool(mutated), pool=pool or 0)
 
 
 def graph_flops(gm: fx.GraphModule) -> int:
@@ -371,7 +398,9 @@ def wrap_auto(compiler, *, api=None, training: bool = False, finish=None):
         # (a graph API's device only: asking a CPU graph's device for its memory could start CUDA)
         device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor) and cuda.is_graph_tensor(x)), None)
         limit = pool_limit(cuda, device)
-        if _SHARED.get():  # (no estimate needed: the graph is never replayed)
+        sink = _SHARED.get()
+        if sink is not None:  # (no estimate needed: the graph is never replayed on its own)
+            sink.append(part_facts(gm, example_inputs, cuda, pending, training))
             fn = compiler(gm, example_inputs)
             if fn is None:
                 fn = gm.forward
