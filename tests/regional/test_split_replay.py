@@ -151,7 +151,7 @@ class CausalByMask(Tiny):
     def forward(self, idx):
         x = self.emb(idx)
         t = idx.shape[1]
-        pos = torch.arange(t)
+        pos = torch.arange(t, device=idx.device)
         mask = (pos[None, :] <= pos[:, None])[None, None]
         for layer in self.layers:
             x = layer(x, mask)
