@@ -16,6 +16,17 @@ from ember.diagnostics import logging as _logging
 for _name in _logging.ARTIFACTS:  # ember's loggers exist from `import ember` on, as before names loaded lazily
     _logging.get_logger(_name)
 
+
+def _start_triton_key() -> None:
+    """Triton's cache key, which the first kernel build waits for, starts in a child process now on a
+    machine with an NVIDIA GPU (``ember/triton_key.py``)."""
+    from ember import triton_key as key_process
+    if key_process.wanted():
+        key_process.start()
+
+
+_start_triton_key()
+
 # public name -> module it is defined in
 _LAZY = {
     "EmberFunction": "ember.api", "OptimizedModule": "ember.api", "compile": "ember.api", "explain": "ember.api",

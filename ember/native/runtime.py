@@ -405,6 +405,12 @@ def prewarm_triton_key() -> None:
     import threading
 
     def work():
+        from ember import triton_key as key_process
+        if key_process.started():  # (started by import ember: the key hashed in a child process)
+            key = key_process.result()
+            if key is not None:
+                key_process.install(key)
+                return
         with _short_switch_interval():
             try:
                 triton_key()
