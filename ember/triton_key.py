@@ -9,8 +9,10 @@ back once per MiB hashed while the trace runs Python. The issue's ask is that Tr
 begin at import; a child process does it on another core, sharing no GIL, before the first call.
 
 The child runs Triton's own ``triton_key()`` (the same function over the same files gives the same
-value), prints it and exits. ``result()`` waits for it; ``install`` makes this process's Triton
-answer it without hashing (its JIT looks built kernels up under it), and the build workers are
+value) and prints it, then builds Triton's C helper module for CUDA into Triton's cache (the gcc
+compile that creating Triton's driver costs on a cold cache, which the first launch waited for:
+``runtime.prewarm_triton`` waits for it, ``driver_built``, then loads it). ``result()`` waits for
+the key; ``install`` makes this process's Triton answer it without hashing (its JIT looks built kernels up under it), and the build workers are
 handed it as before (``build_worker._take_key``). If the child fails, nothing is installed and the
 key is hashed in this process as before (``runtime.prewarm_triton_key``).
 
@@ -27,10 +29,23 @@ import subprocess
 import sys
 import threading
 
-_CHILD = "from triton.runtime.cache import triton_key; print(triton_key(), flush=True)"
-_PROC = None  # the child process, once started
-_RESULT: list = []  # [key or None], once read
-_LOCK = threading.Lock()
+# the key first (what a build waits for), then Triton's C helper module for CUDA built into Triton's
+# cache (the gcc compile that creating Triton's driver costs on a cold cache: 0.3-0.5 s on the H100
+# host, which a first kernel launch waited for); each step's line says it is done
+_CHILD = """
+from triton.runtime.cache import triton_key
+print("key " + triton_key(), flush=True)
+try:
+    from triton.backends.nvidia.driver import CudaUtils
+    CudaUtils()
+    print("driver", flush=True)
+except Exception:
+    print("driver failed", flush=True)
+"""
+_PROC = None  # the child process, once started (False: could not start)
+_LINES: list = []  # the child's lines so far; None last once its output ended
+_READ = threading.Condition()
+_INSTALL = threading.Lock()
 
 
 def wanted() -> bool:
@@ -53,9 +68,10 @@ def wanted() -> bool:
 
 
 def start() -> None:
-    """Start the child once (a few milliseconds: ``posix_spawn``); errors leave it unstarted."""
+    """Start the child once (a few milliseconds: ``posix_spawn``), and a daemon thread reading its
+    lines (blocked in ``read``: it holds no GIL); errors leave it unstarted."""
     global _PROC
-    with _LOCK:
+    with _READ:
         if _PROC is not None:
             return
         try:
@@ -64,48 +80,69 @@ def start() -> None:
         except OSError:
             _PROC = False
             return
+    threading.Thread(target=_reader, args=(_PROC,), name="ember-triton-key", daemon=True).start()
     import atexit
     atexit.register(_reap)
 
 
+def _reader(proc) -> None:
+    try:
+        for raw in proc.stdout:
+            with _READ:
+                _LINES.append(raw.decode(errors="replace").strip())
+                _READ.notify_all()
+    finally:
+        proc.wait()
+        with _READ:
+            _LINES.append(None)
+            _READ.notify_all()
+
+
 def _reap() -> None:
-    """At exit: a child never waited for (nothing was compiled) is stopped and reaped."""
+    """At exit: a child still running (nothing was compiled) is stopped and reaped."""
     proc = _PROC
     if proc and proc.poll() is None:
         proc.kill()
         proc.wait()
-    if proc and proc.stdout is not None:
-        proc.stdout.close()
 
 
 def started() -> bool:
     return bool(_PROC)
 
 
+def _wait_for(prefix: str, timeout: float | None) -> str | None:
+    """The child's first line starting with ``prefix``, waiting for it; None if its output ends, or
+    ``timeout`` passes, without one."""
+    with _READ:
+        if not _PROC:
+            return None
+        found = lambda: next((ln for ln in _LINES if ln is not None and ln.startswith(prefix)), None)  # noqa: E731
+        _READ.wait_for(lambda: found() is not None or (_LINES and _LINES[-1] is None), timeout)
+        return found()
+
+
 def result(timeout: float | None = 30.0) -> str | None:
     """The child's key (waiting for it), or None: not started, failed, or not done within ``timeout``."""
-    with _LOCK:
-        if _RESULT:
-            return _RESULT[0]
-        proc = _PROC
-        if not proc:
-            return None
-        key = None
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-            text = out.decode().strip().splitlines()
-            if proc.returncode == 0 and text and text[-1]:
-                key = text[-1]
-        except (subprocess.TimeoutExpired, OSError, ValueError, UnicodeDecodeError):
-            proc.kill()
-        _RESULT.append(key)
-        return key
+    line = _wait_for("key ", timeout)
+    key = line[4:] if line else None
+    return key or None
+
+
+def driver_built(timeout: float | None = 30.0) -> bool:
+    """Whether the child built Triton's C helper module into Triton's cache (waiting for it): creating
+    Triton's driver in this process then loads it instead of compiling it."""
+    return _wait_for("driver", timeout) == "driver"
 
 
 def install(key: str) -> None:
     """Make this process's ``triton_key()`` return ``key`` (the child's: the same function's value over
     the same files) without hashing, where Triton's modules call it."""
     from triton.runtime import autotuner, cache
+    with _INSTALL:
+        _install(key, cache, autotuner)
+
+
+def _install(key: str, cache, autotuner) -> None:
     if getattr(cache.triton_key, "ember_key", None) == key:
         return
 

@@ -20,7 +20,7 @@ def fresh(monkeypatch):
     from triton.runtime import autotuner, cache
     saved = (cache.triton_key, autotuner.triton_key)
     monkeypatch.setattr(key_process, "_PROC", None)
-    monkeypatch.setattr(key_process, "_RESULT", [])
+    monkeypatch.setattr(key_process, "_LINES", [])
     yield
     cache.triton_key, autotuner.triton_key = saved
 
@@ -31,6 +31,7 @@ def test_the_childs_key_is_tritons_own_and_is_installed(fresh):
     assert key_process.started()
     key = key_process.result()
     assert key == cache.triton_key.__wrapped__()  # (Triton's function, hashed here: the same value)
+    assert key_process.driver_built() in (True, False)  # (False on a machine without CUDA's headers/driver)
     key_process.install(key)
     assert cache.triton_key() == key and autotuner.triton_key() == key
     assert cache.triton_key.ember_key == key
@@ -40,7 +41,7 @@ def test_the_childs_key_is_tritons_own_and_is_installed(fresh):
 def test_a_failing_child_installs_nothing(fresh, monkeypatch):
     monkeypatch.setattr(key_process, "_CHILD", "raise SystemExit(3)")
     key_process.start()
-    assert key_process.result() is None
+    assert key_process.result() is None and key_process.driver_built() is False
     from triton.runtime import cache
     assert not hasattr(cache.triton_key, "ember_key")
 
