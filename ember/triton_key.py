@@ -7,12 +7,13 @@ a one-kernel function's 0.95 s cold first call on the H100, and the kernel's bui
 after it (``benchmarks/results/small_cold_timeline-h100-s44-overhead.txt``): the thread takes the GIL
 back once per MiB hashed while the trace runs Python. The issue's ask is that Triton's start-up work
 begin at import; a child process does it on another core, sharing no GIL, before the first call.
+(Building Triton's C helper module for CUDA in the child too was tried: the driver's creation then
+waited for a child still hashing, 0.8 s into the first call on the H100, instead of compiling it
+itself in 0.5 s: ``small_cold_timeline-h100-s44-child-driver-overhead.txt``.)
 
 The child runs Triton's own ``triton_key()`` (the same function over the same files gives the same
-value) and prints it, then builds Triton's C helper module for CUDA into Triton's cache (the gcc
-compile that creating Triton's driver costs on a cold cache, which the first launch waited for:
-``runtime.prewarm_triton`` waits for it, ``driver_built``, then loads it). ``result()`` waits for
-the key; ``install`` makes this process's Triton answer it without hashing (its JIT looks built kernels up under it), and the build workers are
+value), prints it and exits. ``result()`` waits for the key; ``install`` makes this process's Triton
+answer it without hashing (its JIT looks built kernels up under it), and the build workers are
 handed it as before (``build_worker._take_key``). If the child fails, nothing is installed and the
 key is hashed in this process as before (``runtime.prewarm_triton_key``).
 
@@ -29,19 +30,7 @@ import subprocess
 import sys
 import threading
 
-# the key first (what a build waits for), then Triton's C helper module for CUDA built into Triton's
-# cache (the gcc compile that creating Triton's driver costs on a cold cache: 0.3-0.5 s on the H100
-# host, which a first kernel launch waited for); each step's line says it is done
-_CHILD = """
-from triton.runtime.cache import triton_key
-print("key " + triton_key(), flush=True)
-try:
-    from triton.backends.nvidia.driver import CudaUtils
-    CudaUtils()
-    print("driver", flush=True)
-except Exception:
-    print("driver failed", flush=True)
-"""
+_CHILD = "from triton.runtime.cache import triton_key; print('key ' + triton_key(), flush=True)"
 _PROC = None  # the child process, once started (False: could not start)
 _LINES: list = []  # the child's lines so far; None last once its output ended
 _READ = threading.Condition()
@@ -127,11 +116,6 @@ def result(timeout: float | None = 30.0) -> str | None:
     key = line[4:] if line else None
     return key or None
 
-
-def driver_built(timeout: float | None = 30.0) -> bool:
-    """Whether the child built Triton's C helper module into Triton's cache (waiting for it): creating
-    Triton's driver in this process then loads it instead of compiling it."""
-    return _wait_for("driver", timeout) == "driver"
 
 
 def install(key: str) -> None:

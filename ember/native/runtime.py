@@ -380,11 +380,6 @@ def prewarm_triton(pool_workers: int = 0) -> None:
     import threading
 
     def work():
-        from ember import triton_key as key_process
-        # the child started by import ember builds the C helper module after the key: if it is that
-        # far, wait for it and load its build; if not, compile here (the two writes are atomic)
-        if key_process.started() and key_process.result(timeout=0) is not None:
-            key_process.driver_built()
         try:
             driver.active  # noqa: B018 - creating it builds (or loads) the C helper module
         except Exception:  # noqa: BLE001 - the first launch meets the same error and reports it

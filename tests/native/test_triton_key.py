@@ -31,7 +31,6 @@ def test_the_childs_key_is_tritons_own_and_is_installed(fresh):
     assert key_process.started()
     key = key_process.result()
     assert key == cache.triton_key.__wrapped__()  # (Triton's function, hashed here: the same value)
-    assert key_process.driver_built() in (True, False)  # (False on a machine without CUDA's headers/driver)
     key_process.install(key)
     assert cache.triton_key() == key and autotuner.triton_key() == key
     assert cache.triton_key.ember_key == key
@@ -39,11 +38,17 @@ def test_the_childs_key_is_tritons_own_and_is_installed(fresh):
 
 
 def test_a_failing_child_installs_nothing(fresh, monkeypatch):
+    from triton.runtime import cache
+    before = cache.triton_key  # (a GPU machine's earlier compiles may have installed the import's child key)
     monkeypatch.setattr(key_process, "_CHILD", "raise SystemExit(3)")
     key_process.start()
-    assert key_process.result() is None and key_process.driver_built() is False
-    from triton.runtime import cache
-    assert not hasattr(cache.triton_key, "ember_key")
+    assert key_process.result() is None
+    from ember.native import runtime
+    monkeypatch.setattr(runtime, "_PREWARM", None)
+    runtime.prewarm_triton_key()  # falls back to hashing here
+    if runtime._PREWARM:
+        runtime._PREWARM.join()
+    assert cache.triton_key is before
 
 
 @pytest.mark.parametrize("env, device, expected", [
