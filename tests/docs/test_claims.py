@@ -11,7 +11,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md"] + sorted((REPO / "docs").glob("*.md"))
 FIGURE = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)?\s?(?:x|ms|s|%|µs|us|GB/s)(?!\w)")
-RESULT = re.compile(r"benchmarks/results/([\w.+-]+\.(?:json|md))")
+RESULT = re.compile(r"benchmarks/results/([\w.+-]+\.(?:json|md|txt))")
 
 
 def prose_blocks(text: str) -> list[tuple[int, str]]:
