@@ -14,6 +14,7 @@ import torch.nn.functional as F
 import ember
 from ember.config import config
 from ember.frontend import convert, fake_memo
+from tests.aot.block_helpers import LayerStack
 
 # each speedup's switch: off gives the golden (config fields; see each one's doc)
 SWITCHES = ("frontend_fake_memo",)
@@ -99,21 +100,10 @@ class Block(nn.Module):
         return h + self.lin(h) + a.float()
 
 
-class Stack(nn.Module):
-    def __init__(self, d=8, n=4):
-        super().__init__()
-        self.layers = nn.ModuleList(Block(d) for _ in range(n))
-
-    def forward(self, x):
-        for layer in self.layers:
-            x = layer(x)
-        return x
-
-
 @pytest.mark.parametrize("grad", [False, True])
 def test_block_stack(monkeypatch, grad):
     x = torch.randn(4, 8, requires_grad=grad)
-    check_same(Stack, (x,), monkeypatch, grad=grad, min_hits=20)
+    check_same(lambda: LayerStack(Block, 8, 4), (x,), monkeypatch, grad=grad, min_hits=20)
 
 
 def test_autocast_and_grad_mode_keys(monkeypatch):
