@@ -38,13 +38,37 @@ def _seed():
 
 @pytest.fixture(autouse=True)
 def _restore_global_torch_state():
-    """A failing test must not leak grad mode / autocast / default dtype into the next one."""
+    """A failing test must not leak grad mode / autocast / default dtype / the SDPA and oneDNN
+    switches into the next one. An autocast entered and never left (``autocast.__enter__()`` by hand)
+    also leaves its nesting count up, and then no later autocast region clears the cast cache on
+    exit: a float16 region reused the bfloat16 copy of a weight cast in an earlier one."""
     grad = torch.is_grad_enabled()
     dtype = torch.get_default_dtype()
+    nesting = _autocast_nesting()
+    switches = [(get(), set_) for get, set_ in _SWITCHES]
     yield
     torch.set_grad_enabled(grad)
     torch.set_default_dtype(dtype)
     torch.set_autocast_enabled("cpu", False)
+    for value, set_ in switches:
+        set_(value)
+    while _autocast_nesting() > nesting:
+        torch.autocast_decrement_nesting()
+    if nesting == 0:
+        torch.clear_autocast_cache()
+
+
+_SWITCHES = [(torch.backends.cuda.flash_sdp_enabled, torch.backends.cuda.enable_flash_sdp),
+             (torch.backends.cuda.math_sdp_enabled, torch.backends.cuda.enable_math_sdp),
+             (torch.backends.cuda.mem_efficient_sdp_enabled, torch.backends.cuda.enable_mem_efficient_sdp),
+             (torch._C._get_mkldnn_enabled, torch._C._set_mkldnn_enabled),
+             (torch._C._get_cudnn_enabled, torch._C._set_cudnn_enabled)]
+
+
+def _autocast_nesting() -> int:
+    n = torch.autocast_increment_nesting()
+    torch.autocast_decrement_nesting()
+    return n - 1
 
 
 def pytest_collection_modifyitems(config, items):

@@ -9,7 +9,8 @@ keys the whole call once and makes the result tensor directly, as that cache doe
 
 A key is the call (kind, target), the state that can change what an op returns (grad mode, default
 dtype, autocast, the SDPA / cuDNN / oneDNN switches; no call is keyed under a torch function or
-dispatch mode) and each argument: a fake tensor of this trace by its metadata (type, sizes, strides,
+dispatch mode; of these only grad mode and autocast change inside one trace, the setters of the others
+being graph breaks: output_graph._changes_global_state) and each argument: a fake tensor of this trace by its metadata (type, sizes, strides,
 storage offset, dtype, device, requires_grad) and which earlier argument it is (``f(x, x)``), a
 plain value by type and value, containers by their items. Anything else (a symbolic size, a real
 tensor, a device other than CPU / CUDA / meta, an object) makes the call unkeyed: it runs as before.

@@ -225,6 +225,10 @@ def _render_one(g: Guard, v: str | None, load, const) -> str:
             return f"{v} is {e!r}"
         if isinstance(e, float) and e != e:
             return f"type({v}) is float and {v} != {v}"
+        if type(e) is float and e == 0.0:  # (-0.0 == 0.0, yet 1 / x tells them apart)
+            return f"type({v}) is float and {v} == 0.0 and {const(math.copysign, 'copysign')}(1.0, {v}) == {math.copysign(1.0, e)!r}"
+        if type(e) in _CONTAINERS:  # (``(2,) == (2.0,)``: equal, yet a graph made for 2 is not the one for 2.0)
+            return f"{const(same_value, 'same_value')}({v}, {const(e, 'c')})"
         lit = repr(e) if isinstance(e, (int, float, str, bytes)) and _roundtrips(e) else const(e, "c")
         return f"type({v}) is {const(type(e), 'type')} and {v} == {lit}"
     if k is GuardKind.ID:
@@ -285,6 +289,29 @@ def lacks_attr(obj, name: str) -> bool:
         except AttributeError:
             return True
     return False
+
+
+_CONTAINERS = (tuple, list, dict, set, frozenset)
+
+
+def same_value(v, e) -> bool:
+    """``v == e`` with the types equal too, all the way into containers (``(2,) == (2.0,)`` and
+    ``{"p": True} == {"p": 1}`` hold, yet each is another constant of the graph), NaN equal to NaN
+    and -0.0 not 0.0. What a CONST guard on a container checks (a scalar's is rendered inline)."""
+    t = type(v)
+    if t is not type(e):
+        return False
+    if t is tuple or t is list:
+        return len(v) == len(e) and all(map(same_value, v, e))
+    if t is dict:
+        return v.keys() == e.keys() and all(same_value(x, e[k]) for k, x in v.items())
+    if t is set or t is frozenset:  # (by type and value: a member's sign of zero is not compared)
+        return {(type(x), x) for x in v} == {(type(x), x) for x in e}
+    if t is float:
+        if e != e:
+            return v != v
+        return v == e and (e != 0.0 or math.copysign(1.0, v) == math.copysign(1.0, e))
+    return v == e
 
 
 def _roundtrips(x) -> bool:
@@ -355,9 +382,7 @@ def _explain_one(g: Guard, val, evaluate) -> str | None:
     if k is GuardKind.CONST:
         if type(val) is not type(e):
             return f"{n} type changed: {type(e).__name__} -> {type(val).__name__} (value {val!r})"
-        if isinstance(e, float) and e != e:
-            return None if val != val else f"{n} changed: nan -> {val!r}"
-        return None if val == e else f"{n} changed: {e!r} -> {val!r}"
+        return None if same_value(val, e) else f"{n} changed: {e!r} -> {val!r}"
     if k is GuardKind.ID:
         return None if val is e else f"{n} is a different object now ({_short(e)} -> {_short(val)})"
     if k is GuardKind.TYPE:

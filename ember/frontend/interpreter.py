@@ -15,7 +15,7 @@ from ember.diagnostics import logging as elog
 from ember.frontend import bytecode as bc, trace_rules
 from ember.frontend.errors import CompileError, InternalError, TracedException, Unsupported
 from ember.frontend.sources import CellSource, DefaultSource, GlobalSource
-from ember.frontend.variables.base import CONST_TYPES, ConstantVariable, NullVariable, VariableTracker
+from ember.frontend.variables.base import CONST_TYPES, ConstantVariable, NullVariable, VariableTracker, is_constant_default
 from ember.frontend.variables.dicts import DictVariable
 from ember.frontend.variables.exceptions import exception_value
 from ember.frontend.variables.functions import NestedFunctionVariable
@@ -217,7 +217,7 @@ class Tracer:
 
     def _default(self, fn_vt, value, key, label):
         # Immutable defaults of a function whose identity is guarded are part of that function.
-        if isinstance(value, CONST_TYPES) or (type(value) is tuple and all(isinstance(v, CONST_TYPES) for v in value)):
+        if is_constant_default(value):
             return VariableTracker.const(value)
         src = fn_vt.source or self.output.object_source(fn_vt.fn, fn_vt.fn.__qualname__)
         return VariableTracker.build(self, value, DefaultSource(src, key, label))

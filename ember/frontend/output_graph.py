@@ -46,6 +46,21 @@ _STATEFUL_TORCH = {
     "set_default_device", "set_default_tensor_type", "use_deterministic_algorithms", "set_printoptions",
     "set_num_threads", "set_num_interop_threads", "save", "load", "synchronize", "set_flush_denormal",
 }
+
+
+def _changes_global_state(target) -> bool:
+    """A torch call of _STATEFUL_TORCH, or a ``torch._C._set_*`` binding (the switches behind
+    ``torch.backends.*.flags``, ``enable_flash_sdp``, ``torch.backends.mkldnn.enabled = ...``): run at
+    trace time it switched the state the rest of the trace saw (the fake propagation of an SDPA call
+    after ``enable_flash_sdp(False)`` gave the math kernel's strides) while the graph, which holds no
+    such call, ran every op in the caller's state; a graph break runs it where eager does."""
+    name = getattr(target, "__name__", None)
+    mod = str(getattr(target, "__module__", ""))
+    if not mod.startswith("torch") or not isinstance(name, str):
+        return False
+    return name in _STATEFUL_TORCH or (mod == "torch._C" and name.startswith("_set_"))
+
+
 # Tensor methods whose result depends on tensor *data* (or leaves the graph's world).
 _DATA_DEPENDENT_METHODS = {
     "item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "data_ptr",
@@ -290,9 +305,8 @@ class OutputGraph:
             raise Unsupported(
                 f"Tensor.{target}() needs the tensor's data, which is unknown while tracing",
                 hint="keep the value as a tensor, or move this out of the compiled function")
-        if kind == "call_function" and getattr(target, "__name__", None) in _STATEFUL_TORCH and \
-                str(getattr(target, "__module__", "")).startswith("torch"):
-            raise Unsupported(f"torch.{target.__name__}() changes global state, which a graph cannot hold")
+        if kind == "call_function" and _changes_global_state(target):
+            raise Unsupported(f"{target.__module__}.{target.__name__}() changes global state, which a graph cannot hold")
         flat = _flat_leaves(args, kwargs)
         node_args = _map_args(_to_node_arg, args, kwargs, flat)
         if (kind == "call_method" or str(getattr(target, "__module__", "")).startswith(("torch", "ember."))) and \

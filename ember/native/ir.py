@@ -62,8 +62,12 @@ class Expr:
         if self.op != other.op or self.dtype != other.dtype or self.args != other.args:
             return False
         a, b = self.attr, other.attr
-        if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-            return True
+        if isinstance(a, float) and isinstance(b, float):
+            if math.isnan(a) and math.isnan(b):
+                return True
+            # (-0.0 == 0.0: a value shared by both spellings turned x + -0.0, which keeps x's -0.0,
+            # into x + 0.0, which does not)
+            return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
         return a == b and type(a) is type(b)
 
     def __repr__(self):

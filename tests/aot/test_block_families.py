@@ -2,7 +2,7 @@
 under activation checkpointing, autocast outside and inside the compiled call, layers taking a Python
 scalar or bool, buffers differing by value, layers in train and eval mode in one list. The oracle is
 eager PyTorch (outputs and gradients), on aot_eager (the traced ATen graphs as they are; where
-``_check`` is used also bit for bit the graphs of tracing every layer) and on the default backend
+``check`` is used also bit for bit the graphs of tracing every layer) and on the default backend
 (the native C++ code on CPU). Each test asserts what the pass did (blocks.STATS), so it shows the
 path taken: copies of a template, a call traced in place, or no plan at all."""
 from __future__ import annotations
@@ -13,7 +13,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint
 
-from tests.aot.test_block_reuse import Block, ConvStack, Stack, _against_eager, _check, _x, template_traces  # noqa: F401
+from tests.aot.block_helpers import (  # noqa: F401 - template_traces: a fixture
+    Block, ConvStack, Stack, against_eager, check, conv_x, same_running_stats, template_traces, x16,
+)
 
 BACKENDS = [pytest.param(None, id="aot_eager"), pytest.param("ember", id="default")]
 
@@ -49,11 +51,11 @@ class Repeated(Stack):
 @pytest.mark.parametrize("train", [False, True])
 @pytest.mark.parametrize("model", [Albert, Repeated])
 def test_tied_weights(model, train, backend):
-    stats = _against_eager(model, _x, train, backend=backend)[3]
+    stats = against_eager(model, x16, train, backend=backend)[3]
     # one template for the four calls: the shared weights are the same graph input in each call
     assert stats["templates"] == 1 and stats["copies"] == (8 if train else 4) and not stats["in_place"], stats
     if backend is None:
-        _check(model, _x, train, copies=8 if train else 4)  # (bit for bit tracing every layer)
+        check(model, x16, train, copies=8 if train else 4)  # (bit for bit tracing every layer)
 
 
 # ----------------------------------------------------------------------------------- checkpoint
@@ -69,7 +71,7 @@ class Checkpointed(Stack):
 def test_checkpointed_layers(train, backend):
     # torch.utils.checkpoint is a graph break (torch._disable_dynamo): each layer runs eagerly
     # between compiled graphs, which hold no repeated block, so the pass plans nothing
-    stats = _against_eager(Checkpointed, _x, train, backend=backend)[3]
+    stats = against_eager(Checkpointed, x16, train, backend=backend)[3]
     assert not stats, stats
 
 
@@ -94,10 +96,10 @@ class AutocastInside(Stack):
 def test_autocast_around_the_compiled_call(train, backend):
     # the whole graph and each template are traced under the caller's autocast: copies, whose
     # numbers are those of tracing every layer (bf16 against eager: within bf16's rounding)
-    stats = _against_eager(Stack, _x, train, tol=2e-2, backend=backend, ctx=_bf16)[3]
+    stats = against_eager(Stack, x16, train, tol=2e-2, backend=backend, ctx=_bf16)[3]
     assert stats["templates"] == 1 and stats["copies"] == (8 if train else 4) and not stats["in_place"], stats
     if backend is None:
-        _check(Stack, _x, train, copies=8 if train else 4, tol=2e-2, ctx=_bf16)
+        check(Stack, x16, train, copies=8 if train else 4, tol=2e-2, ctx=_bf16)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -105,7 +107,7 @@ def test_autocast_around_the_compiled_call(train, backend):
 def test_autocast_inside_forward(train, backend):
     # calls inside an autocast span of the graph are left out of the plan (a template is traced
     # in the caller's state): traced in place, nothing planned
-    stats = _against_eager(AutocastInside, _x, train, tol=2e-2, backend=backend)[3]
+    stats = against_eager(AutocastInside, x16, train, tol=2e-2, backend=backend)[3]
     assert not stats["copies"] and not stats["templates"], stats
 
 
@@ -152,7 +154,7 @@ def test_python_argument_per_layer(model, kinds, train, backend, template_traces
     # layers whose argument differs are different blocks (the value is a constant of the graph):
     # two values each used twice are two templates of two copies each; four distinct values are
     # four blocks called once, none traced alone
-    stats = _against_eager(model, _x, train, backend=backend)[3]
+    stats = against_eager(model, x16, train, backend=backend)[3]
     assert len(template_traces) == stats["templates"] == kinds, stats
     assert stats["copies"] == (4 if kinds else 0) * (2 if train else 1) and not stats["in_place"], stats
 
@@ -179,10 +181,10 @@ class Buffers(Stack):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("train", [False, True])
 def test_buffers_differing_by_value(train, backend):
-    stats = _against_eager(Buffers, _x, train, backend=backend)[3]
+    stats = against_eager(Buffers, x16, train, backend=backend)[3]
     assert stats["templates"] == 1 and stats["copies"] == (8 if train else 4) and not stats["in_place"], stats
     if backend is None:
-        _check(Buffers, _x, train, copies=8 if train else 4)
+        check(Buffers, x16, train, copies=8 if train else 4)
 
 
 def _half_eval(m):
@@ -196,10 +198,10 @@ def test_train_and_eval_layers_with_dropout(backend, template_traces):
     # training, layers 1 and 3 in eval mode: their dropout is off, another structure than the
     # training layers' (drawing): two templates of two calls each, bit for bit tracing every layer
     model = lambda: _half_eval(Stack(n=4, p=0.3))  # noqa: E731
-    stats = _against_eager(model, _x, True, backend=backend)[3]
+    stats = against_eager(model, x16, True, backend=backend)[3]
     assert len(template_traces) == stats["templates"] == 2 and stats["copies"] == 8, stats
     if backend is None:
-        _check(model, _x, True, copies=8)
+        check(model, x16, True, copies=8)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -208,20 +210,13 @@ def test_train_and_eval_layers_with_batch_norm(backend, template_traces):
     # graph inputs, which the joint trace that copies templates does not handle: nothing is planned
     # (no template of the eval layers traced, no whole trace made only to be made again)
     model = lambda: _half_eval(ConvStack(n=4))  # noqa: E731
-    x = lambda: torch.randn(2, 4, 6, 6)  # noqa: E731
-    _, _, _, stats, m = _against_eager(model, x, True, backend=backend)
+    _, _, _, stats, m = against_eager(model, conv_x, True, backend=backend)
     assert not template_traces and stats == {"input_writes": 1}, stats
-    torch.manual_seed(0)
-    twin = model()
-    twin(x())
-    for a, b in zip(m.layers, twin.layers):
-        torch.testing.assert_close(a.bn.running_mean, b.bn.running_mean)
-        torch.testing.assert_close(a.bn.running_var, b.bn.running_var)
-        assert a.bn.num_batches_tracked == b.bn.num_batches_tracked
+    same_running_stats(m, model, conv_x)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_eval_layers_with_batch_norm(backend):
     # the whole model in eval mode (no running statistics written): copies
-    stats = _against_eager(lambda: ConvStack(n=4), lambda: torch.randn(2, 4, 6, 6), False, backend=backend)[3]
+    stats = against_eager(lambda: ConvStack(n=4), conv_x, False, backend=backend)[3]
     assert stats["templates"] == 1 and stats["copies"] == 4, stats

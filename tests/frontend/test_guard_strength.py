@@ -171,6 +171,19 @@ def test_constants_of_equal_value_and_other_type(values):
     _run_all(_scale, [(x, v) for v in values])
 
 
+@pytest.mark.parametrize("backend", [None, "ember"], ids=["counter", "default"])
+def test_signed_zero_is_another_constant(backend):
+    """-0.0 == 0.0, but 1 / (x * 0 + s) tells them apart (and the native code keeps the sign)."""
+    x = torch.tensor([-1.0, 2.0, -3.0])
+    _run_all(lambda x, s: 1 / (x * 0 + s), [(x, 0.0), (x, -0.0), (x, 0.0)], backend=backend)
+
+
+def test_set_constants_of_equal_value_and_other_type():
+    """A CONST guard on a whole container (a set; a nested function's defaults:
+    test_nested_function_guards.py) compares the items' types too: {1, 2} == {1.0, 2.0}."""
+    _run_all(lambda x, s: x * sum(s), [(torch.arange(4), {1, 2}), (torch.arange(4), {1.0, 2.0})])
+
+
 # ---- containers: length, dict key order ----------------------------------------------------------------
 def test_longer_list_is_not_served_by_the_shorter_graph():
     def fn(xs):

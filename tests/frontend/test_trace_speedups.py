@@ -3,6 +3,7 @@ on and with each one off (the golden: the code path without it), and the graph's
 node's example value (sizes, strides, offset, dtype, device, requires_grad, view-ness, storage
 bytes) and the generated entry (its guards) must be the same text. Multi-layer models, so the
 repeated layers take the replayed paths (the tests check that they did)."""
+import contextlib
 import re
 
 import pytest
@@ -13,6 +14,7 @@ import torch.nn.functional as F
 import ember
 from ember.config import config
 from ember.frontend import convert, fake_memo
+from tests.aot.block_helpers import LayerStack
 
 # each speedup's switch: off gives the golden (config fields; see each one's doc)
 SWITCHES = ("frontend_fake_memo",)
@@ -27,9 +29,10 @@ def _meta(v):
     return repr(v)
 
 
-def capture(make, args, switches: dict, monkeypatch, kwargs=None, grad=True):
-    """Trace ``make()`` (a fresh model or function) on ``args`` with ``switches``; the text of what
-    the frontend produced, and how often the fake memo replayed."""
+def capture(make, args, switches: dict, monkeypatch, kwargs=None, grad=True, around=(contextlib.nullcontext,)):
+    """Trace ``make()`` (a fresh model or function) on ``args`` with ``switches``, called once inside
+    each context of ``around`` (another state: a recompile); the text of what the frontend produced,
+    how often the fake memo replayed, and the last call's result."""
     entries, hits = [], [0]
     real_compile, real_replay = convert._compile, fake_memo.FakeMemo.replay
 
@@ -50,8 +53,10 @@ def capture(make, args, switches: dict, monkeypatch, kwargs=None, grad=True):
     ember.reset()
     torch.manual_seed(0)
     fn = make()
-    with torch.set_grad_enabled(grad):
-        out = ember.compile(fn, backend="eager")(*args, **(kwargs or {}))
+    compiled = ember.compile(fn, backend="eager")
+    for ctx in around:
+        with torch.set_grad_enabled(grad), ctx():
+            out = compiled(*args, **(kwargs or {}))
     monkeypatch.undo()
     text = []
     for e in entries:
@@ -62,11 +67,11 @@ def capture(make, args, switches: dict, monkeypatch, kwargs=None, grad=True):
     return "\n".join(text), hits[0], out
 
 
-def check_same(make, args, monkeypatch, kwargs=None, grad=True, min_hits=1):
-    fast, hits, out = capture(make, args, {s: True for s in SWITCHES}, monkeypatch, kwargs, grad)
+def check_same(make, args, monkeypatch, kwargs=None, grad=True, min_hits=1, around=(contextlib.nullcontext,)):
+    fast, hits, out = capture(make, args, {s: True for s in SWITCHES}, monkeypatch, kwargs, grad, around)
     assert hits >= min_hits, f"the repeated layers did not replay ({hits} replays)"
     for off in SWITCHES:
-        slow, slow_hits, slow_out = capture(make, args, {s: s != off for s in SWITCHES}, monkeypatch, kwargs, grad)
+        slow, slow_hits, slow_out = capture(make, args, {s: s != off for s in SWITCHES}, monkeypatch, kwargs, grad, around)
         assert fast == slow, f"{off} changed what the frontend produced"
         if off == "frontend_fake_memo":
             assert slow_hits == 0
@@ -95,21 +100,10 @@ class Block(nn.Module):
         return h + self.lin(h) + a.float()
 
 
-class Stack(nn.Module):
-    def __init__(self, d=8, n=4):
-        super().__init__()
-        self.layers = nn.ModuleList(Block(d) for _ in range(n))
-
-    def forward(self, x):
-        for layer in self.layers:
-            x = layer(x)
-        return x
-
-
 @pytest.mark.parametrize("grad", [False, True])
 def test_block_stack(monkeypatch, grad):
     x = torch.randn(4, 8, requires_grad=grad)
-    check_same(Stack, (x,), monkeypatch, grad=grad, min_hits=20)
+    check_same(lambda: LayerStack(Block, 8, 4), (x,), monkeypatch, grad=grad, min_hits=20)
 
 
 def test_autocast_and_grad_mode_keys(monkeypatch):
@@ -176,3 +170,141 @@ def test_inference_mode_traces_one_graph():
             out = fast(x)
     assert (counters.compiled_snapshot() - before)["graphs_compiled"] == 1
     torch.testing.assert_close(out, expected)
+
+
+# ---- state that changes an op's result: between two identical calls, and across recompiles -------
+@contextlib.contextmanager
+def _default_dtype(dtype):
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+@contextlib.contextmanager
+def _flash_sdp(enabled):
+    old = torch.backends.cuda.flash_sdp_enabled()
+    torch.backends.cuda.enable_flash_sdp(enabled)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.enable_flash_sdp(old)
+
+
+@contextlib.contextmanager
+def _mkldnn_attr(enabled):
+    old = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = enabled
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = old
+
+
+def _sdpa_args():
+    # (batch, length, heads, dim) seen as (batch, heads, length, dim), as transformers hand it in: the
+    # flash kernel's output keeps that layout, the math kernel's is contiguous (other strides)
+    return (torch.randn(2, 8, 4, 16).transpose(1, 2),)
+
+
+def _sdpa(q):
+    return F.scaled_dot_product_attention(q, q, q)
+
+
+def _conv_args():
+    return torch.randn(1, 3, 8, 8).to(memory_format=torch.channels_last), torch.randn(4, 3, 3, 3)
+
+
+def _linear_args():
+    return torch.randn(3, 8), torch.randn(8, 8, requires_grad=True)
+
+
+def _switches():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return {
+        # name: (the context, the op, its arguments)
+        "default_dtype": (lambda: _default_dtype(torch.float64), lambda x: x / 2, lambda: (torch.arange(4),)),
+        "sdpa_kernel_math": (lambda: sdpa_kernel(SDPBackend.MATH), _sdpa, _sdpa_args),
+        "sdpa_kernel_flash": (lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION), _sdpa, _sdpa_args),
+        "sdpa_kernel_mem_efficient": (lambda: sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]), _sdpa,
+                                      _sdpa_args),
+        "enable_flash_sdp": (lambda: _flash_sdp(False), _sdpa, _sdpa_args),
+        "mkldnn_flags": (lambda: torch.backends.mkldnn.flags(enabled=False), F.conv2d, _conv_args),
+        "mkldnn_enabled": (lambda: _mkldnn_attr(False), F.conv2d, _conv_args),
+        "cudnn_flags": (lambda: torch.backends.cudnn.flags(enabled=False), F.conv2d, _conv_args),
+        "no_grad": (torch.no_grad, F.linear, _linear_args),
+        "autocast_bf16": (lambda: torch.autocast("cpu", dtype=torch.bfloat16), F.linear, _linear_args),
+        "autocast_fp16": (lambda: torch.autocast("cpu", dtype=torch.float16), F.linear, _linear_args),
+    }
+
+
+def _state():
+    """What fake_memo.global_key reads, and the flags themselves (restored after every call)."""
+    return (fake_memo.global_key(), torch.backends.cuda.flash_sdp_enabled(), torch.backends.mkldnn.enabled)
+
+
+def _same_as_eager(out, expected):
+    assert len(out) == len(expected)
+    for o, e in zip(out, expected):
+        assert (o.dtype, o.shape, o.stride(), o.requires_grad) == (e.dtype, e.shape, e.stride(), e.requires_grad)
+        torch.testing.assert_close(o, e, rtol=1e-2 if e.dtype in (torch.float16, torch.bfloat16) else 1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("switch", list(_switches()))
+def test_state_switched_between_identical_calls(monkeypatch, switch):
+    """The same call before, inside and after a context that switches what the op returns: the
+    trace (graph code, every node's example value, guards) is the same with the memo on and off,
+    and each result is eager's (values, dtype, strides). Switches a graph cannot hold (the default
+    dtype, the SDPA / oneDNN / cuDNN flags) are graph breaks: were they run at trace time only, the
+    graph ran every call in the caller's state (an SDPA got flash's strides in MATH's context)."""
+    ctx, op, args = _switches()[switch]
+
+    def make():
+        def f(*a):
+            outs = [op(*a), op(*a)]
+            with ctx():
+                outs += [op(*a), op(*a)]
+            outs.append(op(*a))
+            return [o * 1 for o in outs]
+        return f
+    inputs = args()
+    before = _state()
+    out = check_same(make, inputs, monkeypatch)
+    assert _state() == before
+    _same_as_eager(out, make()(*inputs))
+    assert _state() == before
+
+
+@pytest.mark.parametrize("switch", list(_switches()))
+def test_state_switched_around_the_compiled_call(monkeypatch, switch):
+    """The same function called outside the context, inside it (the caller's state: a recompile
+    where it is guarded), and outside again: memo on and off trace the same, each result is eager's
+    (the graph ops follow the caller's state at run time, as eager's do)."""
+    ctx, op, args = _switches()[switch]
+    inputs = args()
+
+    def make():
+        return lambda *a: [op(*a) * 1, op(*a) * 1]
+    for around in ((contextlib.nullcontext, ctx), (ctx, contextlib.nullcontext)):
+        out = check_same(make, inputs, monkeypatch, around=around)
+        with around[-1]():
+            _same_as_eager(out, make()(*inputs))
+
+
+def test_autocast_dtype_key(monkeypatch):
+    """The same call under CPU autocast to bfloat16, then to float16: autocast is on for both, only
+    its dtype (in the memo's key) tells the results apart."""
+    def make():
+        w = torch.randn(8, 8, requires_grad=True)
+
+        def f(x):
+            outs = []
+            for dtype in (torch.bfloat16, torch.float16, torch.bfloat16):
+                with torch.autocast("cpu", dtype=dtype):
+                    outs += [F.linear(x, w), F.linear(x, w)]
+            return outs
+        return f
+    out = check_same(make, (torch.randn(3, 8),), monkeypatch, min_hits=3)
+    assert [o.dtype for o in out] == [torch.bfloat16] * 2 + [torch.float16] * 2 + [torch.bfloat16] * 2

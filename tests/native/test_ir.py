@@ -49,6 +49,19 @@ def test_expr_structural_equality_and_rename():
     assert ir.const(float("nan"), torch.float32) == ir.const(float("nan"), torch.float32)
 
 
+def test_signed_zero_constants_are_distinct():
+    # -0.0 == 0.0 and they hash alike: as one Expr, x * 0 + -0.0 (which keeps x * 0's sign) became
+    # x * 0 + 0.0 (which does not), and 1 / that gave inf where eager gives -inf
+    assert ir.const(-0.0, torch.float32) != ir.const(0.0, torch.float32)
+    assert ir.const(-0.0, torch.float32) == ir.const(-0.0, torch.float32)
+    import ember
+    x = torch.tensor([-1.0, 2.0, -3.0])
+    fn = lambda x: 1 / (x * 0 + -0.0)  # noqa: E731
+    ember.reset()
+    torch.testing.assert_close(ember.compile(fn)(x), fn(x))
+    assert torch.equal(torch.signbit(ember.compile(fn)(x)), torch.signbit(fn(x)))
+
+
 def _lower(fn, *inputs):
     gm = trace(fn, list(inputs))
     g, _ = lowering.lower(gm, list(inputs))

@@ -309,6 +309,13 @@ CONST_TYPES = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis)
                torch.dtype, torch.device, torch.layout, torch.memory_format, range, types.CodeType)
 
 
+def is_constant_default(value) -> bool:
+    """A default argument the inliner takes as part of its function (a constant of the trace, not an
+    input read at each call): the function's identity guard, or for a nested function the guard on
+    its defaults (variables/functions.py), covers it."""
+    return isinstance(value, CONST_TYPES) or (type(value) is tuple and all(isinstance(v, CONST_TYPES) for v in value))
+
+
 def is_namedtuple_cls(cls) -> bool:
     return isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields") and hasattr(cls, "_make")
 

@@ -14,7 +14,8 @@ from ember.frontend.errors import CompileError, Unsupported
 from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ItemSource
 from ember.frontend.variables.base import (
-    CONST_TYPES, ConstantVariable, VariableTracker, guard, guard_id, helpers, register_builder, register_rule, trackers,
+    CONST_TYPES, ConstantVariable, VariableTracker, guard, guard_id, helpers, is_constant_default, register_builder,
+    register_rule, trackers,
 )
 
 
@@ -592,29 +593,38 @@ _CO_NESTED = 0x10  # (inspect.CO_NESTED: a def or lambda inside another function
 def _guard_nested_by_code(tx, fn, source) -> bool:
     """Guard a nested function (a ``def`` or ``lambda`` run inside its maker: a new object at every
     call of the maker) by what its calls depend on instead of its identity: its code, its globals and
-    its (constant) defaults; the closure cells it reads are guarded where the trace reads them
-    (``CellSource``), as any value. An identity guard never held again for a function made in the
-    frame a graph break resumes: the resumed frame recompiled at every call until its recompile limit,
-    then ran eagerly (PyTorch's test_no_recompile_inner_function; torch.compile guards such functions
-    by their code too). Only plain functions: one with attributes (``ember.disable``'s mark,
-    ``__wrapped__``) or non-constant defaults keeps the identity guard."""
-    if source is None or type(fn) is not types.FunctionType or not fn.__code__.co_flags & _CO_NESTED \
-            or fn.__dict__ or not _constant_defaults(fn.__defaults__) or not _constant_defaults(fn.__kwdefaults__):
+    its defaults; the closure cells it reads are guarded where the trace reads them (``CellSource``),
+    as any value. An identity guard never held again for a function made in the frame a graph break
+    resumes: the resumed frame recompiled at every call until its recompile limit, then ran eagerly
+    (PyTorch's test_no_recompile_inner_function; torch.compile guards such functions by their code
+    too). Only plain functions: one with attributes (``ember.disable``'s mark, ``__wrapped__``) keeps
+    the identity guard."""
+    if source is None or type(fn) is not types.FunctionType or not fn.__code__.co_flags & _CO_NESTED or fn.__dict__:
         return False
     guard(tx, source, GuardKind.TYPE, types.FunctionType)
     guard(tx, AttrSource(source, "__code__"), GuardKind.ID, fn.__code__)
     guard(tx, AttrSource(source, "__globals__"), GuardKind.ID, fn.__globals__)
-    # (the inliner takes constant defaults as part of the function: tracer._default)
-    guard(tx, AttrSource(source, "__defaults__"), GuardKind.CONST, fn.__defaults__)
-    guard(tx, AttrSource(source, "__kwdefaults__"), GuardKind.CONST, fn.__kwdefaults__)
+    _guard_defaults(tx, AttrSource(source, "__defaults__"), fn.__defaults__)
+    _guard_defaults(tx, AttrSource(source, "__kwdefaults__"), fn.__kwdefaults__)
     return True
 
 
-def _constant_defaults(values) -> bool:
-    if values is None:
-        return True
-    items = values.values() if isinstance(values, dict) else values
-    return all(type(v) in (int, float, bool, str, bytes, type(None)) and v == v for v in items)
+def _guard_defaults(tx, source, values) -> None:
+    """The defaults the inliner takes as constants of the function (``is_constant_default``:
+    interpreter._default) are guarded here, by type and value; any other (a tensor, a list) is read
+    through its ``DefaultSource`` where a call uses it, and guarded there as any input is."""
+    items = values.items() if isinstance(values, dict) else enumerate(values or ())
+    if all(is_constant_default(v) for _, v in items):
+        guard(tx, source, GuardKind.CONST, values)
+        return
+    guard(tx, source, GuardKind.TYPE, type(values))
+    if isinstance(values, dict):
+        guard(tx, source, GuardKind.DICT_KEYS, tuple(values))
+    else:
+        guard(tx, source, GuardKind.LEN, len(values))
+    for k, v in (values.items() if isinstance(values, dict) else enumerate(values)):
+        if is_constant_default(v):
+            guard(tx, ItemSource(source, k), GuardKind.CONST, v)
 
 
 @register_builder(types.MethodType, kind="object")
