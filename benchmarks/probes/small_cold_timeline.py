@@ -72,7 +72,7 @@ def main():
         torch.cuda.synchronize()
     before = set(sys.modules)
     spans((("ember.frontend.convert", "_compile"), ("ember.aot.pipeline", "trace_forward_analyzed"),
-           ("ember.aot.ops", "core_aten_table"), ("ember.native.decomp", "_build"),
+           ("ember.aot.lazy_table", "LazyTable._get"), ("ember.native.decomp", "_build"),
            ("ember.native.backend", "compile_aten_graph"), ("ember.native.passes", "run"),
            ("ember.native.lowering", "lower"), ("ember.native.cache", "load_module"),
            ("ember.native.runtime", "precompile"), ("ember.native.build_pool", "specializations"),

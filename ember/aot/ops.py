@@ -6,34 +6,45 @@ cover the long tail so that the tables only list what tags do not say.
 """
 from __future__ import annotations
 
-import collections.abc
 import functools
 import operator
-import threading
 
 import torch
+
+from ember.aot.lazy_table import ABSENT, LazyTable, core_aten_lookup, core_aten_lookup_supported
 
 aten = torch.ops.aten
 
 # ------------------------------------------------------------------------------------------ decompositions
 
 
-@functools.lru_cache(maxsize=1)
-def core_aten_table() -> dict:
-    """``torch._decomp.core_aten_decompositions()`` as a dict, built once per process (0.25 s: it
-    enumerates every CompositeImplicitAutograd op); the native backend's table starts from it too.
-    Its transposes take ``FAST_VIEW_DECOMPOSITIONS`` (the same graph, fewer dispatches)."""
+def core_aten_table() -> LazyTable:
+    """``torch._decomp.core_aten_decompositions()``, whose transposes take ``FAST_VIEW_DECOMPOSITIONS``
+    (the same graph, fewer dispatches), as a ``LazyTable``: building it takes 0.1-0.35 s (torch lists
+    every CompositeImplicitAutograd op), so single ops are answered without it; the native backend's
+    table starts from it too."""
+    return _CORE_ATEN
+
+
+def _build_core_aten() -> dict:
     from torch._decomp import core_aten_decompositions
     return {**core_aten_decompositions(), **FAST_VIEW_DECOMPOSITIONS}
 
 
-@functools.lru_cache(maxsize=1)
-def _core_table() -> dict:
-    table = core_aten_table()
+def _core_aten_lookup(op):
+    fn = FAST_VIEW_DECOMPOSITIONS.get(op, ABSENT)
+    return core_aten_lookup(op) if fn is ABSENT else fn
+
+
+def _build_core() -> dict:
     # Random ops stay as they are: eager runs e.g. aten.bernoulli / aten.native_dropout, and a
     # decomposition into rand + compare would draw a different random stream for the same seed.
     # (This drops sdpa and the fused RNNs too: they are tagged seeded for their dropout argument.)
-    return {op: fn for op, fn in table.items() if not is_random_op(op)}
+    return {op: fn for op, fn in _CORE_ATEN.items() if not is_random_op(op)}
+
+
+def _core_lookup(op):
+    return ABSENT if is_random_op(op) else _CORE_ATEN.resolve(op)
 
 
 # Decompositions that give the graph torch's references give (``torch._refs.transpose`` / ``t``: an
@@ -60,22 +71,25 @@ def _t(a):
 
 
 FAST_VIEW_DECOMPOSITIONS = {aten.transpose.int: _transpose, aten.t.default: _t}
+_CORE_ATEN = LazyTable("core_aten", _build_core_aten, _core_aten_lookup if core_aten_lookup_supported() else None)
+_CORE = LazyTable("aot.core", _build_core, _core_lookup)
 
 
 def default_decompositions() -> dict:
     """The table traced graphs are lowered with: core ATen, minus every random op."""
-    return dict(_core_table())
+    return dict(_CORE)
 
 
 def decomposition_table(extra: dict | None) -> dict:
     """``default_decompositions()`` extended (and overridden) by ``extra``, an op -> function mapping;
     an op mapped to None is taken out (a backend that lowers the op itself keeps it whole).
 
-    For no ``extra``, or ember's own lazy table, the result is a ``LazyTable`` too: built at its
-    first lookup, which a process whose graphs all come from the caches never makes."""
+    For no ``extra``, or ember's own lazy table, the result is a ``LazyTable`` too: ops are answered
+    one by one as the tracer asks (``make_fx_lazy``), and a process whose graphs all come from the
+    caches asks about none."""
     if extra is None or isinstance(extra, LazyTable):
         name = "aot.default" + (f"+{extra.ember_key}" if extra is not None else "")
-        return LazyTable(name, lambda: _merged(extra))
+        return LazyTable(name, lambda: _merged(extra), functools.partial(_merged_lookup, extra))
     return _merged(extra)
 
 
@@ -86,41 +100,12 @@ def _merged(extra) -> dict:
     return {op: fn for op, fn in table.items() if fn is not None}
 
 
-class LazyTable(collections.abc.Mapping):
-    """A decomposition table built at its first use. Building ember's tables takes 0.25-0.4 s (torch
-    enumerates every CompositeImplicitAutograd op), which a warm process, whose traced graphs come
-    from the autograd layer's cache, needs for nothing but that cache's key: ``ember_key`` names the
-    table there instead (its contents follow from ember's sources and torch's version, both in the key)."""
-
-    def __init__(self, ember_key: str, build):
-        self.ember_key = ember_key
-        self._build = build
-        self._table = None
-        self._lock = threading.Lock()
-
-    def _get(self) -> dict:
-        table = self._table
-        if table is None:
-            with self._lock:
-                if self._table is None:
-                    self._table = self._build()
-                table = self._table
-        return table
-
-    def __getitem__(self, op):
-        return self._get()[op]
-
-    def __iter__(self):
-        return iter(self._get())
-
-    def __len__(self) -> int:
-        return len(self._get())
-
-    def __contains__(self, op) -> bool:
-        return op in self._get()
-
-    def __repr__(self) -> str:
-        return f"<ember decomposition table {self.ember_key}{' (not built yet)' if self._table is None else ''}>"
+def _merged_lookup(extra, op):
+    if extra is not None:
+        fn = extra.resolve(op)
+        if fn is not ABSENT:
+            return ABSENT if fn is None else fn
+    return _CORE.resolve(op)
 
 
 # ------------------------------------------------------------------------ torch-level rewrites while tracing

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 from torch.fx._lazy_graph_module import _use_lazy_graph_module
-from torch.fx.experimental.proxy_tensor import make_fx
 
 from ember.aot.analysis import GraphMeta, base_of, fake_input, is_symint, meta_of, symbolic_dispatch
 from ember.aot.functional import from_fun, functionalize, to_fun, to_fun_leaf
 from ember.aot.lazy_code import as_text_code
+from ember.aot.lazy_table import make_fx_lazy
 from ember.aot.ops import TraceRewrites
 from ember.config import config
 
@@ -73,9 +73,10 @@ def _trace(fn, decompositions: dict, *args) -> fx.GraphModule:
     is generated when first read or run, not at every ``recompile()``. Of the graphs traced here, the
     caches read the code of those they store, the native backend runs it only as its fallback, and
     each ``recompile()`` of a 24-layer Llama's joint graph (the code of ~12,000 nodes, then
-    ``compile()``) took ~0.3 s; a training step's graphs were recompiled 8 times."""
+    ``compile()``) took ~0.3 s; a training step's graphs were recompiled 8 times. ember's tables are
+    asked op by op, not copied (``make_fx_lazy``)."""
     with _use_lazy_graph_module(True):
-        return make_fx(fn, decomposition_table=decompositions)(*args)
+        return make_fx_lazy(fn, decompositions)(*args)
 
 
 def _finish(gm: fx.GraphModule, name: str) -> fx.GraphModule:

@@ -34,8 +34,8 @@ def retrace_for_native(ep, device: str):
     from torch._dispatch.python import enable_python_dispatcher
     from torch._guards import detect_fake_mode
     from torch.export.graph_signature import InputKind
-    from torch.fx.experimental.proxy_tensor import make_fx
 
+    from ember.aot.lazy_table import make_fx_lazy
     from ember.aot.ops import decomposition_table
     from ember.native.decomp import AOT_DECOMPOSITIONS
 
@@ -55,7 +55,7 @@ def retrace_for_native(ep, device: str):
     with fake_mode, enable_python_dispatcher():
         fakes = [torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=device)
                  if isinstance(v, torch.Tensor) else v for v in vals]
-        traced = make_fx(gm, decomposition_table=decomposition_table(AOT_DECOMPOSITIONS))(*fakes)
+        traced = make_fx_lazy(gm, decomposition_table(AOT_DECOMPOSITIONS))(*fakes)
     traced.graph._codegen = torch.fx.graph.CodeGen()
     out = next(n for n in reversed(traced.graph.nodes) if n.op == "output")
     flat = out.args[0]

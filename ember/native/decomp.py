@@ -8,10 +8,13 @@ extern calls (matmul, convolution, attention), and random ops (as ``ember.aot`` 
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch._decomp import get_decompositions
 
-from ember.aot.ops import LazyTable, core_aten_table
+from ember.aot.lazy_table import ABSENT, LazyTable
+from ember.aot.ops import core_aten_table, is_random_op
 from ember.native import ops
 
 aten = torch.ops.aten
@@ -58,7 +61,27 @@ def _build():
     return table
 
 
-# built at the first lookup (a warm process whose graphs all come from the caches never makes one)
-DECOMPOSITIONS = LazyTable("native", _build)
+@functools.lru_cache(maxsize=1)
+def _parts() -> tuple:
+    """(the _EXTRA decompositions, the ops kept whole), made at the first lookup, as _build makes them."""
+    return get_decompositions(_EXTRA), frozenset(_KEEP + ops.WHOLE)
+
+
+def _lookup(op):
+    """_build's answer for one op (tests/aot/test_lazy_table.py compares every op's)."""
+    extra, whole = _parts()
+    if op in whole or is_random_op(op):
+        return ABSENT
+    fn = extra.get(op, ABSENT)
+    return core_aten_table().resolve(op) if fn is ABSENT else fn
+
+
+def _aot_lookup(op):
+    return None if op in _parts()[1] else DECOMPOSITIONS.resolve(op)
+
+
+# answered op by op as traces ask, built whole only if iterated (``ember.aot.lazy_table``)
+DECOMPOSITIONS = LazyTable("native", _build, _lookup)
 # for ember.aot, whose table starts from core ATen: the ops lowered here whole are taken out of it too
-AOT_DECOMPOSITIONS = LazyTable("native.aot", lambda: {**DECOMPOSITIONS, **dict.fromkeys(_KEEP + ops.WHOLE)})
+AOT_DECOMPOSITIONS = LazyTable("native.aot", lambda: {**DECOMPOSITIONS, **dict.fromkeys(_KEEP + ops.WHOLE)},
+                               _aot_lookup)
