@@ -13,7 +13,7 @@ from ember.config import environment
 # Triton's internals); ``slow_calls``: later calls that took Triton's normal path (~15-20 us of CPU each:
 # a pointer that lost its alignment, or a site without a fast path). A warm process must count the same
 # as the process that compiled (benchmarks/probes/warm_decisions.py prints them).
-STATS = {"first": 0, "fast": 0, "direct": 0, "no_fast": 0, "slow_calls": 0}
+STATS = {"first": 0, "fast": 0, "direct": 0, "no_fast": 0, "slow_calls": 0, "built_here": 0}
 
 
 def load_kernel(path: str, name: str):
@@ -295,6 +295,8 @@ class Launch:
         from ember.native import build_pool, triton_cache
         triton_cache.ensure_safe()  # (checked once per process: a set lookup after the first compile)
         build_pool.wait(self)  # (the worker processes' build of it: this one then finds its binary on disk)
+        if self.ahead is None:
+            self._build_here(args)
         kernel = self._slow(args)
         STATS["first"] += 1
         if self.ahead is not None and getattr(kernel, "hash", self.ahead) != self.ahead:
@@ -303,6 +305,38 @@ class Launch:
                        if hasattr(a, "data_ptr") and i not in self.fresh)
         self.adopt(kernel, checks, len(args))
         return None
+
+    def _build_here(self, args) -> None:
+        """No worker built this kernel (a graph of fewer than ``build_pool.POOL_MIN_KERNELS`` kernels
+        found no worker ready): it is compiled here, for these arguments, with its launcher's C module
+        compiled beside it (``build_worker._launcher_ahead``: a thread started by the hook Triton calls
+        as the build begins), not after it when the first launch creates the launcher. On the H100 a
+        one-kernel function's first launch took the kernel's build (0.14 s) and then the launcher's
+        (0.30 s): ``small_cold_timeline-h100-s44-lazy-overhead.txt``. Anything unexpected leaves
+        the first launch to build both, as before."""
+        if environment.triton_interpret or not hasattr(self.fn, "warmup"):
+            return
+        try:
+            from triton import knobs
+        except ImportError:
+            return
+        if knobs.runtime.jit_cache_hook is not None:  # (someone else's hook: left alone)
+            return
+        from ember.native import build_worker
+        prewarm = _DRIVER_PREWARM
+        if prewarm and prewarm.is_alive():  # (the driver, which the build reads: not created twice at once)
+            prewarm.join()
+        early: list = []
+        knobs.runtime.jit_cache_hook = build_worker._launcher_ahead(early)
+        try:
+            self.fn.warmup(*args, grid=self.grid, **self.meta)
+        except Exception:  # noqa: BLE001 - the first launch builds it and reports any error
+            pass
+        finally:
+            knobs.runtime.jit_cache_hook = None
+        if early:
+            early[0].join()
+        STATS["built_here"] += 1
 
     def adopt(self, kernel, checks, nargs: int) -> bool:
         """Take the fast path with ``kernel`` (Triton's CompiledKernel for this site's function and
