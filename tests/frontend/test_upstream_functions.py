@@ -2,7 +2,9 @@
 test_misc.py, test_repros.py) with ember in place of torch.compile: each test compares every call
 with eager, and failed before its fix (the compiled function returned a different value without
 raising)."""
+import collections
 import types
+import typing
 
 import pytest
 import torch
@@ -490,3 +492,69 @@ def test_mapping_that_is_not_a_dict(make, use):
     got, want = ember.compile(fn, backend="eager")(x), fn(x)
     torch.testing.assert_close(got[0], want[0])
     assert got[1] == want[1]
+
+
+# -- a namedtuple class with its own tuple protocol (test_misc.test_namedtuple_with_custom_getitem):
+# it was traced as a plain namedtuple, so `p.a`, len(p) and `x in p` used tuple's behaviour where
+# eager used the class's; and its fields were loaded for the graph through `p[i]`, the class's own
+# __getitem__ (`p.a` got the other field's tensor, or the fresh entry rejected its own inputs).
+
+class _Swapped(typing.NamedTuple):
+    a: torch.Tensor
+    b: torch.Tensor
+
+    def __getitem__(self, i):
+        return tuple.__getitem__(self, 1 - i)
+
+    def __len__(self):
+        return 7
+
+    def __contains__(self, x):
+        return True
+
+
+class _SubNew(collections.namedtuple("_SubNewBase", "a b")):
+    def __new__(cls, a, b):
+        return super().__new__(cls, b, a)
+
+
+def _nt_field(p):
+    return p.a * 2 + 1
+
+
+def _nt_len_in(p):
+    return p.a + len(p) + (3 in p)
+
+
+def _nt_unpack(p):
+    x, y = p
+    return x - y
+
+
+def _nt_built(x, y):
+    p = _Swapped(x, y)
+    return p.a + len(p)
+
+
+def _nt_built_new(x, y):
+    return _SubNew(x, y).a - y
+
+
+@pytest.mark.parametrize("fn", [_nt_field, _nt_len_in, _nt_unpack])
+def test_namedtuple_with_its_own_protocol_as_input(fn):
+    a, b = torch.randn(3), torch.randn(3)
+    _check(fn, lambda: [(_Swapped(a, b),), (_Swapped(b, a),)])
+
+
+@pytest.mark.parametrize("fn", [_nt_built, _nt_built_new])
+def test_namedtuple_with_its_own_protocol_built_in_the_trace(fn):
+    a, b = torch.randn(3), torch.randn(3)
+    _check(fn, lambda: [(a, b)])
+
+
+def test_plain_namedtuple_stays_one_graph():
+    # the namedtuple's generated __new__ is not an override: still traced natively, in one graph
+    P = collections.namedtuple("P", "a b")
+    opt = ember.compile(lambda p: p.a + p[1] + len(p), fullgraph=True)
+    a, b = torch.randn(3), torch.randn(3)
+    torch.testing.assert_close(opt(P(a, b)), a + b + 2)

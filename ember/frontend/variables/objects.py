@@ -10,7 +10,7 @@ from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ItemSource
 from ember.frontend.variables.base import (
-    CONST_TYPES, ConstantVariable, VariableTracker, guard, guard_id, guard_no_attr, helpers, identity_of, is_namedtuple_cls,
+    CONST_TYPES, ConstantVariable, VariableTracker, guard, guard_id, guard_no_attr, helpers, identity_of, is_plain_namedtuple_cls,
     register_builder, register_fallback, trackers,
 )
 from ember.frontend.variables.dicts import DictVariable
@@ -154,7 +154,7 @@ class UserClassVariable(VariableTracker):
 
     def call(self, tx, args, kwargs):
         cls = self.value
-        if is_namedtuple_cls(cls):
+        if is_plain_namedtuple_cls(cls):
             fields = cls._fields
             vals = list(args) + [None] * (len(fields) - len(args))
             for k, v in kwargs.items():
