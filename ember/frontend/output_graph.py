@@ -96,6 +96,9 @@ class OutputGraph:
         # objects the generated entry function refers to by name (globals dicts, the root callable...)
         self.namespace: dict[str, Any] = {}
         self.inlined: dict[int, Any] = {}  # id -> each Python function whose bytecode the trace ran (persist.py)
+        # id(cell) -> (cell, its tracker, the cell's path): one tracker per closure cell object, so a
+        # write through one function's closure is what another function sharing the cell reads
+        self.real_cells: dict[int, tuple] = {}
         self._ns_by_id: dict[int, str] = {}
         # one tracker per source, so a value read twice is the same tracker (and guarded once)
         self.wrap_cache: dict = {}

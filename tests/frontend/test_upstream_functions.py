@@ -558,3 +558,124 @@ def test_plain_namedtuple_stays_one_graph():
     opt = ember.compile(lambda p: p.a + p[1] + len(p), fullgraph=True)
     a, b = torch.randn(3), torch.randn(3)
     torch.testing.assert_close(opt(P(a, b)), a + b + 2)
+
+
+# -- one closure cell reached through two functions (test_misc.test_closure_write_across_functions,
+# test_writes_to_cells_across_frames1/2): each function's cell had its own tracker, keyed by the path
+# it was reached through, so a `nonlocal x` write in one was not what the other read (a stale value),
+# and a write through a closure made in the trace read the cell's old contents.
+
+def _cells_shared_read():
+    x = 0
+
+    def inc():
+        nonlocal x
+        x += 1
+
+    def get():
+        return x
+
+    def root(t):
+        inc()
+        return t + get()
+
+    out = ember.compile(root, backend="eager")(torch.zeros(1))
+    return out, x
+
+
+def _cells_written_through_a_made_closure():
+    z, k = 1, 2
+
+    def create_fn():
+        def fn():
+            nonlocal k
+            k = z
+
+        return fn
+
+    def update_z_and_run(fn, t):
+        nonlocal z
+        z = 3
+        fn()
+        return t.cos()
+
+    def root(t):
+        return update_z_and_run(create_fn(), t)
+
+    ember.compile(root, backend="eager")(torch.zeros(1))
+    return z, k
+
+
+def _cells_method_reads_after_write():
+    x = 0
+
+    def inc_x():
+        nonlocal x
+        x += 1
+
+    class Obj:
+        def run(self, fn):
+            fn()
+            return x
+
+    def root(t):
+        return t + 1, Obj().run(inc_x)
+
+    res = ember.compile(root, backend="eager")(torch.zeros(1))
+    return res[1], x
+
+
+def test_closure_cell_shared_by_two_functions():
+    ember.reset()
+    out, x = _cells_shared_read()
+    assert x == 1
+    torch.testing.assert_close(out, torch.ones(1))
+    assert _cells_written_through_a_made_closure() == (3, 3)
+    assert _cells_method_reads_after_write() == (1, 1)
+
+
+def _cell_maker():
+    x = 0
+
+    def inc():
+        nonlocal x
+        x += 1
+
+    def get():
+        return x
+
+    return inc, get
+
+
+def _inc_then_get(t, inc, get):
+    inc()
+    return t + get()
+
+
+def test_closure_cells_shared_or_not_across_calls():
+    # nested functions are guarded by their code, not identity: whether two of them share a cell
+    # can change from call to call, and each call must see what eager sees
+    def calls():
+        shared = _cell_maker()
+        yield (torch.zeros(1), *shared)
+        yield (torch.zeros(1), _cell_maker()[0], _cell_maker()[1])
+        yield (torch.zeros(1), *_cell_maker())
+
+    ember.reset()
+    opt = ember.compile(_inc_then_get, backend="eager")
+    for args in calls():
+        fresh = (args[0], *_fresh_like(args[1], args[2]))
+        torch.testing.assert_close(opt(*args), _inc_then_get(*fresh))
+    # and the other order: distinct cells first
+    ember.reset()
+    opt = ember.compile(_inc_then_get, backend="eager")
+    torch.testing.assert_close(opt(torch.zeros(1), _cell_maker()[0], _cell_maker()[1]), torch.zeros(1))
+    torch.testing.assert_close(opt(torch.zeros(1), *_cell_maker()), torch.ones(1))
+
+
+def _fresh_like(inc, get):
+    """A fresh pair that shares a cell exactly when ``inc`` and ``get`` do (eager's reference)."""
+    if inc.__closure__[0] is get.__closure__[0]:
+        return _cell_maker()
+    return _cell_maker()[0], _cell_maker()[1]
+

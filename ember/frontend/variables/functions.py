@@ -598,8 +598,7 @@ def _guard_nested_by_code(tx, fn, source) -> bool:
     then ran eagerly (PyTorch's test_no_recompile_inner_function; torch.compile guards such functions
     by their code too). Only plain functions: one with attributes (``ember.disable``'s mark,
     ``__wrapped__``) or non-constant defaults keeps the identity guard."""
-    if source is None or type(fn) is not types.FunctionType or not fn.__code__.co_flags & _CO_NESTED \
-            or fn.__dict__ or not _constant_defaults(fn.__defaults__) or not _constant_defaults(fn.__kwdefaults__):
+    if not guarded_by_code(fn, source):
         return False
     guard(tx, source, GuardKind.TYPE, types.FunctionType)
     guard(tx, AttrSource(source, "__code__"), GuardKind.ID, fn.__code__)
@@ -608,6 +607,13 @@ def _guard_nested_by_code(tx, fn, source) -> bool:
     guard(tx, AttrSource(source, "__defaults__"), GuardKind.CONST, fn.__defaults__)
     guard(tx, AttrSource(source, "__kwdefaults__"), GuardKind.CONST, fn.__kwdefaults__)
     return True
+
+
+def guarded_by_code(fn, source) -> bool:
+    """Is ``fn``, found at ``source``, guarded by its code rather than its identity (so its closure
+    cells may be other cell objects at the next call)?"""
+    return not (source is None or type(fn) is not types.FunctionType or not fn.__code__.co_flags & _CO_NESTED
+                or fn.__dict__ or not _constant_defaults(fn.__defaults__) or not _constant_defaults(fn.__kwdefaults__))
 
 
 def _constant_defaults(values) -> bool:
