@@ -679,3 +679,33 @@ def _fresh_like(inc, get):
         return _cell_maker()
     return _cell_maker()[0], _cell_maker()[1]
 
+
+# -- a compiled function called by a compiled function (test_misc.test_nested_optimize_decorator):
+# the trace went into ember's own EmberFunction.__call__, its cache and the inner backend's Python,
+# guarded on what that backend did, and failed ("a freshly compiled entry rejected its own inputs")
+# or stopped at the wrapper's __dict__. It is traced as the function it compiles, as torch.compile
+# ignores an inner torch.compile.
+
+def test_compiled_function_called_inside_a_compiled_function():
+    seen = []
+
+    def inner_backend(gm, example_inputs):
+        seen.append(len(gm.graph.nodes))
+        return gm
+
+    def inner(x):
+        return torch.relu(torch.cos(x) + torch.sin(x))
+
+    inner_c = ember.compile(inner, backend=inner_backend, fullgraph=True)
+
+    def outer(x):
+        return inner_c(x) * 2 + 1
+
+    x = torch.randn(4)
+    expected = [inner(x) * 2 + 1, inner(x + 1) * 2 + 1]
+    for fullgraph in (True, False):
+        ember.reset()  # (inner_c has compiled nothing yet when the outer trace meets it)
+        opt = ember.compile(outer, backend="eager", fullgraph=fullgraph)
+        torch.testing.assert_close(opt(x), expected[0])
+        torch.testing.assert_close(opt(x + 1), expected[1])
+    assert seen == []  # the outer trace did not run the inner backend

@@ -542,6 +542,21 @@ def _build_by_rule(tx, value, source):
     return vt
 
 
+@register_rule
+def _build_ember_compiled(tx, value, source):
+    """A function compiled with ember.compile, called by the traced code: traced as the function it
+    compiles (its own compile options do not apply inside another compile, as torch.compile ignores
+    an inner torch.compile), not through ember's own cache and backend code: tracing that ran the
+    inner backend's Python and guarded on its effects (a fresh entry rejected its own inputs), or
+    stopped at the wrapper's __dict__."""
+    cls = type(value)
+    if cls.__name__ != "EmberFunction" or cls.__module__ != "ember.api":
+        return None
+    guard_id(tx, value, source)
+    orig = value.__dict__["_orig_fn"]
+    return VariableTracker.build(tx, orig, AttrSource(source, "_orig_fn") if source is not None else None)
+
+
 def _in(value, table) -> bool:
     try:
         return value in table
