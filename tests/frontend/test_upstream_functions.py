@@ -709,3 +709,50 @@ def test_compiled_function_called_inside_a_compiled_function():
         torch.testing.assert_close(opt(x), expected[0])
         torch.testing.assert_close(opt(x + 1), expected[1])
     assert seen == []  # the outer trace did not run the inner backend
+
+
+# -- what __bool__ and __len__ of a user object return (test_misc.test_if_cond_user_defined_object2):
+# `if obj:` took the truth of whatever __bool__ returned (a float, a tensor), and len() whatever
+# __len__ returned, where CPython raises TypeError (not a bool; not an index) or ValueError (< 0).
+
+class _Bool:
+    def __init__(self, r):
+        self.r = r
+
+    def __bool__(self):
+        return self.r
+
+
+class _Len:
+    def __init__(self, r):
+        self.r = r
+
+    def __len__(self):
+        return self.r
+
+
+def _branch_on(t, obj):
+    return t + 1 if obj else t - 1
+
+
+def _add_len(t, obj):
+    return t + len(obj)
+
+
+def _outcome(fn, *args):
+    try:
+        return fn(*args).tolist()
+    except Exception as exc:  # the exception eager raises is part of the result
+        return type(exc), str(exc)
+
+
+@pytest.mark.parametrize("fn,obj", [
+    (_branch_on, _Bool(True)), (_branch_on, _Bool(False)), (_branch_on, _Bool(1.2)),
+    (_branch_on, _Bool(torch.tensor(True))), (_branch_on, _Len(0)), (_branch_on, _Len(3)),
+    (_branch_on, _Len(-1)), (_branch_on, _Len(2.0)), (_add_len, _Len(2)), (_add_len, _Len(2.0)),
+    (_add_len, _Len(-1)),
+])
+def test_user_bool_and_len_results_are_checked(fn, obj):
+    ember.reset()
+    t = torch.zeros(1)
+    assert _outcome(ember.compile(fn, backend="eager"), t, obj) == _outcome(fn, t, obj)

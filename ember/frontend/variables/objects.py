@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import operator
 import types
 
 import torch
@@ -201,6 +202,14 @@ class UserClassVariable(VariableTracker):
         return cg.const(self.value, self.value.__name__)
 
 
+def _known_type(vt):
+    """The Python type of what ``vt`` stands for, or None where the tracker cannot say."""
+    try:
+        return vt.python_type()
+    except Unsupported:
+        return None
+
+
 class _ObjectProtocol(VariableTracker):
     """bool(), len() and iteration of an instance of a user class, through its class's dunders."""
 
@@ -208,12 +217,28 @@ class _ObjectProtocol(VariableTracker):
         cls = self.python_type()
         if lookup_static(cls, "__bool__")[0] is None and lookup_static(cls, "__len__")[0] is None:
             return True
-        return self.call_method(tx, "__bool__" if lookup_static(cls, "__bool__")[0] else "__len__", [], {}).truth(tx)
+        if lookup_static(cls, "__bool__")[0] is not None:
+            out = self.call_method(tx, "__bool__", [], {})
+            if _known_type(out) not in (bool, None):  # CPython raises on anything but a bool
+                raise TracedException(TypeError, [ConstantVariable(
+                    f"__bool__ should return bool, returned {_known_type(out).__name__}")],
+                    "__bool__ did not return a bool")
+            return out.truth(tx)
+        return self.length(tx) != 0
 
     def length(self, tx):
         if python_dunder(self.python_type(), "__len__") is None:
             raise Unsupported(f"len() of {self.describe()}")
-        return self.call_method(tx, "__len__", [], {}).as_constant()
+        out = self.call_method(tx, "__len__", [], {})
+        if not out.is_constant():
+            return out.as_constant()
+        try:  # CPython's len() takes an index (int, or __index__), never a float
+            n = operator.index(out.as_constant())
+        except TypeError as exc:
+            raise TracedException(TypeError, [ConstantVariable(str(exc))], "__len__ did not return an int") from None
+        if n < 0:
+            raise TracedException(ValueError, [ConstantVariable("__len__() should return >= 0")], "__len__ < 0")
+        return n
 
     def unpack(self, tx):
         if python_dunder(self.python_type(), "__iter__") is None:
