@@ -336,7 +336,10 @@ class OutputGraph:
                     return vt
         if target in _OFFSET_READERS and isinstance(result, int):
             self._guard_storage_offsets(args[0])
-        return self.wrap_result(node, result, mutating=_is_mutating(kind, target, node.kwargs))
+        # (a user function put in the graph by allow_in_graph keeps its node whatever it returns:
+        # eager runs it at every call, for its effects too)
+        kept = _is_mutating(kind, target, node.kwargs) or kind == "call_function" and trace_rules.is_allowed_in_graph(target)
+        return self.wrap_result(node, result, mutating=kept)
 
     def _propagate(self, node: fx.Node, kind: str, target, fake_args):
         """Run the call on the fake tensors (erasing ``node`` where that fails)."""

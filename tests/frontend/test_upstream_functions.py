@@ -756,3 +756,33 @@ def test_user_bool_and_len_results_are_checked(fn, obj):
     ember.reset()
     t = torch.zeros(1)
     assert _outcome(ember.compile(fn, backend="eager"), t, obj) == _outcome(fn, t, obj)
+
+
+# -- an allow_in_graph function whose result is unused (test_misc.test_grad_state_mutated): its node
+# was dropped (a non-tensor result, or dead code), so backend="eager" never ran it after the trace,
+# where torch.compile's graph keeps the call and runs it at every call.
+
+def test_allow_in_graph_call_kept_when_its_result_is_unused():
+    seen = []
+
+    def record_grad_mode():
+        seen.append(torch.is_grad_enabled())
+
+    def record_sum(x):
+        seen.append(float(x.sum()) if not isinstance(x, torch._subclasses.FakeTensor) else "fake")
+        return x
+
+    ember.allow_in_graph([record_grad_mode, record_sum])
+
+    def fn(x):
+        record_grad_mode()
+        record_sum(x)
+        return x + 1
+
+    ember.reset()
+    opt = ember.compile(fn, backend="eager", fullgraph=True)
+    opt(torch.ones(2))  # (the trace runs them once, on fake tensors)
+    seen.clear()
+    for _ in range(2):
+        torch.testing.assert_close(opt(torch.ones(2)), fn(torch.ones(2)))
+    assert seen == [True, 2.0] * 4  # eager's calls and the compiled function's, alternating
