@@ -7,6 +7,7 @@ on real data and never touches real tensors.
 from __future__ import annotations
 
 import builtins
+import collections.abc
 import contextlib
 import keyword
 import operator
@@ -388,11 +389,14 @@ class OutputGraph:
         if isinstance(result, torch.SymInt):  # x.numel(), torch.sym_max(...) of symbolic sizes
 
             return wrap_sym(None, node, result)
-        if any(isinstance(r, torch.Tensor) for r in pytree.tree_leaves(result)):
-            # tensors inside a dict (or another container the graph cannot index): as a constant the
-            # tracer's fake tensors would reach the caller
+        if isinstance(result, collections.abc.Iterator) or \
+                any(isinstance(r, torch.Tensor) for r in pytree.tree_leaves(result)):
+            # an iterator (of fake tensors, for all the trace knows), or tensors inside a dict (or
+            # another container the graph cannot index): as a constant the tracer's fake tensors
+            # would reach the caller
             self.graph.erase_node(node)
-            raise Unsupported(f"{getattr(node.target, '__name__', node.target)} returned tensors inside a "
+            raise Unsupported(f"{getattr(node.target, '__name__', node.target)} returned "
+                              f"{'an iterator' if isinstance(result, collections.abc.Iterator) else 'tensors inside a'} "
                               f"{type(result).__name__}, which a graph cannot describe")
         if not mutating and not node.users:
             self.graph.erase_node(node)

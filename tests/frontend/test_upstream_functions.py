@@ -786,3 +786,37 @@ def test_allow_in_graph_call_kept_when_its_result_is_unused():
     for _ in range(2):
         torch.testing.assert_close(opt(torch.ones(2)), fn(torch.ones(2)))
     assert seen == [True, 2.0] * 4  # eager's calls and the compiled function's, alternating
+
+
+# -- x.__iter__() called explicitly (test_misc.test_tensor__iter__): the call ran on the fake tensor
+# and its iterator became a constant, so the rows were fake tensors: the compiled function returned
+# a FakeTensor (and never updated x), or failed under fullgraph. It iterates as `for y in x` does;
+# any call that returns an iterator is a graph break, not a constant.
+
+def _iter_dunder(x):
+    it = x.__iter__()
+    for y in it:
+        y.add_(1.0)
+    return y
+
+
+def _iter_unbound(x):
+    total = 0
+    for y in torch.Tensor.__iter__(x):
+        total = total + y * 2
+    return total
+
+
+@pytest.mark.parametrize("fn", [_iter_dunder, _iter_unbound])
+@pytest.mark.parametrize("fullgraph", [False, True])
+def test_tensor_iter_dunder(fn, fullgraph):
+    if fn is _iter_unbound and fullgraph:
+        pytest.skip("a graph break by design")
+    ember.reset()
+    x = torch.randn(3, 2)
+    x_eager, x_compiled = x.clone(), x.clone()
+    expected = fn(x_eager)
+    out = ember.compile(fn, backend="eager", fullgraph=fullgraph)(x_compiled)
+    assert type(out) is torch.Tensor
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(x_compiled, x_eager)
