@@ -820,3 +820,37 @@ def test_tensor_iter_dunder(fn, fullgraph):
     assert type(out) is torch.Tensor
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(x_compiled, x_eager)
+
+
+# -- a class attribute with __set__ but no __get__ (test_misc.test_set_descriptor): taken for a data
+# descriptor, it hid the instance dict, so `obj.field` read the descriptor object itself where eager
+# reads obj.__dict__["field"] (CPython: a data descriptor has __get__ and __set__ or __delete__).
+
+class _SetOnly:
+    def __set__(self, obj, value):
+        obj.__dict__["field"] += value * 2
+
+
+class _WithSetOnly:
+    field = _SetOnly()
+
+    def __init__(self):
+        self.__dict__["field"] = 1
+
+
+def _read_set_only(x, obj):
+    return x + obj.field
+
+
+def _write_then_read_set_only(x, obj):
+    obj.field = 10
+    return x + obj.field
+
+
+@pytest.mark.parametrize("fn", [_read_set_only, _write_then_read_set_only])
+def test_descriptor_with_set_but_no_get(fn):
+    ember.reset()
+    x = torch.zeros(2)
+    eager_obj, compiled_obj = _WithSetOnly(), _WithSetOnly()
+    torch.testing.assert_close(ember.compile(fn, backend="eager")(x, compiled_obj), fn(x, eager_obj))
+    assert compiled_obj.__dict__ == eager_obj.__dict__

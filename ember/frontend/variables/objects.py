@@ -286,7 +286,11 @@ class UserObjectVariable(_ObjectProtocol):
         if name == "__dict__":
             raise Unsupported(f"reading __dict__ of {self.describe()}")
         static, owner = lookup_static(cls, name)
-        is_data_descr = static is not None and hasattr(type(static), "__set__")
+        # (CPython: a data descriptor has __get__ and __set__ or __delete__; one with __set__ alone
+        # does not hide the instance dict)
+        kind = type(static)
+        is_data_descr = static is not None and hasattr(kind, "__get__") and \
+            (hasattr(kind, "__set__") or hasattr(kind, "__delete__"))
         inst_dict = getattr(obj, "__dict__", {})
         if not is_data_descr and name in inst_dict:
             # read through __dict__ where `obj.name` would run the class's own __getattribute__
