@@ -339,7 +339,8 @@ class OutputGraph:
             self._guard_storage_offsets(args[0])
         # (a user function put in the graph by allow_in_graph keeps its node whatever it returns:
         # eager runs it at every call, for its effects too)
-        kept = _is_mutating(kind, target, node.kwargs) or kind == "call_function" and trace_rules.is_allowed_in_graph(target)
+        kept = _is_mutating(kind, target, node.kwargs) or \
+            kind == "call_function" and trace_rules.is_allowed_in_graph(target)
         return self.wrap_result(node, result, mutating=kept)
 
     def _propagate(self, node: fx.Node, kind: str, target, fake_args):
@@ -395,8 +396,8 @@ class OutputGraph:
             # another container the graph cannot index): as a constant the tracer's fake tensors
             # would reach the caller
             self.graph.erase_node(node)
-            raise Unsupported(f"{getattr(node.target, '__name__', node.target)} returned "
-                              f"{'an iterator' if isinstance(result, collections.abc.Iterator) else 'tensors inside a'} "
+            what = "an iterator" if isinstance(result, collections.abc.Iterator) else "tensors inside a"
+            raise Unsupported(f"{getattr(node.target, '__name__', node.target)} returned {what} "
                               f"{type(result).__name__}, which a graph cannot describe")
         if not mutating and not node.users:
             self.graph.erase_node(node)

@@ -11,7 +11,8 @@ from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ItemSource
 from ember.frontend.variables.base import (
-    CONST_TYPES, ConstantVariable, VariableTracker, guard, guard_id, guard_no_attr, helpers, identity_of, is_plain_namedtuple_cls,
+    CONST_TYPES, ConstantVariable, VariableTracker, guard, guard_id, guard_no_attr, helpers, identity_of,
+    is_plain_namedtuple_cls,
     register_builder, register_fallback, trackers,
 )
 from ember.frontend.variables.dicts import DictVariable

@@ -12,8 +12,8 @@ from ember.frontend.errors import Unsupported
 from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ItemSource
 from ember.frontend.variables.base import (
-    ContainerMethods, CONST_TYPES, ConstantVariable, MethodTable, VariableTracker, guard, helpers, is_plain_namedtuple_cls,
-    register_builder, trackers,
+    ContainerMethods, CONST_TYPES, ConstantVariable, MethodTable, VariableTracker, guard, helpers,
+    is_plain_namedtuple_cls, register_builder, trackers,
 )
 
 
