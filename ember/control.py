@@ -120,7 +120,10 @@ def allow_in_graph(fn):
     """Put calls to ``fn`` into the graph as one opaque node instead of tracing its body.
 
     ``fn`` must be a function of tensors (and constants) returning tensors, without side effects
-    the graph would lose; it is run on fake tensors to learn output shapes. Accepts a list too.
+    the graph would lose; it is run on fake tensors to learn output shapes. Its node stays in the
+    graph even when its result is unused (backend="eager" runs it at every call, as torch.compile
+    does); a backend that traces through it (the default) keeps only its tensor operations.
+    Accepts a list too.
     """
     if isinstance(fn, (list, tuple)):
         return [allow_in_graph(f) for f in fn]

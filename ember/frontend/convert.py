@@ -25,7 +25,7 @@ from ember.frontend import guard_filter
 from ember.frontend.errors import BackendCompilerFailed, Unsupported
 from ember.frontend.dynamic import SHAPE_GUARD_GLOBALS, FrameShapeState
 from ember.frontend.guards import GLOBAL_STATE_NS, GuardKind, GuardSet, global_state
-from ember.frontend import resume
+from ember.frontend import resume, trace_rules
 from ember.frontend.breaks import (BreakContext, BreakRecord, ScopedReturn, break_call, frame_function, log_break,
                                    resume_frame_state, return_under_modes, stop_result)
 from ember.frontend.interpreter import BreakHere, CellVariable, InstructionTranslator, StopHere, Tracer
@@ -451,6 +451,8 @@ def _is_impure(node: fx.Node) -> bool:
         return True
     if is_random_target(t):  # an unused dropout still advances the generator: keep eager's random stream
         return True
+    if trace_rules.is_allowed_in_graph(t):  # a user function put in the graph (allow_in_graph) runs at
+        return True                          # every call as eager's does, used or not (its effects)
     return name.endswith("_") and not name.endswith("__")
 
 

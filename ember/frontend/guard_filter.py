@@ -24,6 +24,7 @@ TORCH_GUARD_TYPES = {
     GuardKind.DICT_KEYS: "DICT_KEYS_MATCH",
     GuardKind.NO_HOOKS: "NN_MODULE_HOOKS",
     GuardKind.ALIAS: "OBJECT_ALIASING",
+    GuardKind.NOT_ALIAS: "OBJECT_ALIASING",
     GuardKind.GLOBAL_STATE: "GLOBAL_STATE",
     GuardKind.SHAPE: "SHAPE_ENV",
     GuardKind.STORAGE_OFFSET: "TENSOR_MATCH",  # torch.compile checks offsets as part of the tensor match

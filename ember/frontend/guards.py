@@ -28,6 +28,7 @@ class GuardKind(enum.Enum):
     DICT_KEYS = "dict keys in order"
     NO_HOOKS = "module has no hooks"
     ALIAS = "two inputs are the same object"
+    NOT_ALIAS = "two inputs are different objects"
     GLOBAL_STATE = "grad mode, autocast state and default dtype"
     SHAPE = "relations between symbolic sizes (dynamic shapes)"
     # only where the code reads it (x.storage_offset()): views at any offset share one compile otherwise
@@ -137,7 +138,7 @@ class Guard:
     source: Source | None
     kind: GuardKind
     expected: Any = None
-    other: Source | None = None  # ALIAS: the source that must be the same object
+    other: Source | None = None  # ALIAS (NOT_ALIAS): the source that must (must not) be the same object
 
     def key(self):
         exp = self.expected
@@ -247,6 +248,8 @@ def _render_one(g: Guard, v: str | None, load, const) -> str:
         return f"not ({v}._forward_hooks or {v}._forward_pre_hooks)"
     if k is GuardKind.ALIAS:
         return f"{v} is {load(g.other)}"
+    if k is GuardKind.NOT_ALIAS:
+        return f"{v} is not {load(g.other)}"
     if k is GuardKind.STORAGE_OFFSET:
         return f"{v}.storage_offset() == {e!r}"
     if k is GuardKind.NO_ATTR:
@@ -401,6 +404,9 @@ def _explain_one(g: Guard, val, evaluate) -> str | None:
     if k is GuardKind.ALIAS:
         other = evaluate(g.other)
         return None if val is other else f"{n} and {g.other.name()} are no longer the same object"
+    if k is GuardKind.NOT_ALIAS:
+        other = evaluate(g.other)
+        return None if val is not other else f"{n} and {g.other.name()} are the same object now"
     if k is GuardKind.STORAGE_OFFSET:
         now = val.storage_offset()
         return None if now == e else f"{n}.storage_offset() changed: {e} -> {now}"

@@ -14,11 +14,12 @@ from ember.config import config
 from ember.diagnostics import logging as elog
 from ember.frontend import bytecode as bc, trace_rules
 from ember.frontend.errors import CompileError, InternalError, TracedException, Unsupported
-from ember.frontend.sources import CellSource, DefaultSource, GlobalSource
+from ember.frontend.guards import GuardKind
+from ember.frontend.sources import AttrSource, CellSource, DefaultSource, GlobalSource, ItemSource
 from ember.frontend.variables.base import CONST_TYPES, ConstantVariable, NullVariable, VariableTracker, is_constant_default
 from ember.frontend.variables.dicts import DictVariable
 from ember.frontend.variables.exceptions import exception_value
-from ember.frontend.variables.functions import NestedFunctionVariable
+from ember.frontend.variables.functions import NestedFunctionVariable, guarded_by_code
 from ember.frontend.variables.iterators import GeneratorVariable
 from ember.frontend.variables.lazy import realize, settle_stack
 from ember.frontend.variables.objects import SuperVariable
@@ -147,8 +148,31 @@ class Tracer:
             return dict(zip(code.co_freevars, fn_vt.closure))
         fn = fn_vt.fn
         src = fn_vt.source or self.output.object_source(fn, fn.__qualname__)
-        return {name: RealCellVariable(cell, CellSource(src, i, name))
-                for i, (name, cell) in enumerate(zip(code.co_freevars, fn.__closure__))}
+        varies = guarded_by_code(fn, fn_vt.source)  # (one the entry holds by name is that object)
+        return {name: self._real_cell(fn, src, i, name, varies) for i, name in enumerate(code.co_freevars)}
+
+    def _real_cell(self, fn, fn_source, index: int, name: str, varies: bool) -> "RealCellVariable":
+        """The tracker of a closure cell of a real function: one per cell object. Functions that
+        share a cell (``inc`` and ``get`` over one ``nonlocal x``) reach it through different paths;
+        a write buffered under one path must be what a read through the other sees, so the second
+        path reuses the first's tracker, guarded to still be the same cell. A function guarded by
+        its code (a nested function) may bring other cells at the next call: its cells are also
+        guarded to stay distinct from the other cells the trace treated as distinct."""
+        cell = fn.__closure__[index]
+        here = ItemSource(AttrSource(fn_source, "__closure__"), index)
+        cells = self.output.real_cells
+        seen = cells.get(id(cell))
+        if seen is not None:
+            _, vt, first, _ = seen
+            if here != first:
+                self.output.guards.add(here, GuardKind.ALIAS, None, other=first)
+            return vt
+        for _, _, other, other_varies in cells.values():
+            if varies or other_varies:
+                self.output.guards.add(here, GuardKind.NOT_ALIAS, None, other=other)
+        vt = RealCellVariable(cell, CellSource(fn_source, index, name))
+        cells[id(cell)] = (cell, vt, here, varies)  # (the cell is kept: its id stays unique)
+        return vt
 
     def _bind(self, fn_vt, code, args, kwargs) -> dict:
         """Bind trackers to parameters the way CPython does (errors become Unsupported)."""

@@ -7,6 +7,7 @@ on real data and never touches real tensors.
 from __future__ import annotations
 
 import builtins
+import collections.abc
 import contextlib
 import keyword
 import operator
@@ -111,6 +112,9 @@ class OutputGraph:
         # objects the generated entry function refers to by name (globals dicts, the root callable...)
         self.namespace: dict[str, Any] = {}
         self.inlined: dict[int, Any] = {}  # id -> each Python function whose bytecode the trace ran (persist.py)
+        # id(cell) -> (cell, its tracker, the cell's path): one tracker per closure cell object, so a
+        # write through one function's closure is what another function sharing the cell reads
+        self.real_cells: dict[int, tuple] = {}
         self._ns_by_id: dict[int, str] = {}
         # one tracker per source, so a value read twice is the same tracker (and guarded once)
         self.wrap_cache: dict = {}
@@ -347,7 +351,11 @@ class OutputGraph:
                     return vt
         if target in _OFFSET_READERS and isinstance(result, int):
             self._guard_storage_offsets(args[0])
-        return self.wrap_result(node, result, mutating=_is_mutating(kind, target, node.kwargs))
+        # (a user function put in the graph by allow_in_graph keeps its node whatever it returns:
+        # eager runs it at every call, for its effects too)
+        kept = _is_mutating(kind, target, node.kwargs) or \
+            kind == "call_function" and trace_rules.is_allowed_in_graph(target)
+        return self.wrap_result(node, result, mutating=kept)
 
     def _propagate(self, node: fx.Node, kind: str, target, fake_args):
         """Run the call on the fake tensors (erasing ``node`` where that fails)."""
@@ -396,11 +404,14 @@ class OutputGraph:
         if isinstance(result, torch.SymInt):  # x.numel(), torch.sym_max(...) of symbolic sizes
 
             return wrap_sym(None, node, result)
-        if any(isinstance(r, torch.Tensor) for r in pytree.tree_leaves(result)):
-            # tensors inside a dict (or another container the graph cannot index): as a constant the
-            # tracer's fake tensors would reach the caller
+        if isinstance(result, collections.abc.Iterator) or \
+                any(isinstance(r, torch.Tensor) for r in pytree.tree_leaves(result)):
+            # an iterator (of fake tensors, for all the trace knows), or tensors inside a dict (or
+            # another container the graph cannot index): as a constant the tracer's fake tensors
+            # would reach the caller
             self.graph.erase_node(node)
-            raise Unsupported(f"{getattr(node.target, '__name__', node.target)} returned tensors inside a "
+            what = "an iterator" if isinstance(result, collections.abc.Iterator) else "tensors inside a"
+            raise Unsupported(f"{getattr(node.target, '__name__', node.target)} returned {what} "
                               f"{type(result).__name__}, which a graph cannot describe")
         if not mutating and not node.users:
             self.graph.erase_node(node)

@@ -2,7 +2,9 @@
 test_misc.py, test_repros.py) with ember in place of torch.compile: each test compares every call
 with eager, and failed before its fix (the compiled function returned a different value without
 raising)."""
+import collections
 import types
+import typing
 
 import pytest
 import torch
@@ -490,3 +492,365 @@ def test_mapping_that_is_not_a_dict(make, use):
     got, want = ember.compile(fn, backend="eager")(x), fn(x)
     torch.testing.assert_close(got[0], want[0])
     assert got[1] == want[1]
+
+
+# -- a namedtuple class with its own tuple protocol (test_misc.test_namedtuple_with_custom_getitem):
+# it was traced as a plain namedtuple, so `p.a`, len(p) and `x in p` used tuple's behaviour where
+# eager used the class's; and its fields were loaded for the graph through `p[i]`, the class's own
+# __getitem__ (`p.a` got the other field's tensor, or the fresh entry rejected its own inputs).
+
+class _Swapped(typing.NamedTuple):
+    a: torch.Tensor
+    b: torch.Tensor
+
+    def __getitem__(self, i):
+        return tuple.__getitem__(self, 1 - i)
+
+    def __len__(self):
+        return 7
+
+    def __contains__(self, x):
+        return True
+
+
+class _SubNew(collections.namedtuple("_SubNewBase", "a b")):
+    def __new__(cls, a, b):
+        return super().__new__(cls, b, a)
+
+
+def _nt_field(p):
+    return p.a * 2 + 1
+
+
+def _nt_len_in(p):
+    return p.a + len(p) + (3 in p)
+
+
+def _nt_unpack(p):
+    x, y = p
+    return x - y
+
+
+def _nt_built(x, y):
+    p = _Swapped(x, y)
+    return p.a + len(p)
+
+
+def _nt_built_new(x, y):
+    return _SubNew(x, y).a - y
+
+
+@pytest.mark.parametrize("fn", [_nt_field, _nt_len_in, _nt_unpack])
+def test_namedtuple_with_its_own_protocol_as_input(fn):
+    a, b = torch.randn(3), torch.randn(3)
+    _check(fn, lambda: [(_Swapped(a, b),), (_Swapped(b, a),)])
+
+
+@pytest.mark.parametrize("fn", [_nt_built, _nt_built_new])
+def test_namedtuple_with_its_own_protocol_built_in_the_trace(fn):
+    a, b = torch.randn(3), torch.randn(3)
+    _check(fn, lambda: [(a, b)])
+
+
+def test_plain_namedtuple_stays_one_graph():
+    # the namedtuple's generated __new__ is not an override: still traced natively, in one graph
+    P = collections.namedtuple("P", "a b")
+    opt = ember.compile(lambda p: p.a + p[1] + len(p), fullgraph=True)
+    a, b = torch.randn(3), torch.randn(3)
+    torch.testing.assert_close(opt(P(a, b)), a + b + 2)
+
+
+# -- one closure cell reached through two functions (test_misc.test_closure_write_across_functions,
+# test_writes_to_cells_across_frames1/2): each function's cell had its own tracker, keyed by the path
+# it was reached through, so a `nonlocal x` write in one was not what the other read (a stale value),
+# and a write through a closure made in the trace read the cell's old contents.
+
+def _cells_shared_read():
+    x = 0
+
+    def inc():
+        nonlocal x
+        x += 1
+
+    def get():
+        return x
+
+    def root(t):
+        inc()
+        return t + get()
+
+    out = ember.compile(root, backend="eager")(torch.zeros(1))
+    return out, x
+
+
+def _cells_written_through_a_made_closure():
+    z, k = 1, 2
+
+    def create_fn():
+        def fn():
+            nonlocal k
+            k = z
+
+        return fn
+
+    def update_z_and_run(fn, t):
+        nonlocal z
+        z = 3
+        fn()
+        return t.cos()
+
+    def root(t):
+        return update_z_and_run(create_fn(), t)
+
+    ember.compile(root, backend="eager")(torch.zeros(1))
+    return z, k
+
+
+def _cells_method_reads_after_write():
+    x = 0
+
+    def inc_x():
+        nonlocal x
+        x += 1
+
+    class Obj:
+        def run(self, fn):
+            fn()
+            return x
+
+    def root(t):
+        return t + 1, Obj().run(inc_x)
+
+    res = ember.compile(root, backend="eager")(torch.zeros(1))
+    return res[1], x
+
+
+def test_closure_cell_shared_by_two_functions():
+    ember.reset()
+    out, x = _cells_shared_read()
+    assert x == 1
+    torch.testing.assert_close(out, torch.ones(1))
+    assert _cells_written_through_a_made_closure() == (3, 3)
+    assert _cells_method_reads_after_write() == (1, 1)
+
+
+def _cell_maker():
+    x = 0
+
+    def inc():
+        nonlocal x
+        x += 1
+
+    def get():
+        return x
+
+    return inc, get
+
+
+def _inc_then_get(t, inc, get):
+    inc()
+    return t + get()
+
+
+def test_closure_cells_shared_or_not_across_calls():
+    # nested functions are guarded by their code, not identity: whether two of them share a cell
+    # can change from call to call, and each call must see what eager sees
+    def calls():
+        shared = _cell_maker()
+        yield (torch.zeros(1), *shared)
+        yield (torch.zeros(1), _cell_maker()[0], _cell_maker()[1])
+        yield (torch.zeros(1), *_cell_maker())
+
+    ember.reset()
+    opt = ember.compile(_inc_then_get, backend="eager")
+    for args in calls():
+        fresh = (args[0], *_fresh_like(args[1], args[2]))
+        torch.testing.assert_close(opt(*args), _inc_then_get(*fresh))
+    # and the other order: distinct cells first
+    ember.reset()
+    opt = ember.compile(_inc_then_get, backend="eager")
+    torch.testing.assert_close(opt(torch.zeros(1), _cell_maker()[0], _cell_maker()[1]), torch.zeros(1))
+    torch.testing.assert_close(opt(torch.zeros(1), *_cell_maker()), torch.ones(1))
+
+
+def _fresh_like(inc, get):
+    """A fresh pair that shares a cell exactly when ``inc`` and ``get`` do (eager's reference)."""
+    if inc.__closure__[0] is get.__closure__[0]:
+        return _cell_maker()
+    return _cell_maker()[0], _cell_maker()[1]
+
+
+# -- a compiled function called by a compiled function (test_misc.test_nested_optimize_decorator):
+# the trace went into ember's own EmberFunction.__call__, its cache and the inner backend's Python,
+# guarded on what that backend did, and failed ("a freshly compiled entry rejected its own inputs")
+# or stopped at the wrapper's __dict__. It is traced as the function it compiles, as torch.compile
+# ignores an inner torch.compile.
+
+def test_compiled_function_called_inside_a_compiled_function():
+    seen = []
+
+    def inner_backend(gm, example_inputs):
+        seen.append(len(gm.graph.nodes))
+        return gm
+
+    def inner(x):
+        return torch.relu(torch.cos(x) + torch.sin(x))
+
+    inner_c = ember.compile(inner, backend=inner_backend, fullgraph=True)
+
+    def outer(x):
+        return inner_c(x) * 2 + 1
+
+    x = torch.randn(4)
+    expected = [inner(x) * 2 + 1, inner(x + 1) * 2 + 1]
+    for fullgraph in (True, False):
+        ember.reset()  # (inner_c has compiled nothing yet when the outer trace meets it)
+        opt = ember.compile(outer, backend="eager", fullgraph=fullgraph)
+        torch.testing.assert_close(opt(x), expected[0])
+        torch.testing.assert_close(opt(x + 1), expected[1])
+    assert seen == []  # the outer trace did not run the inner backend
+
+
+# -- what __bool__ and __len__ of a user object return (test_misc.test_if_cond_user_defined_object2):
+# `if obj:` took the truth of whatever __bool__ returned (a float, a tensor), and len() whatever
+# __len__ returned, where CPython raises TypeError (not a bool; not an index) or ValueError (< 0).
+
+class _Bool:
+    def __init__(self, r):
+        self.r = r
+
+    def __bool__(self):
+        return self.r
+
+
+class _Len:
+    def __init__(self, r):
+        self.r = r
+
+    def __len__(self):
+        return self.r
+
+
+def _branch_on(t, obj):
+    return t + 1 if obj else t - 1
+
+
+def _add_len(t, obj):
+    return t + len(obj)
+
+
+def _outcome(fn, *args):
+    try:
+        return fn(*args).tolist()
+    except Exception as exc:  # the exception eager raises is part of the result
+        return type(exc), str(exc)
+
+
+@pytest.mark.parametrize("fn,obj", [
+    (_branch_on, _Bool(True)), (_branch_on, _Bool(False)), (_branch_on, _Bool(1.2)),
+    (_branch_on, _Bool(torch.tensor(True))), (_branch_on, _Len(0)), (_branch_on, _Len(3)),
+    (_branch_on, _Len(-1)), (_branch_on, _Len(2.0)), (_add_len, _Len(2)), (_add_len, _Len(2.0)),
+    (_add_len, _Len(-1)),
+])
+def test_user_bool_and_len_results_are_checked(fn, obj):
+    ember.reset()
+    t = torch.zeros(1)
+    assert _outcome(ember.compile(fn, backend="eager"), t, obj) == _outcome(fn, t, obj)
+
+
+# -- an allow_in_graph function whose result is unused (test_misc.test_grad_state_mutated): its node
+# was dropped (a non-tensor result, or dead code), so backend="eager" never ran it after the trace,
+# where torch.compile's graph keeps the call and runs it at every call.
+
+def test_allow_in_graph_call_kept_when_its_result_is_unused():
+    seen = []
+
+    def record_grad_mode():
+        seen.append(torch.is_grad_enabled())
+
+    def record_sum(x):
+        seen.append(float(x.sum()) if not isinstance(x, torch._subclasses.FakeTensor) else "fake")
+        return x
+
+    ember.allow_in_graph([record_grad_mode, record_sum])
+
+    def fn(x):
+        record_grad_mode()
+        record_sum(x)
+        return x + 1
+
+    ember.reset()
+    opt = ember.compile(fn, backend="eager", fullgraph=True)
+    opt(torch.ones(2))  # (the trace runs them once, on fake tensors)
+    seen.clear()
+    for _ in range(2):
+        torch.testing.assert_close(opt(torch.ones(2)), fn(torch.ones(2)))
+    assert seen == [True, 2.0] * 4  # eager's calls and the compiled function's, alternating
+
+
+# -- x.__iter__() called explicitly (test_misc.test_tensor__iter__): the call ran on the fake tensor
+# and its iterator became a constant, so the rows were fake tensors: the compiled function returned
+# a FakeTensor (and never updated x), or failed under fullgraph. It iterates as `for y in x` does;
+# any call that returns an iterator is a graph break, not a constant.
+
+def _iter_dunder(x):
+    it = x.__iter__()
+    for y in it:
+        y.add_(1.0)
+    return y
+
+
+def _iter_unbound(x):
+    total = 0
+    for y in torch.Tensor.__iter__(x):
+        total = total + y * 2
+    return total
+
+
+@pytest.mark.parametrize("fn", [_iter_dunder, _iter_unbound])
+@pytest.mark.parametrize("fullgraph", [False, True])
+def test_tensor_iter_dunder(fn, fullgraph):
+    if fn is _iter_unbound and fullgraph:
+        pytest.skip("a graph break by design")
+    ember.reset()
+    x = torch.randn(3, 2)
+    x_eager, x_compiled = x.clone(), x.clone()
+    expected = fn(x_eager)
+    out = ember.compile(fn, backend="eager", fullgraph=fullgraph)(x_compiled)
+    assert type(out) is torch.Tensor
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(x_compiled, x_eager)
+
+
+# -- a class attribute with __set__ but no __get__ (test_misc.test_set_descriptor): taken for a data
+# descriptor, it hid the instance dict, so `obj.field` read the descriptor object itself where eager
+# reads obj.__dict__["field"] (CPython: a data descriptor has __get__ and __set__ or __delete__).
+
+class _SetOnly:
+    def __set__(self, obj, value):
+        obj.__dict__["field"] += value * 2
+
+
+class _WithSetOnly:
+    field = _SetOnly()
+
+    def __init__(self):
+        self.__dict__["field"] = 1
+
+
+def _read_set_only(x, obj):
+    return x + obj.field
+
+
+def _write_then_read_set_only(x, obj):
+    obj.field = 10
+    return x + obj.field
+
+
+@pytest.mark.parametrize("fn", [_read_set_only, _write_then_read_set_only])
+def test_descriptor_with_set_but_no_get(fn):
+    ember.reset()
+    x = torch.zeros(2)
+    eager_obj, compiled_obj = _WithSetOnly(), _WithSetOnly()
+    torch.testing.assert_close(ember.compile(fn, backend="eager")(x, compiled_obj), fn(x, eager_obj))
+    assert compiled_obj.__dict__ == eager_obj.__dict__

@@ -320,6 +320,32 @@ def is_namedtuple_cls(cls) -> bool:
     return isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields") and hasattr(cls, "_make")
 
 
+# what NamedTupleVariable implements natively (tuple's behaviour): a namedtuple class that defines
+# any of these itself must run its own code, so it is traced as a user object instead
+_TUPLE_PROTOCOL = ("__new__", "__init__", "__getitem__", "__len__", "__iter__", "__reversed__", "__contains__",
+                   "__bool__", "__add__", "__radd__", "__mul__", "__rmul__", "__eq__", "__ne__", "__lt__", "__le__",
+                   "__gt__", "__ge__", "__hash__", "index", "count")
+
+
+def is_plain_namedtuple_cls(cls) -> bool:
+    """A namedtuple class whose tuple behaviour is tuple's: no protocol method of its own (the
+    ``__new__`` that ``collections.namedtuple`` generates is not one)."""
+    if not is_namedtuple_cls(cls):
+        return False
+    for klass in cls.__mro__:
+        if klass is tuple:
+            return True
+        for name in _TUPLE_PROTOCOL:
+            fn = klass.__dict__.get(name)
+            if fn is None:
+                continue
+            fn = getattr(fn, "__func__", fn)  # __new__ is stored as a staticmethod
+            if name == "__new__" and str(getattr(fn, "__globals__", {}).get("__name__", "")).startswith("namedtuple_"):
+                continue
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class _Entry:
     fn: Callable

@@ -543,6 +543,21 @@ def _build_by_rule(tx, value, source):
     return vt
 
 
+@register_rule
+def _build_ember_compiled(tx, value, source):
+    """A function compiled with ember.compile, called by the traced code: traced as the function it
+    compiles (its own compile options do not apply inside another compile, as torch.compile ignores
+    an inner torch.compile), not through ember's own cache and backend code: tracing that ran the
+    inner backend's Python and guarded on its effects (a fresh entry rejected its own inputs), or
+    stopped at the wrapper's __dict__."""
+    cls = type(value)
+    if cls.__name__ != "EmberFunction" or cls.__module__ != "ember.api":
+        return None
+    guard_id(tx, value, source)
+    orig = value.__dict__["_orig_fn"]
+    return VariableTracker.build(tx, orig, AttrSource(source, "_orig_fn") if source is not None else None)
+
+
 def _in(value, table) -> bool:
     try:
         return value in table
@@ -599,7 +614,7 @@ def _guard_nested_by_code(tx, fn, source) -> bool:
     (PyTorch's test_no_recompile_inner_function; torch.compile guards such functions by their code
     too). Only plain functions: one with attributes (``ember.disable``'s mark, ``__wrapped__``) keeps
     the identity guard."""
-    if source is None or type(fn) is not types.FunctionType or not fn.__code__.co_flags & _CO_NESTED or fn.__dict__:
+    if not guarded_by_code(fn, source):
         return False
     guard(tx, source, GuardKind.TYPE, types.FunctionType)
     guard(tx, AttrSource(source, "__code__"), GuardKind.ID, fn.__code__)
@@ -625,6 +640,13 @@ def _guard_defaults(tx, source, values) -> None:
     for k, v in (values.items() if isinstance(values, dict) else enumerate(values)):
         if is_constant_default(v):
             guard(tx, ItemSource(source, k), GuardKind.CONST, v)
+
+
+def guarded_by_code(fn, source) -> bool:
+    """Is ``fn``, found at ``source``, guarded by its code rather than its identity (so its closure
+    cells may be other cell objects at the next call)? A plain nested function without attributes."""
+    return not (source is None or type(fn) is not types.FunctionType or not fn.__code__.co_flags & _CO_NESTED
+                or fn.__dict__)
 
 
 @register_builder(types.MethodType, kind="object")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import operator
 import types
 
 import torch
@@ -10,7 +11,8 @@ from ember.frontend.errors import TracedException, Unsupported
 from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ItemSource
 from ember.frontend.variables.base import (
-    CONST_TYPES, ConstantVariable, VariableTracker, guard, guard_id, guard_no_attr, helpers, identity_of, is_namedtuple_cls,
+    CONST_TYPES, ConstantVariable, VariableTracker, guard, guard_id, guard_no_attr, helpers, identity_of,
+    is_plain_namedtuple_cls,
     register_builder, register_fallback, trackers,
 )
 from ember.frontend.variables.dicts import DictVariable
@@ -154,7 +156,7 @@ class UserClassVariable(VariableTracker):
 
     def call(self, tx, args, kwargs):
         cls = self.value
-        if is_namedtuple_cls(cls):
+        if is_plain_namedtuple_cls(cls):
             fields = cls._fields
             vals = list(args) + [None] * (len(fields) - len(args))
             for k, v in kwargs.items():
@@ -201,6 +203,14 @@ class UserClassVariable(VariableTracker):
         return cg.const(self.value, self.value.__name__)
 
 
+def _known_type(vt):
+    """The Python type of what ``vt`` stands for, or None where the tracker cannot say."""
+    try:
+        return vt.python_type()
+    except Unsupported:
+        return None
+
+
 class _ObjectProtocol(VariableTracker):
     """bool(), len() and iteration of an instance of a user class, through its class's dunders."""
 
@@ -208,12 +218,28 @@ class _ObjectProtocol(VariableTracker):
         cls = self.python_type()
         if lookup_static(cls, "__bool__")[0] is None and lookup_static(cls, "__len__")[0] is None:
             return True
-        return self.call_method(tx, "__bool__" if lookup_static(cls, "__bool__")[0] else "__len__", [], {}).truth(tx)
+        if lookup_static(cls, "__bool__")[0] is not None:
+            out = self.call_method(tx, "__bool__", [], {})
+            if _known_type(out) not in (bool, None):  # CPython raises on anything but a bool
+                raise TracedException(TypeError, [ConstantVariable(
+                    f"__bool__ should return bool, returned {_known_type(out).__name__}")],
+                    "__bool__ did not return a bool")
+            return out.truth(tx)
+        return self.length(tx) != 0
 
     def length(self, tx):
         if python_dunder(self.python_type(), "__len__") is None:
             raise Unsupported(f"len() of {self.describe()}")
-        return self.call_method(tx, "__len__", [], {}).as_constant()
+        out = self.call_method(tx, "__len__", [], {})
+        if not out.is_constant():
+            return out.as_constant()
+        try:  # CPython's len() takes an index (int, or __index__), never a float
+            n = operator.index(out.as_constant())
+        except TypeError as exc:
+            raise TracedException(TypeError, [ConstantVariable(str(exc))], "__len__ did not return an int") from None
+        if n < 0:
+            raise TracedException(ValueError, [ConstantVariable("__len__() should return >= 0")], "__len__ < 0")
+        return n
 
     def unpack(self, tx):
         if python_dunder(self.python_type(), "__iter__") is None:
@@ -261,7 +287,11 @@ class UserObjectVariable(_ObjectProtocol):
         if name == "__dict__":
             raise Unsupported(f"reading __dict__ of {self.describe()}")
         static, owner = lookup_static(cls, name)
-        is_data_descr = static is not None and hasattr(type(static), "__set__")
+        # (CPython: a data descriptor has __get__ and __set__ or __delete__; one with __set__ alone
+        # does not hide the instance dict)
+        kind = type(static)
+        is_data_descr = static is not None and hasattr(kind, "__get__") and \
+            (hasattr(kind, "__set__") or hasattr(kind, "__delete__"))
         inst_dict = getattr(obj, "__dict__", {})
         if not is_data_descr and name in inst_dict:
             # read through __dict__ where `obj.name` would run the class's own __getattribute__

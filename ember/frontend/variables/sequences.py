@@ -12,8 +12,8 @@ from ember.frontend.errors import Unsupported
 from ember.frontend.guards import GuardKind
 from ember.frontend.sources import AttrSource, ItemSource
 from ember.frontend.variables.base import (
-    ContainerMethods, CONST_TYPES, ConstantVariable, MethodTable, VariableTracker, guard, helpers, is_namedtuple_cls, register_builder,
-    trackers,
+    ContainerMethods, CONST_TYPES, ConstantVariable, MethodTable, VariableTracker, guard, helpers,
+    is_plain_namedtuple_cls, register_builder, trackers,
 )
 
 
@@ -336,8 +336,8 @@ class SliceVariable(VariableTracker):
 @register_builder(tuple, list)
 def _build_sequence(tx, value, source):
     cls = type(value)
-    if cls not in (tuple, list) and not is_namedtuple_cls(cls):
-        return None  # a user subclass: a user object
+    if cls not in (tuple, list) and not is_plain_namedtuple_cls(cls):
+        return None  # a user subclass (or a namedtuple with its own __getitem__, __len__...): a user object
     if source is None:
         if cls is tuple and all(isinstance(v, CONST_TYPES) for v in value):
             return ConstantVariable(value)

@@ -147,6 +147,8 @@ class TensorMethodVariable(VariableTracker):
             raise Unsupported("Tensor.requires_grad_() on an input inside a compiled function")
         if name in ("__bool__", "__len__"):
             raise Unsupported(f"Tensor.{name}()")
+        if name == "__iter__" and not args and not kwargs:  # what `for y in x` does: rows, as graph values
+            return self.tensor.iter(tx)
         if name == "numpy":
             return helpers.tensor_as_numpy(tx, self.tensor, args, kwargs)
         if name == "untyped_storage" and not args and not kwargs:
