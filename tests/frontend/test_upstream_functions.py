@@ -3,6 +3,7 @@ test_misc.py, test_repros.py) with ember in place of torch.compile: each test co
 with eager, and failed before its fix (the compiled function returned a different value without
 raising)."""
 import collections
+import functools
 import types
 import typing
 
@@ -854,3 +855,76 @@ def test_descriptor_with_set_but_no_get(fn):
     eager_obj, compiled_obj = _WithSetOnly(), _WithSetOnly()
     torch.testing.assert_close(ember.compile(fn, backend="eager")(x, compiled_obj), fn(x, eager_obj))
     assert compiled_obj.__dict__ == eager_obj.__dict__
+
+
+# -- a Python descriptor read after writes the trace has not applied yet (test_misc's
+# test_dict_descriptor_interaction): its __get__ ran at trace time on the object as it was at entry
+# and the guard pinned that stale value, at every call
+
+class _DictBacked:
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return obj.__dict__.get("_internal", "default")
+
+    def __set__(self, obj, value):
+        obj.__dict__["_internal"] = f"desc_{value}"
+
+
+class _HasDesc:
+    desc = _DictBacked()
+
+
+_FLAG = [0]
+
+
+class _Cached:
+    @functools.cached_property
+    def twice(self):
+        return _FLAG[0] * 2
+
+
+def test_descriptor_read_after_a_pending_write_sees_the_write():
+    def through_dict(obj, x):
+        obj.__dict__["_internal"] = "direct"
+        return x + 1, obj.desc
+
+    def through_setattr(obj, x):
+        obj.desc = 3  # (its __set__ writes obj.__dict__)
+        return x + 1, obj.desc
+
+    def after_other_write(obj, x):
+        obj.other = x
+        return x * 2, obj.desc
+
+    for fn in (through_dict, through_setattr, after_other_write):
+        opt = ember.compile(fn, backend="eager")
+        for _ in range(2):
+            a, b = _HasDesc(), _HasDesc()
+            x = torch.randn(3)
+            got, want = opt(a, x), fn(b, x)
+            torch.testing.assert_close(got[0], want[0])
+            assert got[1] == want[1] and a.__dict__.keys() == b.__dict__.keys(), (fn.__name__, got[1], want[1])
+
+
+def test_cached_property_read_after_a_global_write():
+    def fn(obj, x):
+        _FLAG[0] = 5
+        return x + obj.twice
+
+    opt = ember.compile(fn, backend="eager")
+    _FLAG[0] = 0
+    got = opt(_Cached(), torch.ones(1))
+    _FLAG[0] = 0
+    want = fn(_Cached(), torch.ones(1))
+    torch.testing.assert_close(got, want)
+
+
+def test_descriptor_read_without_pending_writes_stays_in_one_graph():
+    def fn(obj, x):
+        return x + len(obj.desc)
+
+    o = _HasDesc()
+    o.__dict__["_internal"] = "abc"
+    opt = ember.compile(fn, backend="eager", fullgraph=True)
+    torch.testing.assert_close(opt(o, torch.ones(1)), fn(o, torch.ones(1)))

@@ -97,6 +97,12 @@ def class_attr_of_instance(tx, self_vt, cls, name, self_source=None):
         return trackers.UserMethodVariable(static, self_vt)
     if hasattr(type(static), "__get__") and not isinstance(static, (int, float, str, tuple)):
         if self_source is not None:
+            if tx.output.side_effects and isinstance(lookup_static(type(static), "__get__")[0], types.FunctionType):
+                # its __get__ would run now on the object as it was at entry, without the writes this
+                # trace has pending (an attribute, ``obj.__dict__[k] = v``, a global), and the guard would
+                # pin that stale value (PyTorch's test_misc.test_dict_descriptor_interaction): a break
+                # applies them first, and the read is traced again in the frame that resumes
+                raise Unsupported(f"descriptor {cls.__name__}.{name} read after writes this trace has not applied")
             return VariableTracker.build(tx, getattr(self_vt.value, name), AttrSource(self_source, name))
         if type(static).__name__ in ("method_descriptor", "wrapper_descriptor"):
             return trackers.UserMethodVariable(static, self_vt)
